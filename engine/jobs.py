@@ -1,0 +1,248 @@
+"""Job lifecycle: queue, launch detached, follow, stop, cancel, re-discover.
+
+Every job is its own process group (``start_new_session``), started detached,
+so neither a GUI nor an engine crash stops it. On start the engine re-attaches
+to jobs whose process is still alive (pid and start time both match) and
+settles the rest from what their events.jsonl says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import engine
+from engine.eventbus import EventBus
+from engine.follower import Follower
+from engine.paths import Paths
+from engine.protocol import INVALID_STATE, NOT_FOUND, RpcError
+from engine.specs import JOB_KINDS, Spec, dump_job_yaml
+from engine.store import Store
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("running", "stopping")
+FINAL = ("succeeded", "failed", "cancelled")
+POLL_S = 0.1
+_PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
+
+
+def public(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "exit_code",
+            "error", "run_dir", "spec", "parent_id", "host")
+    return {k: run.get(k) for k in keys}
+
+
+def _process_matches(pid: int | None, started: float | None) -> bool:
+    """True while ``pid`` is still the process we launched (guards against pid reuse)."""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < 1.0
+    except psutil.Error:
+        return False
+
+
+class JobManager:
+    def __init__(self, paths: Paths, store: Store, bus: EventBus, max_concurrent: int = 2,
+                 stop_timeout_s: float = 30.0):
+        self.paths = paths
+        self.store = store
+        self.bus = bus
+        self.max_concurrent = max_concurrent
+        self.stop_timeout_s = stop_timeout_s
+        self._procs: dict[str, subprocess.Popen] = {}  # jobs this engine started itself
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._closing = False
+
+    # ---- queries
+    def get(self, run_id: str) -> dict[str, Any]:
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise RpcError(NOT_FOUND, f"No job with id {run_id!r}",
+                           {"hint": "List jobs with jobs.list (or `ember jobs`)."})
+        return run
+
+    # ---- state changes
+    def _set_state(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
+        self.store.update_run(run_id, state=state, **fields)
+        run = self.get(run_id)
+        note = {"id": run_id, "kind": run["kind"], "name": run["name"], "state": state}
+        if run.get("error"):
+            note["error"] = run["error"]
+        self.bus.publish("jobs", note)
+        return run
+
+    def submit(self, kind: str, spec: Spec, name: str = "") -> dict[str, Any]:
+        run_id = new_run_id()
+        run_dir = self.paths.run_dir(run_id)
+        run_dir.mkdir(parents=True)
+        (run_dir / "spec.yaml").write_text(dump_job_yaml(kind, spec, name), encoding="utf-8")
+        self.store.insert_run({
+            "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
+            "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
+        })
+        self.bus.publish("jobs", {"id": run_id, "kind": kind, "name": name or kind, "state": "queued"})
+        self.schedule()
+        return self.get(run_id)
+
+    def schedule(self) -> None:
+        if self._closing:
+            return
+        active = len(self.store.list_runs(state=ACTIVE, limit=10_000))
+        for run in self.store.list_runs(state="queued", limit=10_000, oldest_first=True):
+            if active >= self.max_concurrent:
+                break
+            self._launch(run)
+            active += 1
+
+    def _launch(self, run: dict[str, Any]) -> None:
+        run_dir = Path(run["run_dir"])
+        env = dict(os.environ, PYTHONUNBUFFERED="1", EMBER_RUN_ID=run["id"])
+        # Jobs import the same engine package as this process, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+        module = JOB_KINDS[run["kind"]].module
+        try:
+            with open(run_dir / "stdout.log", "ab") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", module, "--run-dir", str(run_dir)],
+                    cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True,
+                )
+        except OSError as exc:
+            self._set_state(run["id"], "failed", ended_at=time.time(),
+                            error={"message": f"Could not start the job process: {exc}",
+                                   "hint": "Check free disk space and that Python can run here."})
+            return
+        try:
+            started = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            started = None
+        self._procs[run["id"]] = proc
+        self._set_state(run["id"], "running", started_at=time.time(), pid=proc.pid, pid_started=started)
+        self._follow(run["id"])
+
+    def _follow(self, run_id: str) -> None:
+        run = self.get(run_id)
+        follower = Follower(self.bus, run_id, Path(run["run_dir"]), run["events_offset"])
+        follower.reported_state = run.get("reported_state")
+        self._tasks[run_id] = asyncio.get_running_loop().create_task(self._watch(run_id, follower))
+
+    async def _watch(self, run_id: str, follower: Follower) -> None:
+        try:
+            while not self._closing:
+                follower.poll()
+                exit_code = self._exit_code(run_id)
+                if exit_code is not None:
+                    while follower.poll():  # drain what the job wrote before it ended
+                        pass
+                    self._finish(run_id, follower, exit_code)
+                    return
+                await asyncio.sleep(POLL_S)
+        finally:
+            self._tasks.pop(run_id, None)
+
+    def _exit_code(self, run_id: str) -> int | str | None:
+        """None while running; the exit code (negative: signal) or 'unknown' once ended."""
+        proc = self._procs.get(run_id)
+        if proc is not None:
+            return proc.poll()
+        run = self.get(run_id)
+        return None if _process_matches(run["pid"], run["pid_started"]) else "unknown"
+
+    def _finish(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
+        self._procs.pop(run_id, None)
+        run = self.get(run_id)
+        code = exit_code if isinstance(exit_code, int) else None
+        reported = follower.reported_state or run.get("reported_state")
+        error = run.get("error")
+        if reported:
+            state = reported
+        elif run.get("stop_requested"):
+            state = "cancelled"
+        else:
+            state = "failed"
+            how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+                   else f"exited with code {code}" if code is not None
+                   else "ended while the engine was not watching")
+            error = {"message": f"The job process {how} without reporting a result.",
+                     "hint": "See stdout.log in the run directory; if it was killed for memory, "
+                             "try a smaller batch."}
+        self.bus.flush()  # the job's own events go out before its final state
+        self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error)
+        self.schedule()
+
+    # ---- control
+    def stop(self, run_id: str) -> dict[str, Any]:
+        run = self.get(run_id)
+        if run["state"] == "queued":
+            return self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
+        if run["state"] != "running":
+            raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a queued or running job can be stopped",
+                           {"hint": "Use jobs.cancel to end a job that is already stopping."})
+        self._signal(run, signal.SIGTERM)
+        asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, run_id)
+        return self._set_state(run_id, "stopping", stop_requested="stop")
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        run = self.get(run_id)
+        if run["state"] == "queued":
+            return self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
+        if run["state"] not in ACTIVE:
+            raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({run['state']})",
+                           {"hint": "Nothing to cancel."})
+        self._signal(run, signal.SIGKILL)
+        return self._set_state(run_id, "stopping", stop_requested="cancel")
+
+    def _escalate(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        if run and run["state"] == "stopping":
+            log.warning("job %s did not stop within %.0f s; killing it", run_id, self.stop_timeout_s)
+            self._signal(run, signal.SIGKILL)
+
+    def _signal(self, run: dict[str, Any], sig: signal.Signals) -> None:
+        if not _process_matches(run["pid"], run["pid_started"]):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(run["pid"], sig)  # the job leads its own process group
+
+    # ---- engine start / stop
+    def rediscover(self) -> dict[str, int]:
+        """Re-attach to live jobs after an engine restart; settle the ones that ended meanwhile."""
+        counts = {"reattached": 0, "settled": 0, "queued": 0}
+        for run in self.store.list_runs(state=ACTIVE, limit=100_000):
+            if _process_matches(run["pid"], run["pid_started"]):
+                counts["reattached"] += 1
+            else:
+                counts["settled"] += 1
+            self._follow(run["id"])  # the watcher settles an ended job on its first poll
+        counts["queued"] = len(self.store.list_runs(state="queued", limit=100_000))
+        self.schedule()
+        return counts
+
+    async def close(self) -> None:
+        """Stop following (jobs keep running; the next engine re-attaches)."""
+        self._closing = True
+        for task in list(self._tasks.values()):
+            task.cancel()
+        for task in list(self._tasks.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,121 @@
+"""system.probe: report the facts of the machine this job runs on.
+
+CPU, memory, disk, Python, the ML packages installed (read from package
+metadata, not imported), and GPUs (through torch when installed, else
+nvidia-smi). With ``samples > 0`` it then samples CPU and memory use every
+``interval_s`` seconds until done or stopped. Run by hand:
+
+    python -m engine.recipes.system_probe --run-dir DIR   # DIR/spec.yaml holds {kind, spec}
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from engine.jobctx import JobContext, run_job
+from engine.specs import ProbeSpec
+
+PACKAGES = ("torch", "torchvision", "transformers", "peft", "deepspeed", "onnxruntime",
+            "onnx", "tensorrt", "torchao", "torch-pruning")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def torch_gpus() -> dict[str, Any]:
+    import torch  # noqa: TID251 - optional, only in the job process
+
+    info: dict[str, Any] = {"torch": torch.__version__, "cuda_available": torch.cuda.is_available(),
+                            "cuda_version": torch.version.cuda, "devices": []}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            info["devices"].append({"index": i, "name": p.name, "memory_bytes": p.total_memory,
+                                    "capability": f"{p.major}.{p.minor}",
+                                    "multiprocessors": p.multi_processor_count})
+    return info
+
+
+def smi_gpus() -> list[dict[str, Any]]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=20, check=False,
+    )
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4:
+            gpus.append({"index": int(parts[0]), "name": parts[1],
+                         "memory_bytes": int(float(parts[2])) * 1024 * 1024, "driver": parts[3]})
+    return gpus
+
+
+def gather_facts(run_dir: Path) -> dict[str, Any]:
+    vm = psutil.virtual_memory()
+    disk = shutil.disk_usage(run_dir)
+    packages = package_versions()
+    facts: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "os": {"system": platform.system(), "release": platform.release(), "platform": platform.platform()},
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(),
+                "physical_cores": psutil.cpu_count(logical=False), "arch": platform.machine()},
+        "memory": {"total_bytes": vm.total, "available_bytes": vm.available},
+        "disk": {"path": str(run_dir.parent), "total_bytes": disk.total, "free_bytes": disk.free},
+        "packages": packages,
+    }
+    if packages["torch"]:
+        facts["gpu"] = torch_gpus()
+    else:
+        gpus = smi_gpus()
+        facts["gpu"] = {"torch": None, "cuda_available": False, "cuda_version": None, "devices": gpus,
+                        "note": "torch is not installed; GPUs listed by nvidia-smi" if gpus
+                        else "torch is not installed and nvidia-smi found no GPU"}
+    return facts
+
+
+def main(ctx: JobContext, spec: ProbeSpec) -> str | None:
+    facts = gather_facts(ctx.run_dir)
+    ctx.write_result(facts)
+    ctx.emit("result", facts=facts)
+    psutil.cpu_percent()  # the first call only primes the counter
+    for i in range(spec.samples):
+        if ctx.wait(spec.interval_s):
+            break
+        vm = psutil.virtual_memory()
+        ctx.emit("sample", step=i, cpu_percent=psutil.cpu_percent(), memory_used_bytes=vm.used,
+                 memory_percent=vm.percent)
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(run_job(main))

@@ -1,0 +1,296 @@
+"""The engine's SQLite store: runs, events, metrics, artifacts, hosts, audit.
+
+One writer (the engine, which holds the engine lock), WAL mode so readers never
+block it. The schema is versioned; ``MIGRATIONS[i]`` brings a database from
+version ``i`` to ``i + 1`` inside one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+MIGRATIONS: list[str] = [
+    # v1: runs, their events and the audit log.
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        pid INTEGER,
+        pid_started REAL,
+        exit_code INTEGER,
+        error TEXT,
+        run_dir TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        parent_id TEXT REFERENCES runs(id),
+        host TEXT NOT NULL DEFAULT 'local',
+        events_offset INTEGER NOT NULL DEFAULT 0,
+        reported_state TEXT,
+        stop_requested TEXT
+    );
+    CREATE INDEX runs_state ON runs(state);
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY,
+        topic TEXT NOT NULL,
+        t REAL NOT NULL,
+        run_id TEXT,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX events_run ON events(run_id, seq);
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        t REAL NOT NULL,
+        client TEXT NOT NULL,
+        action TEXT NOT NULL,
+        target TEXT NOT NULL DEFAULT '',
+        params TEXT NOT NULL DEFAULT '{}',
+        ok INTEGER NOT NULL,
+        error TEXT
+    );
+    """,
+    # v2: numeric metrics for charts, artifacts with lineage, remote hosts.
+    """
+    CREATE TABLE metrics (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        value REAL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (run_id, kind, name, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE artifacts (
+        id TEXT PRIMARY KEY,
+        run_id TEXT REFERENCES runs(id),
+        parent_id TEXT REFERENCES artifacts(id),
+        kind TEXT NOT NULL,
+        path TEXT NOT NULL,
+        sha256 TEXT,
+        size INTEGER,
+        created_at REAL NOT NULL,
+        meta TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX artifacts_run ON artifacts(run_id);
+    CREATE TABLE hosts (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        address TEXT NOT NULL,
+        port INTEGER NOT NULL DEFAULT 22,
+        user TEXT NOT NULL DEFAULT '',
+        key_path TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        meta TEXT NOT NULL DEFAULT '{}'
+    );
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_RUN_COLUMNS = (
+    "id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "pid_started",
+    "exit_code", "error", "run_dir", "spec", "parent_id", "host", "events_offset",
+    "reported_state", "stop_requested",
+)
+_JSON_COLUMNS = {"error", "spec"}
+# Secrets never reach the audit log.
+_SECRET_KEYS = ("token", "password", "passphrase", "secret", "private_key")
+
+
+class SchemaTooNew(RuntimeError):
+    pass
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: ("***" if any(s in k.lower() for s in _SECRET_KEYS) else _redact(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+class Store:
+    def __init__(self, path: Path, migrate_to: int = SCHEMA_VERSION):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves so each write is one transaction.
+        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self._migrate(migrate_to)
+
+    # ---- schema
+    def schema_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, target: int) -> None:
+        current = self.schema_version()
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{self.path} has schema version {current}, newer than this Ember Studio "
+                f"understands ({SCHEMA_VERSION}). Upgrade Ember Studio, or point EMBER_HOME elsewhere."
+            )
+        for version in range(current, target):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version={version + 1}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def journal_mode(self) -> str:
+        return str(self.db.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- runs
+    def insert_run(self, run: dict[str, Any]) -> None:
+        cols = [c for c in _RUN_COLUMNS if c in run]
+        values = [json.dumps(run[c]) if c in _JSON_COLUMNS and run[c] is not None else run[c]
+                  for c in cols]
+        self.db.execute(
+            f"INSERT INTO runs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", values
+        )
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        if not fields:
+            return
+        unknown = set(fields) - set(_RUN_COLUMNS)
+        if unknown:
+            raise KeyError(f"unknown run columns: {sorted(unknown)}")
+        sets = ",".join(f"{c}=?" for c in fields)
+        values = [json.dumps(v) if c in _JSON_COLUMNS and v is not None else v
+                  for c, v in fields.items()]
+        self.db.execute(f"UPDATE runs SET {sets} WHERE id=?", [*values, run_id])
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        return self._run(row) if row else None
+
+    def list_runs(self, state: str | Sequence[str] | None = None, kind: str | None = None,
+                  limit: int = 100, oldest_first: bool = False) -> list[dict[str, Any]]:
+        where, args = [], []
+        if state:
+            states = [state] if isinstance(state, str) else list(state)
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += states
+        if kind:
+            where.append("kind=?")
+            args.append(kind)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        order = "ASC" if oldest_first else "DESC"
+        rows = self.db.execute(
+            f"SELECT * FROM runs {clause} ORDER BY created_at {order}, id {order} LIMIT ?",
+            [*args, limit],
+        ).fetchall()
+        return [self._run(r) for r in rows]
+
+    def count_runs_by_state(self) -> dict[str, int]:
+        rows = self.db.execute("SELECT state, COUNT(*) FROM runs GROUP BY state").fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    @staticmethod
+    def _run(row: sqlite3.Row) -> dict[str, Any]:
+        run = dict(row)
+        for c in _JSON_COLUMNS:
+            if run.get(c) is not None:
+                run[c] = json.loads(run[c])
+        return run
+
+    # ---- events
+    def last_seq(self) -> int:
+        return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+
+    def commit_events(self, rows: Sequence[tuple[int, str, float, str | None, str]],
+                      run_updates: dict[str, dict[str, Any]] | None = None) -> None:
+        """Store events ``(seq, topic, t, run_id, data_json)`` and their side effects atomically.
+
+        ``run_updates`` (e.g. the followed file offset) commit in the same transaction, so
+        an engine crash can neither lose an event nor store it twice.
+        """
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.executemany("INSERT INTO events (seq, topic, t, run_id, data) VALUES (?,?,?,?,?)", rows)
+            self._insert_metrics(rows)
+            for run_id, fields in (run_updates or {}).items():
+                self.update_run(run_id, **fields)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def _insert_metrics(self, rows: Iterable[tuple[int, str, float, str | None, str]]) -> None:
+        metric_rows = []
+        for seq, _topic, _t, run_id, data_json in rows:
+            if run_id is None or '"step"' not in data_json:
+                continue
+            data = json.loads(data_json)
+            step, kind = data.get("step"), data.get("kind")
+            if not isinstance(step, int) or not isinstance(kind, str):
+                continue
+            values = data.get("metrics") if isinstance(data.get("metrics"), dict) else data
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("step", "t"):
+                    metric_rows.append((run_id, kind, name, step, float(value), seq))
+        if metric_rows:
+            # A step re-run after a resume replaces the earlier value: one row per step.
+            self.db.executemany(
+                "INSERT OR REPLACE INTO metrics (run_id, kind, name, step, value, seq) VALUES (?,?,?,?,?,?)",
+                metric_rows,
+            )
+
+    def query_events(self, patterns: Sequence[str], after: int, upto: int | None = None,
+                     limit: int = 1000) -> list[tuple[int, str, float, str]]:
+        where = " OR ".join("topic GLOB ?" for _ in patterns) or "1"
+        args: list[Any] = [*patterns, after]
+        upper = ""
+        if upto is not None:
+            upper = " AND seq <= ?"
+            args.append(upto)
+        rows = self.db.execute(
+            f"SELECT seq, topic, t, data FROM events WHERE ({where}) AND seq > ?{upper} ORDER BY seq LIMIT ?",
+            [*args, limit],
+        ).fetchall()
+        return [tuple(r) for r in rows]
+
+    def metrics(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT kind, name, step, value FROM metrics WHERE run_id=?"
+        args: list[Any] = [run_id]
+        if kind:
+            sql += " AND kind=?"
+            args.append(kind)
+        return [dict(r) for r in self.db.execute(sql + " ORDER BY step", args)]
+
+    # ---- audit
+    def audit(self, client: str, action: str, target: str, params: dict[str, Any], ok: bool,
+              error: str | None = None) -> None:
+        self.db.execute(
+            "INSERT INTO audit (t, client, action, target, params, ok, error) VALUES (?,?,?,?,?,?,?)",
+            (time.time(), client, action, target, json.dumps(_redact(params)), int(ok), error),
+        )
+
+    def audit_records(self, limit: int = 100) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        out = []
+        for r in rows:
+            rec = dict(r)
+            rec["params"] = json.loads(rec["params"])
+            rec["ok"] = bool(rec["ok"])
+            out.append(rec)
+        return out

@@ -1,0 +1,96 @@
+"""Shared fixtures: a private EMBER_HOME per test and a real engine process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine import paths as paths_mod
+from engine.client import EngineClient, EngineNotRunning
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def ember_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> paths_mod.Paths:
+    home = tmp_path / "home"
+    monkeypatch.setenv("EMBER_HOME", str(home))
+    monkeypatch.delenv("EMBER_RUNTIME_DIR", raising=False)
+    return paths_mod.resolve()
+
+
+@dataclass
+class RunningEngine:
+    paths: paths_mod.Paths
+    proc: subprocess.Popen
+
+    def client(self, name: str = "test", timeout: float = 30.0) -> EngineClient:
+        return EngineClient.connect(self.paths, client=name, timeout=timeout)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def restart(self) -> None:
+        self.proc = start_engine_process(self.paths)
+
+
+def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0) -> subprocess.Popen:
+    p.home.mkdir(parents=True, exist_ok=True)
+    log = open(p.home / "engine.log", "ab")  # noqa: SIM115 - kept open for the process
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", *extra], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"engine exited with {proc.returncode}: {(p.home / 'engine.log').read_text()}")
+        with contextlib.suppress(EngineNotRunning, ConnectionError, FileNotFoundError):
+            EngineClient.connect(p, client="probe", timeout=5).close()
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("engine did not come up")
+
+
+def kill_job_groups(home: Path) -> None:
+    """Jobs run detached; make sure none outlives its test."""
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "--run-dir" in cmd and str(home) in cmd:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.info["pid"], signal.SIGKILL)
+
+
+@pytest.fixture
+def engine_proc(ember_home: paths_mod.Paths) -> Iterator[RunningEngine]:
+    eng = RunningEngine(ember_home, start_engine_process(ember_home))
+    yield eng
+    with contextlib.suppress(ProcessLookupError):
+        eng.proc.send_signal(signal.SIGTERM)
+    try:
+        eng.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        eng.proc.kill()
+    kill_job_groups(ember_home.home)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
