@@ -215,4 +215,5 @@ class Handlers:
         payload = "x" * p.payload_bytes
         for i in range(p.count):
             bus.publish(p.topic, {"i": i, "payload": payload})
+        bus.flush()  # the reply means "stored": a client may rely on replaying them
         return {"first_seq": first, "last_seq": first + p.count - 1}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,9 @@ def runtime_home(home: Path) -> Path:
         candidate = Path(env).expanduser().resolve()
     elif os.environ.get("EMBER_HOME"):
         candidate = home / "run"
+    elif sys.platform.startswith("linux") and not os.environ.get("XDG_RUNTIME_DIR"):
+        # No login session (ssh without systemd, containers): a private dir in /tmp.
+        candidate = Path(tempfile.gettempdir()) / f"ember-studio-{os.getuid()}"
     else:
         import platformdirs
 
