@@ -1,10 +1,13 @@
-"""``python -m engine serve|start|status|stop`` or any ``ember`` headless command."""
+"""``python -m engine serve|start|status|stop``, or any ``ember`` headless command.
+
+A lone ``stop`` means the engine; ``stop ID`` stops a job, as with ``ember``.
+"""
 
 import sys
 
 from engine.cli import main
 
 argv = sys.argv[1:]
-if argv and argv[0] in ("serve", "start", "status", "stop"):
+if argv and (argv[0] == "serve" or (len(argv) == 1 and argv[0] in ("start", "status", "stop"))):
     argv = ["engine", *argv]
 sys.exit(main(argv))
