@@ -28,7 +28,6 @@ from engine.protocol import (
     FRAME_TOO_LARGE,
     MAX_FRAME_BYTES,
     RpcError,
-    encode,
 )
 from engine.session import Session
 from engine.store import Store

@@ -1,0 +1,32 @@
+# Sourced by run.sh and test.sh: create .venv on first use and install Ember Studio
+# with the exact versions in constraints.txt. Re-installs only when they change.
+# Usage: ensure_venv [extras]     e.g. ensure_venv dev
+ensure_venv() {
+  local extras="${1:-}"
+  local py="${PYTHON:-python3}"
+  if ! command -v "$py" >/dev/null 2>&1; then
+    echo "error: $py not found. Install Python 3.10 or newer (or set PYTHON=/path/to/python3)." >&2
+    return 1
+  fi
+  if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "error: Ember Studio needs Python 3.10 or newer; $py is $("$py" -V 2>&1)." >&2
+    return 1
+  fi
+  if [ ! -x .venv/bin/python ]; then
+    echo "Creating .venv with $("$py" -V 2>&1)..."
+    if ! "$py" -m venv .venv; then
+      echo "error: could not create a virtual environment. On Debian/Ubuntu: sudo apt-get install python3-venv" >&2
+      return 1
+    fi
+  fi
+  local target="."
+  [ -n "$extras" ] && target=".[$extras]"
+  local stamp
+  stamp="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-${extras:-base}"
+  if [ "$(cat .venv/.ember-installed 2>/dev/null)" != "$stamp" ]; then
+    echo "Installing Ember Studio ($target) into .venv..."
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -c constraints.txt -e "$target"
+    echo "$stamp" > .venv/.ember-installed
+  fi
+}
