@@ -1,0 +1,1 @@
+"""Ember Studio GUI: a Qt client of the engine (never imports torch)."""

@@ -1,0 +1,213 @@
+"""Find or start the engine, and keep the GUI connected to it.
+
+The engine outlives the GUI: it is started in its own session with its output
+going to engine.log, so closing the window (or a Ctrl-C in the terminal that
+launched it) never stops the engine or its jobs. Starting one is always safe:
+the engine holds an flock on engine.lock, so a duplicate exits with code 3 at
+once and the GUI simply connects to the one already running.
+
+States, as shown in the status bar:
+  starting      looking for an engine, starting one if none answers
+  connected     handshake done; requests and events flow
+  reconnecting  the engine went away without notice; retrying and restarting it
+  stopped       the engine announced an orderly shutdown (or would not start);
+                nothing restarts it until the user asks
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.engine_client import EngineClient
+from engine import paths as engine_paths
+
+log = logging.getLogger(__name__)
+
+STARTING = "starting"
+CONNECTED = "connected"
+RECONNECTING = "reconnecting"
+STOPPED = "stopped"
+
+FIRST_DELAY_S = 0.1
+MAX_DELAY_S = 2.0
+# An engine that dies this many times in a row before answering is broken, not
+# busy; restarting it forever would only hide the error in engine.log.
+MAX_FAILED_STARTS = 3
+DUPLICATE_ENGINE_EXIT = 3  # engine's exit code when another engine holds the lock
+
+
+class EngineProcess(QObject):
+    """Owns the EngineClient and drives it through the four states above."""
+
+    # Emitted on every state change, and while reconnecting on each new attempt.
+    state_changed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.client = EngineClient(parent=self)
+        self.client.connected.connect(self._on_connected)
+        self.client.disconnected.connect(self._on_disconnected)
+        self.client.subscribe(["engine"], self._on_engine_event)
+        self.state = STARTING
+        self.attempt = 0
+        self.version = ""
+        self.engine_pid: int | None = None
+        self.stop_reason = ""
+        self.paths: engine_paths.Paths | None = None
+        self._child: subprocess.Popen | None = None
+        self._child_answered = False  # our child became the engine we talked to
+        self._failed_starts = 0
+        self._delay = FIRST_DELAY_S
+        self._stop_expected = False
+        self._closed = False
+        self._retry = QTimer(self, singleShot=True)
+        self._retry.timeout.connect(self._try_connect)
+        # Poll our child now and then so an engine that exits while we are
+        # stopped (or connected to another engine) never lingers as a zombie.
+        self._reaper = QTimer(self, interval=1000)
+        self._reaper.timeout.connect(self._reap)
+
+    # -- public -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect to the engine, starting one if none answers."""
+        self._closed = False
+        self.paths = engine_paths.resolve()
+        self._stop_expected = False
+        self._failed_starts = 0
+        self._delay = FIRST_DELAY_S
+        self.attempt = 0
+        self.stop_reason = ""
+        self._set_state(STARTING)
+        self._try_connect()
+
+    def stop_engine(self) -> None:
+        """Ask the engine to shut down (its jobs keep running); we then show `stopped`."""
+        self._stop_expected = True
+
+        def refused(err: Any) -> None:
+            self._stop_expected = False
+            self.client.error.emit(f"The engine did not stop: {err}")
+
+        self.client.request("engine.shutdown", {}, None, refused)
+
+    def close(self) -> None:
+        """Disconnect for good (the window is closing). The engine keeps running."""
+        self._closed = True
+        self._retry.stop()
+        self._reaper.stop()
+        self.client.close()
+        self._reap()
+
+    @property
+    def child_pid(self) -> int | None:
+        """Pid of the engine this GUI started, while it runs (tests use it)."""
+        return self._child.pid if self._child is not None else None
+
+    # -- connection loop -------------------------------------------------------------
+
+    def _try_connect(self) -> None:
+        if self._closed or self.state in (CONNECTED, STOPPED):
+            return
+        if not self.client.connect_to_engine(self.paths):
+            self._connect_failed()  # no token: no engine has ever started here
+
+    def _on_connected(self, hello: dict[str, Any]) -> None:
+        self.version = str(hello.get("version", ""))
+        self.engine_pid = hello.get("pid")
+        if self._child is not None and self._child.pid == self.engine_pid:
+            self._child_answered = True
+        self.attempt = 0
+        self._delay = FIRST_DELAY_S
+        self._failed_starts = 0
+        self._set_state(CONNECTED)
+
+    def _on_disconnected(self) -> None:
+        if self._closed:
+            return
+        if self.state == CONNECTED:
+            if self._stop_expected:
+                self.stop_reason = self.stop_reason or "The engine was stopped."
+                self._set_state(STOPPED)
+                return
+            log.warning("engine went away without notice; reconnecting")
+            self._delay = FIRST_DELAY_S
+            self.attempt = 0
+            self._set_state(RECONNECTING)
+        self._connect_failed()
+
+    def _connect_failed(self) -> None:
+        if self._closed or self.state in (CONNECTED, STOPPED):
+            return
+        self._reap()
+        if self._child is None:
+            if self._failed_starts >= MAX_FAILED_STARTS:
+                self.stop_reason = (f"The engine exited {self._failed_starts} times while starting; "
+                                    f"see {self.paths.engine_log if self.paths else 'engine.log'}.")
+                self._set_state(STOPPED)
+                return
+            self._spawn()
+        self.attempt += 1
+        if self.state == RECONNECTING:
+            self.state_changed.emit(self.state)  # the banner shows the attempt number
+        self._retry.start(int(self._delay * 1000))
+        self._delay = min(self._delay * 2, MAX_DELAY_S)
+
+    def _on_engine_event(self, _topic: str, _seq: int, data: dict) -> None:
+        if data.get("state") == "stopping":
+            self._stop_expected = True
+            reason = data.get("reason")
+            self.stop_reason = f"The engine was stopped ({reason})." if reason else ""
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            log.info("engine state: %s -> %s", self.state, state)
+        self.state = state
+        self.state_changed.emit(state)
+
+    # -- the engine process --------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        assert self.paths is not None
+        self.paths.home.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        root = _source_root()
+        if root is not None:  # running from a checkout: let `-m engine` find the package
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+        with open(self.paths.engine_log, "ab") as out:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "engine", "serve"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                cwd=str(self.paths.home), env=env,
+                start_new_session=True, close_fds=True,
+            )
+        self._child_answered = False
+        log.info("started engine, pid %d", self._child.pid)
+        self._reaper.start()
+
+    def _reap(self) -> None:
+        if self._child is None:
+            self._reaper.stop()
+            return
+        code = self._child.poll()
+        if code is None:
+            return
+        log.info("engine pid %d exited with code %s", self._child.pid, code)
+        self._child = None
+        self._reaper.stop()
+        if code not in (0, DUPLICATE_ENGINE_EXIT) and not self._child_answered:
+            self._failed_starts += 1
+
+
+def _source_root() -> Path | None:
+    import engine
+
+    root = Path(engine.__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None

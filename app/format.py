@@ -1,0 +1,97 @@
+"""Turning engine values into short, readable text (times, durations, sizes)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+
+def to_epoch(value: Any) -> float | None:
+    """Accept epoch seconds or an ISO 8601 string; None when absent or unreadable."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def timestamp(value: Any) -> str:
+    """Local time; the date is left out for today."""
+    epoch = to_epoch(value)
+    if epoch is None:
+        return "—"
+    moment = datetime.fromtimestamp(epoch)
+    if moment.date() == datetime.now().date():
+        return moment.strftime("%H:%M:%S")
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def job_duration(job: dict[str, Any], now: float | None = None) -> str:
+    """Run time of a job: start to end, or start to now while it runs."""
+    start = to_epoch(job.get("started_at"))
+    if start is None:
+        return "—"
+    end = to_epoch(job.get("ended_at"))
+    if end is None:
+        if job.get("state") not in ("running", "stopping"):
+            return "—"
+        end = time.time() if now is None else now
+    return duration(end - start)
+
+
+def size(n_bytes: Any) -> str:
+    try:
+        value = float(n_bytes)
+    except (TypeError, ValueError):
+        return str(n_bytes)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+_SIZE_KEYS = ("bytes", "total", "available", "free", "used", "rss", "memory")
+
+
+def fact(value: Any, key: str = "") -> str:
+    """One probe fact as text: nested dicts become 'key value' pairs, lists one item a line."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int) and value > 1 << 20 and any(k in key.lower() for k in _SIZE_KEYS):
+        return size(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        if not value:
+            return "—"
+        return ", ".join(f"{k.replace('_', ' ')} {fact(v, k)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "none"
+        return "\n".join(fact(item, key) for item in value)
+    return str(value)

@@ -1,0 +1,130 @@
+"""The main window: a sidebar of pages, the connection banner and the status bar.
+
+It only assembles. Each page is its own module and talks to the engine itself
+through ``engine.client``; the window owns the EngineProcess and hands it to
+every page. Pages are built the first time they are shown, so a page that
+needs something heavy (pyqtgraph, numpy) costs nothing until it is opened.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from PySide6.QtCore import QSize
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine_process import EngineProcess
+from app.style import icon
+from app.widgets.connection import ConnectionBanner, EngineStatus
+
+
+@dataclass(frozen=True)
+class PageEntry:
+    key: str  # also the module name under app/pages/ and the icon name
+    title: str
+    class_name: str
+
+    def build(self, engine: EngineProcess, parent: QWidget) -> QWidget:
+        # Imported on first show, so a page's heavy imports cost nothing at startup.
+        module = importlib.import_module(f"app.pages.{self.key}")
+        return getattr(module, self.class_name)(engine, parent)
+
+
+# The sidebar, top to bottom: the order a model goes through its life.
+PAGES = (
+    PageEntry("runs", "Runs", "RunsPage"),
+    PageEntry("new_finetune", "New fine-tune", "NewFinetunePage"),
+    PageEntry("monitor", "Monitor", "MonitorPage"),
+    PageEntry("compress", "Compress", "CompressPage"),
+    PageEntry("compare", "Compare", "ComparePage"),
+    PageEntry("export", "Export", "ExportPage"),
+    PageEntry("hosts", "Hosts", "HostsPage"),
+    PageEntry("settings", "Settings", "SettingsPage"),
+)
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, engine: EngineProcess | None = None):
+        super().__init__()
+        self.setWindowTitle("Ember Studio")
+        self.setWindowIcon(icon("ember"))
+        self.resize(1180, 760)
+        self.engine = engine or EngineProcess(self)
+        self._pages: dict[str, QWidget] = {}
+
+        central = QWidget()
+        central.setObjectName("centralArea")
+        column = QVBoxLayout(central)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        self.banner = ConnectionBanner(self.engine)
+        column.addWidget(self.banner)
+
+        row = QHBoxLayout()
+        row.setSpacing(0)
+        side = QVBoxLayout()
+        side.setSpacing(0)
+        brand = QLabel("Ember Studio")
+        brand.setObjectName("brand")
+        side.addWidget(brand)
+        self.sidebar = QListWidget()
+        self.sidebar.setObjectName("sidebar")
+        self.sidebar.setIconSize(QSize(18, 18))
+        self.sidebar.setFixedWidth(196)
+        brand.setFixedWidth(196)
+        for entry in PAGES:
+            QListWidgetItem(icon(entry.key), entry.title, self.sidebar)
+        side.addWidget(self.sidebar, 1)
+        row.addLayout(side)
+        self.stack = QStackedWidget()
+        self.stack.setObjectName("pages")
+        for _entry in PAGES:
+            self.stack.addWidget(QWidget())  # stand-in until the page is first shown
+        row.addWidget(self.stack, 1)
+        column.addLayout(row, 1)
+        self.setCentralWidget(central)
+
+        self.engine_status = EngineStatus(self.engine)
+        self.statusBar().addWidget(self.engine_status)
+        self.statusBar().setSizeGripEnabled(False)
+        self.engine.client.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
+
+        self.sidebar.currentRowChanged.connect(self._show_row)
+        self.sidebar.setCurrentRow(0)
+
+    def page(self, key: str) -> QWidget:
+        """The page for ``key``, built on first use."""
+        if key not in self._pages:
+            row = next(i for i, entry in enumerate(PAGES) if entry.key == key)
+            stand_in = self.stack.widget(row)
+            page = PAGES[row].build(self.engine, self.stack)
+            self.stack.insertWidget(row, page)
+            self.stack.removeWidget(stand_in)
+            stand_in.deleteLater()
+            self._pages[key] = page
+        return self._pages[key]
+
+    def show_page(self, key: str) -> QWidget:
+        row = next(i for i, entry in enumerate(PAGES) if entry.key == key)
+        self.sidebar.setCurrentRow(row)
+        return self.page(key)
+
+    def _show_row(self, row: int) -> None:
+        if 0 <= row < len(PAGES):
+            self.stack.setCurrentWidget(self.page(PAGES[row].key))
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        # Only the connection closes; the engine and its jobs go on.
+        self.engine.close()
+        super().closeEvent(event)

@@ -1,0 +1,64 @@
+"""Small building blocks every page uses: headings, cards and key/value facts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
+
+from app.style import set_role
+
+
+def label(text: str, role: str = "", wrap: bool = False) -> QLabel:
+    widget = QLabel(text)
+    if role:
+        set_role(widget, role)
+    widget.setWordWrap(wrap)
+    return widget
+
+
+def card(parent: QWidget | None = None) -> tuple[QFrame, QVBoxLayout]:
+    """A white rounded panel; returns the frame and its layout."""
+    frame = QFrame(parent)
+    set_role(frame, "card")
+    layout = QVBoxLayout(frame)
+    layout.setContentsMargins(18, 16, 18, 16)
+    layout.setSpacing(10)
+    return frame, layout
+
+
+class FactsView(QWidget):
+    """Two columns of facts (label: value); values can be selected and copied."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._grid = QGridLayout(self)
+        self._grid.setContentsMargins(0, 0, 0, 0)
+        self._grid.setHorizontalSpacing(8)
+        self._grid.setVerticalSpacing(6)
+        self._grid.setColumnStretch(1, 1)
+        self._rows: dict[str, QLabel] = {}
+
+    def set_facts(self, facts: Iterable[tuple[str, str]]) -> None:
+        while self._grid.count():
+            item = self._grid.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        self._rows.clear()
+        for row, (key, value) in enumerate(facts):
+            key_label = label(key, "factKey")
+            key_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+            value_label = label(value, "factValue", wrap=True)
+            value_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self._grid.addWidget(key_label, row, 0)
+            self._grid.addWidget(value_label, row, 1)
+            self._rows[key] = value_label
+
+    def value(self, key: str) -> str:
+        """The text shown for ``key`` ('' when absent); tests and screenshots read it."""
+        widget = self._rows.get(key)
+        return widget.text() if widget is not None else ""
+
+    def keys(self) -> list[str]:
+        return list(self._rows)

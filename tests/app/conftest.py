@@ -1,0 +1,103 @@
+"""GUI test fixtures: an offscreen Qt, a private EMBER_HOME, and the real engine.
+
+The GUI under test starts the engine itself (that is part of what is tested);
+teardown stops every engine a test may have left behind, so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports Qt
+
+import psutil
+import pytest
+
+from engine import paths as paths_mod
+from engine.client import EngineClient, EngineNotRunning
+from engine.protocol import RpcError
+from tests.conftest import kill_job_groups
+
+CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start can be slow
+
+
+def engine_pid(paths: paths_mod.Paths) -> int | None:
+    """The pid of the engine answering for ``paths``, or None."""
+    try:
+        with EngineClient.connect(paths, client="test-probe", timeout=5) as c:
+            return int(c.call("engine.status")["pid"])
+    except (EngineNotRunning, OSError, RpcError):
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def stop_engine(paths: paths_mod.Paths, extra_pids: tuple[int, ...] = ()) -> None:
+    """Stop the engine for ``paths`` politely, then SIGKILL whatever is left."""
+    pids = {pid for pid in extra_pids if pid}
+    with contextlib.suppress(EngineNotRunning, OSError, RpcError):
+        with EngineClient.connect(paths, client="test-teardown", timeout=5) as c:
+            pids.add(int(c.call("engine.status")["pid"]))
+            c.call("engine.shutdown")
+    with contextlib.suppress(OSError, ValueError):
+        pids.add(int(paths.lock.read_text().strip()))  # the engine writes its pid there
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if alive(pid) and "engine" in " ".join(psutil.Process(pid).cmdline()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    kill_job_groups(paths.home)
+
+
+@pytest.fixture
+def gui_home(ember_home: paths_mod.Paths) -> Iterator[paths_mod.Paths]:
+    yield ember_home
+    stop_engine(ember_home)
+
+
+@pytest.fixture
+def make_window(qtbot, gui_home) -> Iterator[Callable[..., object]]:
+    """Build, show and start main windows; all are closed and their engines stopped after."""
+    from app.main_window import MainWindow
+
+    windows: list[MainWindow] = []
+
+    def make(start: bool = True, page: str = "runs") -> MainWindow:
+        window = MainWindow()
+        qtbot.addWidget(window)
+        window.show_page(page)
+        window.show()
+        if start:
+            window.engine.start()
+        windows.append(window)
+        return window
+
+    yield make
+    children = []
+    for window in windows:
+        child = window.engine._child
+        if child is not None:
+            children.append(child)
+        window.close()
+    stop_engine(gui_home, tuple(c.pid for c in children))
+    for child in children:  # reap what the GUIs started, so no zombie outlives the test
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(10)
+
+
+def wait_connected(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: window.engine.state == "connected", timeout=CONNECT_TIMEOUT_MS)
