@@ -1,0 +1,123 @@
+"""Every page exists and says something; Runs and Settings work against the real engine."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
+
+from app.main_window import PAGES
+from app.widgets.placeholder import PlaceholderPage
+from engine.client import EngineClient
+from tests.app.conftest import wait_connected
+
+pytestmark = pytest.mark.slow
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def visible_words(page) -> str:
+    return " ".join(label.text() for label in page.findChildren(QLabel) if label.isVisible())
+
+
+def runs_state(runs, job_id: str) -> str | None:
+    row = runs.model.row_of(job_id)
+    return runs.model.job(row)["state"] if row >= 0 else None
+
+
+def test_every_sidebar_page_exists_and_is_not_blank(qtbot, make_window):
+    window = make_window()
+    assert [window.sidebar.item(i).text() for i in range(window.sidebar.count())] == [
+        "Runs", "New fine-tune", "Monitor", "Compress", "Compare", "Export", "Hosts", "Settings"]
+    for row, entry in enumerate(PAGES):
+        window.sidebar.setCurrentRow(row)
+        page = window.stack.currentWidget()
+        assert page is window.page(entry.key)
+        assert page.isVisible()
+        words = visible_words(page)
+        assert entry.title in words, f"{entry.title} page has no heading"
+        assert len(words.split()) >= 12, f"{entry.title} page is nearly blank: {words!r}"
+        if isinstance(page, PlaceholderPage):
+            # Says what the page will do, and offers no fake controls.
+            assert "What you will be able to do here" in words
+            assert "Not built yet" in words
+            assert not page.findChildren(type(window.banner.start_button))
+
+
+def test_settings_probe_shows_real_facts(qtbot, make_window, gui_home):
+    window = make_window(page="settings")
+    wait_connected(qtbot, window)
+    settings = window.page("settings")
+    assert settings.machine_facts.keys() == []  # nothing probed yet in this fresh home
+
+    qtbot.mouseClick(settings.probe_button, Qt.MouseButton.LeftButton)
+    assert not settings.probe_button.isEnabled()  # one probe at a time
+    qtbot.waitUntil(lambda: settings.machine_facts.value("CPU") != "", timeout=60_000)
+
+    facts = settings.machine_facts
+    assert f"{os.cpu_count()} logical cores" in facts.value("CPU")
+    assert facts.value("Python").startswith(platform.python_version())
+    assert facts.value("OS").startswith(platform.system())
+    assert "GB total" in facts.value("Memory") or "MB total" in facts.value("Memory")
+    assert "free of" in facts.value("Disk")
+    assert facts.value("GPUs")  # a device list, or the reason there is none
+    assert settings.probe_status.text().startswith("Probed at")
+    assert settings.probe_button.isEnabled()
+    job_id = settings.probe_status.text().split("(job ")[1].rstrip(").")
+
+    # The probe is an ordinary job: it shows up in Runs, finished.
+    runs = window.show_page("runs")
+    qtbot.waitUntil(lambda: runs_state(runs, job_id) == "succeeded", timeout=20_000)
+
+    # A new window shows the latest probe as soon as Settings opens.
+    window.close()
+    again = make_window(page="settings")
+    wait_connected(qtbot, again)
+    reopened = again.page("settings")
+    qtbot.waitUntil(lambda: reopened.machine_facts.value("CPU") != "", timeout=20_000)
+    assert job_id in reopened.probe_status.text()
+    assert reopened.machine_facts.value("CPU") == facts.value("CPU")
+
+
+def test_runs_page_follows_a_job_started_by_another_client(qtbot, make_window, gui_home):
+    window = make_window(page="runs")
+    wait_connected(qtbot, window)
+    runs = window.page("runs")
+    qtbot.waitUntil(lambda: runs.list_stack.currentWidget() is runs.empty, timeout=10_000)
+
+    with EngineClient.connect(gui_home, client="another-client", timeout=30) as other:
+        job = other.call("jobs.start", kind="system.probe",
+                         spec={"samples": 600, "interval_s": 0.2}, name="long probe")
+        qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "running", timeout=30_000)
+        row = runs.model.row_of(job["id"])
+        assert runs.model.index(row, 2).data() == "long probe"
+        assert runs.model.index(row, 1).data() == "system.probe"
+        assert runs.list_stack.currentWidget() is runs.table
+
+        runs.table.selectRow(row)
+        assert runs.stop_button.isEnabled() and runs.cancel_button.isEnabled()
+        other.call("jobs.cancel", id=job["id"])
+        qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "cancelled", timeout=30_000)
+        assert not runs.stop_button.isEnabled() and not runs.cancel_button.isEnabled()
+        assert runs.model.index(runs.model.row_of(job["id"]), 5).data() != "—"  # duration
+
+
+def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, gui_home):
+    window = make_window(page="runs")
+    wait_connected(qtbot, window)
+    runs = window.page("runs")
+    with EngineClient.connect(gui_home, client="another-client", timeout=30) as other:
+        job = other.call("jobs.start", kind="system.probe",
+                         spec={"samples": 600, "interval_s": 0.2})
+    qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "running", timeout=30_000)
+    runs.table.selectRow(runs.model.row_of(job["id"]))
+
+    qtbot.mouseClick(runs.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: runs_state(runs, job["id"]) in FINAL, timeout=40_000)
+    assert job["id"] in runs.details_title.text()
+    # Whatever the job printed is what the log view shows.
+    with EngineClient.connect(gui_home, client="check", timeout=30) as check:
+        lines = check.call("jobs.logs", id=job["id"], tail=500)["lines"]
+    qtbot.waitUntil(lambda: runs.log_view.toPlainText() == "\n".join(lines), timeout=10_000)
