@@ -50,7 +50,7 @@ def package_versions() -> dict[str, str | None]:
 
 
 def torch_gpus() -> dict[str, Any]:
-    import torch  # noqa: TID251 - optional, only in the job process
+    import torch  # optional: only in the job process
 
     info: dict[str, Any] = {"torch": torch.__version__, "cuda_available": torch.cuda.is_available(),
                             "cuda_version": torch.version.cuda, "devices": []}
