@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"ember-studio {engine.__version__}")
         return 0
-    return run_gui(args.measure_startup, args.exit_after_paint, qt_args)
+    return run_gui(args.page, args.measure_startup, args.exit_after_paint, qt_args)
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -38,6 +38,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="ember", description="Ember Studio: fine-tune, compress and deploy PyTorch models.",
         epilog="Headless commands: ember engine|jobs|run|logs|stop|cancel ... (ember jobs --help).")
     ap.add_argument("--version", action="store_true", help="print the version and exit")
+    ap.add_argument("--page", default="runs", metavar="PAGE",
+                    help="page to open on: runs, new_finetune, monitor, compress, compare, "
+                         "export, hosts, settings")
     ap.add_argument("--measure-startup", action="store_true",
                     help="print 'EMBER_FIRST_PAINT <unix time> torch_loaded=<bool>' at first paint")
     ap.add_argument("--exit-after-paint", action="store_true",
@@ -45,15 +48,19 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return ap.parse_known_args(argv)  # the rest (-style, -platform, ...) is Qt's
 
 
-def run_gui(measure_startup: bool = False, exit_after_paint: bool = False,
+def run_gui(page: str = "runs", measure_startup: bool = False, exit_after_paint: bool = False,
             qt_args: list[str] | None = None) -> int:
     import logging
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
+    from app.main_window import PAGE_KEYS, MainWindow
     from app.style import apply_stylesheet, icon
+
+    if page not in PAGE_KEYS:
+        print(f"ember: no page {page!r}; choose one of {', '.join(PAGE_KEYS)}", file=sys.stderr)
+        return 2
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     qapp = QApplication.instance() or QApplication(["ember", *(qt_args or [])])
@@ -61,6 +68,7 @@ def run_gui(measure_startup: bool = False, exit_after_paint: bool = False,
     qapp.setWindowIcon(icon("ember"))
     apply_stylesheet(qapp)
     window = MainWindow()
+    window.show_page(page)
     if measure_startup:
         from app.startup import FirstPaintReporter
 

@@ -59,7 +59,8 @@ class EngineProcess(QObject):
         self.attempt = 0
         self.version = ""
         self.engine_pid: int | None = None
-        self.stop_reason = ""
+        self.stop_reason = ""  # from the engine's `stopping` event, e.g. "requested by ember-cli"
+        self.start_failure = ""  # set when the engine would not start; shown instead
         self.paths: engine_paths.Paths | None = None
         self._child: subprocess.Popen | None = None
         self._child_answered = False  # our child became the engine we talked to
@@ -85,6 +86,7 @@ class EngineProcess(QObject):
         self._delay = FIRST_DELAY_S
         self.attempt = 0
         self.stop_reason = ""
+        self.start_failure = ""
         self._set_state(STARTING)
         self._try_connect()
 
@@ -134,7 +136,6 @@ class EngineProcess(QObject):
             return
         if self.state == CONNECTED:
             if self._stop_expected:
-                self.stop_reason = self.stop_reason or "The engine was stopped."
                 self._set_state(STOPPED)
                 return
             log.warning("engine went away without notice; reconnecting")
@@ -149,8 +150,8 @@ class EngineProcess(QObject):
         self._reap()
         if self._child is None:
             if self._failed_starts >= MAX_FAILED_STARTS:
-                self.stop_reason = (f"The engine exited {self._failed_starts} times while starting; "
-                                    f"see {self.paths.engine_log if self.paths else 'engine.log'}.")
+                self.start_failure = (f"The engine exited {self._failed_starts} times while "
+                                      f"starting; see {self.paths.engine_log}.")
                 self._set_state(STOPPED)
                 return
             self._spawn()
@@ -164,7 +165,7 @@ class EngineProcess(QObject):
         if data.get("state") == "stopping":
             self._stop_expected = True
             reason = data.get("reason")
-            self.stop_reason = f"The engine was stopped ({reason})." if reason else ""
+            self.stop_reason = str(reason or "")
 
     def _set_state(self, state: str) -> None:
         if state != self.state:

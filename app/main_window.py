@@ -54,6 +54,15 @@ PAGES = (
 )
 
 
+PAGE_KEYS = tuple(entry.key for entry in PAGES)
+
+
+def _row_of(key: str) -> int:
+    if key not in PAGE_KEYS:
+        raise KeyError(f"No page {key!r}; pages are {', '.join(PAGE_KEYS)}")
+    return PAGE_KEYS.index(key)
+
+
 class MainWindow(QMainWindow):
     def __init__(self, engine: EngineProcess | None = None):
         super().__init__()
@@ -106,7 +115,7 @@ class MainWindow(QMainWindow):
     def page(self, key: str) -> QWidget:
         """The page for ``key``, built on first use."""
         if key not in self._pages:
-            row = next(i for i, entry in enumerate(PAGES) if entry.key == key)
+            row = _row_of(key)
             stand_in = self.stack.widget(row)
             page = PAGES[row].build(self.engine, self.stack)
             self.stack.insertWidget(row, page)
@@ -116,8 +125,7 @@ class MainWindow(QMainWindow):
         return self._pages[key]
 
     def show_page(self, key: str) -> QWidget:
-        row = next(i for i, entry in enumerate(PAGES) if entry.key == key)
-        self.sidebar.setCurrentRow(row)
+        self.sidebar.setCurrentRow(_row_of(key))
         return self.page(key)
 
     def _show_row(self, row: int) -> None:

@@ -13,7 +13,7 @@ from app import format as fmt
 
 
 def _os(v: dict[str, Any]) -> str:
-    return v.get("platform") or " ".join(filter(None, [v.get("system"), v.get("release")]))
+    return " ".join(filter(None, [v.get("system"), v.get("release")])) or v.get("platform", "?")
 
 
 def _python(v: dict[str, Any]) -> str:

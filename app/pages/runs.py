@@ -2,8 +2,8 @@
 
 The list comes from ``jobs.list`` whenever the connection (re)opens, and stays
 current through the ``jobs`` topic, so jobs started by the CLI or another
-window show up here too. The log of the selected job is fetched with
-``jobs.logs``; there is no event for log lines, so it is polled while the job runs.
+window show up here too. The selected job's log and events (RunDetails) are
+re-read every couple of seconds while it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
-    QPlainTextEdit,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -27,9 +26,9 @@ from PySide6.QtWidgets import (
 from app.engine_process import EngineProcess
 from app.jobs_model import ACTIVE_STATES, JobsModel
 from app.widgets.common import label
+from app.widgets.run_details import RunDetails
 
-LOG_TAIL = 500
-LOG_POLL_MS = 2000
+POLL_MS = 2000
 
 
 class RunsPage(QWidget):
@@ -86,24 +85,11 @@ class RunsPage(QWidget):
         self.list_stack.addWidget(self.empty)
         self.list_stack.addWidget(self.table)
 
-        details = QWidget()
-        details_layout = QVBoxLayout(details)
-        details_layout.setContentsMargins(0, 8, 0, 0)
-        self.details_title = label("Log", "h2")
-        self.details_error = label("", "error", wrap=True)
-        self.details_error.hide()
-        self.log_view = QPlainTextEdit()
-        self.log_view.setObjectName("log")
-        self.log_view.setReadOnly(True)
-        self.log_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        self.log_view.setPlaceholderText("Select a run to see its log.")
-        details_layout.addWidget(self.details_title)
-        details_layout.addWidget(self.details_error)
-        details_layout.addWidget(self.log_view, 1)
+        self.details = RunDetails(self._client)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.list_stack)
-        splitter.addWidget(details)
+        splitter.addWidget(self.details)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
         splitter.setChildrenCollapsible(False)
@@ -112,8 +98,8 @@ class RunsPage(QWidget):
         self.message.hide()
         outer.addWidget(self.message)
 
-        # One timer ticks running durations and re-reads the selected job's log.
-        self._tick = QTimer(self, interval=LOG_POLL_MS)
+        # One timer ticks running durations and re-reads the selected job's log and events.
+        self._tick = QTimer(self, interval=POLL_MS)
         self._tick.timeout.connect(self._on_tick)
         self._tick.start()
 
@@ -152,15 +138,13 @@ class RunsPage(QWidget):
         # The event carries only the state; fetch the record for times and errors.
         self._client.request("jobs.get", {"id": data["id"]}, self._on_job_record,
                              lambda _err: None)
-        if data["id"] == self._selected_id:
-            self._load_log()
         self._update_buttons()
 
     def _on_job_record(self, job: dict[str, Any]) -> None:
         job = {k: v for k, v in job.items() if k != "result"}
-        self.model.upsert(job)
+        row = self.model.upsert(job)
         if job.get("id") == self._selected_id:
-            self._show_details(job)
+            self.details.show_job(self.model.job(row))
         self._update_buttons()
 
     # -- selection, log and actions ----------------------------------------------------------
@@ -172,47 +156,15 @@ class RunsPage(QWidget):
     def _on_row_changed(self, current, _previous) -> None:
         job = self.model.job(current.row())
         self._selected_id = job.get("id") if job else None
-        self.log_view.clear()
-        if job is not None:
-            self._show_details(job)
-            self._load_log()
+        self.details.show_job(job)
         self._update_buttons()
-
-    def _show_details(self, job: dict[str, Any]) -> None:
-        self.details_title.setText(f"Log of {job.get('id')}  ({job.get('kind')}, "
-                                   f"{job.get('state')})")
-        error = job.get("error") or {}
-        text = " ".join(filter(None, [error.get("message"), error.get("hint")]))
-        self.details_error.setText(text)
-        self.details_error.setVisible(bool(text))
-
-    def _load_log(self) -> None:
-        job_id = self._selected_id
-        if job_id is None or not self._client.is_connected:
-            return
-
-        def show(reply: dict[str, Any]) -> None:
-            if job_id != self._selected_id:
-                return  # the user moved on while the request was out
-            text = "\n".join(reply.get("lines", []))
-            if text == self.log_view.toPlainText():
-                return
-            bar = self.log_view.verticalScrollBar()
-            at_end = bar.value() >= bar.maximum() - 2
-            self.log_view.setPlainText(text)
-            if at_end:
-                bar.setValue(bar.maximum())
-
-        self._client.request("jobs.logs", {"id": job_id, "tail": LOG_TAIL}, show,
-                             lambda _err: None)
 
     def _on_tick(self) -> None:
         if not self.isVisible():
             return
         self.model.refresh_durations()
-        job = self.selected_job()
-        if job is not None and job.get("state") in ACTIVE_STATES:
-            self._load_log()
+        if self.details.is_active():
+            self.details.refresh()
 
     def _act(self, method: str) -> None:
         job = self.selected_job()

@@ -35,9 +35,10 @@ class FactsView(QWidget):
         super().__init__(parent)
         self._grid = QGridLayout(self)
         self._grid.setContentsMargins(0, 0, 0, 0)
-        self._grid.setHorizontalSpacing(8)
-        self._grid.setVerticalSpacing(6)
+        self._grid.setHorizontalSpacing(20)
+        self._grid.setVerticalSpacing(7)
         self._grid.setColumnStretch(1, 1)
+        self._grid.setColumnMinimumWidth(0, 120)  # cards line up with each other
         self._rows: dict[str, QLabel] = {}
 
     def set_facts(self, facts: Iterable[tuple[str, str]]) -> None:

@@ -18,7 +18,11 @@ def banner_text(engine: ep.EngineProcess) -> str:
     if engine.state == ep.RECONNECTING:
         return f"Engine connection lost — reconnecting (attempt {max(engine.attempt, 1)})…"
     if engine.state == ep.STOPPED:
-        return f"Engine stopped. {engine.stop_reason}".strip()
+        if engine.start_failure:
+            return f"Engine stopped: {engine.start_failure}"
+        reason = f" ({engine.stop_reason})" if engine.stop_reason else ""
+        return f"Engine stopped{reason}. Running jobs carry on; start the engine to follow them."
+
     return ""
 
 

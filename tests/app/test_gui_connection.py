@@ -93,7 +93,7 @@ def test_orderly_stop_shows_stopped_and_does_not_restart(qtbot, make_window, gui
     qtbot.waitUntil(lambda: cli.poll() is not None, timeout=20_000)
     assert cli.returncode == 0, cli.stdout.read()
     assert window.banner.isVisible()
-    assert window.banner.message.text().startswith("Engine stopped.")
+    assert window.banner.message.text().startswith("Engine stopped (requested by ember-cli).")
     assert window.banner.start_button.isVisible()
     assert window.engine_status.dot.property("state") == "stopped"
     qtbot.wait(3000)  # longer than the whole reconnect backoff
@@ -139,3 +139,19 @@ def _left():
     from PySide6.QtCore import Qt
 
     return Qt.MouseButton.LeftButton
+
+
+def test_an_engine_that_cannot_start_is_reported_not_restarted_forever(qtbot, make_window,
+                                                                       gui_home, tmp_path,
+                                                                       monkeypatch):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("the runtime dir cannot be created here")
+    monkeypatch.setenv("EMBER_RUNTIME_DIR", str(blocker))
+    window = make_window()
+    qtbot.waitUntil(lambda: window.engine.state == "stopped", timeout=CONNECT_TIMEOUT_MS)
+    text = window.banner.message.text()
+    assert text.startswith("Engine stopped: The engine exited 3 times while starting")
+    assert str(gui_home.engine_log) in text
+    assert window.banner.start_button.isVisible()
+    qtbot.wait(2500)
+    assert window.engine.state == "stopped" and window.engine.child_pid is None
