@@ -124,6 +124,7 @@ class EngineProcess(QObject):
     def _on_connected(self, hello: dict[str, Any]) -> None:
         self.version = str(hello.get("version", ""))
         self.engine_pid = hello.get("pid")
+        self._stop_expected = False  # a new engine; any earlier stop was for the old one
         if self._child is not None and self._child.pid == self.engine_pid:
             self._child_answered = True
         self.attempt = 0
@@ -177,12 +178,14 @@ class EngineProcess(QObject):
 
     def _spawn(self) -> None:
         assert self.paths is not None
-        self.paths.home.mkdir(parents=True, exist_ok=True)
+        # Private like the engine makes it: runs and the store may hold paths and specs.
+        self.paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         env = dict(os.environ)
         root = _source_root()
         if root is not None:  # running from a checkout: let `-m engine` find the package
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-        with open(self.paths.engine_log, "ab") as out:
+        log_fd = os.open(self.paths.engine_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(log_fd, "ab") as out:
             self._child = subprocess.Popen(
                 [sys.executable, "-m", "engine", "serve"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,

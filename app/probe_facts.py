@@ -62,10 +62,9 @@ def _cuda(v: dict[str, Any]) -> str:
 def _packages(v: dict[str, Any]) -> str:
     have = [f"{name} {ver}" for name, ver in v.items() if ver]
     missing = [name for name, ver in v.items() if not ver]
-    text = ", ".join(have) or "none of the ML packages Ember uses"
-    if missing:
-        text += f"\nnot installed: {', '.join(missing)}"
-    return text
+    if not have:
+        return f"none installed (looked for {', '.join(missing)})"
+    return ", ".join(have) + (f"\nnot installed: {', '.join(missing)}" if missing else "")
 
 
 def probe_rows(result: dict[str, Any]) -> list[tuple[str, str]]:

@@ -90,8 +90,9 @@ class RunsPage(QWidget):
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.list_stack)
         splitter.addWidget(self.details)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 2)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([320, 320])  # half and half to start; the user can drag
         splitter.setChildrenCollapsible(False)
         outer.addWidget(splitter, 1)
         self.message = label("", "error", wrap=True)

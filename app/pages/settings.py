@@ -13,10 +13,11 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
 from app import format as fmt
-from app.engine_client import Subscription
+from app.engine_client import CONNECTION_LOST, NOT_CONNECTED, Subscription
 from app.engine_process import EngineProcess
 from app.probe_facts import probe_rows
 from app.widgets.common import FactsView, card, label
+from engine.protocol import RpcError
 
 PROBE_KIND = "system.probe"
 FINAL_STATES = ("succeeded", "failed", "cancelled")
@@ -170,8 +171,13 @@ class SettingsPage(QWidget):
             self._fetch_probe(self._probe_id)
 
     def _fetch_probe(self, job_id: str | None) -> None:
+        def failed(err: RpcError) -> None:
+            # Lost the connection: the probe runs on, and is fetched again on reconnect.
+            if err.code not in (CONNECTION_LOST, NOT_CONNECTED):
+                self._probe_failed(err)
+
         if job_id is not None:
-            self._client.request("jobs.get", {"id": job_id}, self._on_probe_job, self._probe_failed)
+            self._client.request("jobs.get", {"id": job_id}, self._on_probe_job, failed)
 
     def _on_probe_job(self, job: dict[str, Any]) -> None:
         if job.get("id") != self._probe_id or job.get("state") not in FINAL_STATES:
