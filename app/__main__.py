@@ -69,6 +69,7 @@ def run_gui(page: str = "runs", measure_startup: bool = False, exit_after_paint:
     apply_stylesheet(qapp)
     window = MainWindow()
     window.show_page(page)
+    _report_uncaught_errors(window)
     if measure_startup:
         from app.startup import FirstPaintReporter
 
@@ -77,6 +78,20 @@ def run_gui(page: str = "runs", measure_startup: bool = False, exit_after_paint:
     # Connect (or start the engine) once the event loop runs, so the window paints first.
     QTimer.singleShot(0, window.engine.start)
     return qapp.exec()
+
+
+def _report_uncaught_errors(window) -> None:
+    """An exception in a Qt handler is logged and shown in the status bar; the app goes on."""
+    import logging
+
+    log = logging.getLogger("app")
+
+    def hook(exc_type, exc, tb) -> None:
+        log.error("uncaught error", exc_info=(exc_type, exc, tb))
+        window.statusBar().showMessage(
+            f"Internal error: {exc_type.__name__}: {exc} (the traceback is in the log)", 15000)
+
+    sys.excepthook = hook
 
 
 if __name__ == "__main__":

@@ -108,7 +108,11 @@ class EngineClient(QObject):
             self._token = engine_paths.read_token(paths)
         except OSError:
             return False
-        self._abort_quietly()
+        if self._socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
+            # Replacing a connection nobody reported closed: settle what waited on it.
+            self._abort_quietly()
+            self._server = None
+            self._fail_pending()
         self._buffer.clear()
         self._attempting = True
         self._was_open = False
@@ -156,15 +160,19 @@ class EngineClient(QObject):
         self._server = None
         for sub in self._subscriptions:
             sub.server_id = None
+        self._fail_pending()
+        if was_connected:
+            log.info("engine connection closed")
+        self.disconnected.emit()
+
+    def _fail_pending(self) -> None:
+        # No error signal for these: the connection banner already says what happened.
         pending, self._pending = self._pending, {}
         lost = protocol.RpcError(CONNECTION_LOST, "The connection to the engine was lost",
                                  {"hint": "The request may or may not have run; check and retry."})
         for p in pending.values():
             if p.error_callback is not None:
-                p.error_callback(lost)
-        if was_connected or pending:
-            log.info("engine connection closed")
-        self.disconnected.emit()
+                self._call(p.error_callback, lost)
 
     # -- requests -----------------------------------------------------------
 
@@ -173,7 +181,8 @@ class EngineClient(QObject):
                 error_callback: ErrorCallback | None = None) -> int | None:
         """Send a request; ``callback(result)`` or ``error_callback(RpcError)`` follows.
 
-        Without an error_callback, errors are emitted on ``error``. Returns the
+        Without an error_callback, errors other than CONNECTION_LOST are emitted
+        on ``error``. Callbacks run on the GUI thread. Returns the
         request id, or None when not connected (the error callback then runs on
         the next turn of the event loop, never inside this call).
         """
@@ -195,9 +204,17 @@ class EngineClient(QObject):
     def _fail(self, method: str, err: protocol.RpcError,
               error_callback: ErrorCallback | None) -> None:
         if error_callback is not None:
-            error_callback(err)
+            self._call(error_callback, err)
         else:
             self.error.emit(f"{method}: {err}")
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run a page's callback. A bug in one page must not stall the lines queued behind it."""
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - logged with its traceback, shown in the status bar
+            log.exception("callback %r failed", fn)
+            self.error.emit(f"Internal error in {getattr(fn, '__qualname__', fn)}; see the log.")
 
     # -- subscriptions --------------------------------------------------------
 
@@ -270,7 +287,7 @@ class EngineClient(QObject):
             self._fail(pending.method, protocol.RpcError.from_json(msg["error"] or {}),
                        pending.error_callback)
         elif pending.callback is not None:
-            pending.callback(msg.get("result"))
+            self._call(pending.callback, msg.get("result"))
 
     def _dispatch_event(self, params: dict[str, Any]) -> None:
         topic = str(params.get("topic", ""))
@@ -295,6 +312,6 @@ class EngineClient(QObject):
             sub.last_seq = seq
             fresh = True
             if sub.callback is not None:
-                sub.callback(topic, seq, data)
+                self._call(sub.callback, topic, seq, data)
         if fresh:
             self.event.emit(topic, seq, data)

@@ -7,6 +7,7 @@ teardown stops every engine a test may have left behind, so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -61,6 +62,15 @@ def stop_engine(paths: paths_mod.Paths, extra_pids: tuple[int, ...] = ()) -> Non
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     kill_job_groups(paths.home)
+
+
+@pytest.fixture(autouse=True)
+def no_gui_errors(caplog) -> Iterator[None]:
+    """Fail a test whose page callbacks raised: the client logs those instead of crashing."""
+    yield
+    errors = [r for r in caplog.get_records("call")
+              if r.name.startswith("app.") and r.levelno >= logging.ERROR]
+    assert not errors, "errors in the GUI:\n" + "\n".join(r.getMessage() for r in errors)
 
 
 @pytest.fixture

@@ -101,7 +101,9 @@ def test_runs_page_follows_a_job_started_by_another_client(qtbot, make_window, g
         other.call("jobs.cancel", id=job["id"])
         qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "cancelled", timeout=30_000)
         assert not runs.stop_button.isEnabled() and not runs.cancel_button.isEnabled()
-        assert runs.model.index(runs.model.row_of(job["id"]), 5).data() != "—"  # duration
+        # The event carries the state; the record with its end time follows (duration).
+        qtbot.waitUntil(lambda: runs.model.index(runs.model.row_of(job["id"]), 5).data() != "—",
+                        timeout=10_000)
 
 
 def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, gui_home):
