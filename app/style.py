@@ -15,7 +15,16 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 log = logging.getLogger(__name__)
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+def _find_resources() -> Path:
+    # A checkout keeps them at the repository root; a wheel can ship them inside the package.
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "resources", here.parent / "resources"):
+        if (candidate / "style.qss").is_file():
+            return candidate
+    return here.parent / "resources"
+
+
+RESOURCES = _find_resources()
 
 
 def apply_stylesheet(app: QApplication) -> None:

@@ -103,7 +103,8 @@ def main() -> int:
         shutil.rmtree(home, ignore_errors=True)
 
     median, best = statistics.median(times), min(times)
-    print(f"platform: {env.get('QT_QPA_PLATFORM') or 'default'}, {os.cpu_count()} CPUs")
+    platform = env.get("QT_QPA_PLATFORM") or f"default (DISPLAY={env.get('DISPLAY')})"
+    print(f"Qt platform: {platform}, {os.cpu_count()} CPUs")
     print(f"first paint: median {median:.3f} s, min {best:.3f} s over {len(times)} runs")
     print(f"ratio to the {TARGET_S} s target: median {median / TARGET_S:.2f}, "
           f"min {best / TARGET_S:.2f} (below 1.00 is within target)")
