@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -58,22 +57,31 @@ def lint_imports() -> tuple[bool, str]:
 
 
 def stop_engine(paths: paths_mod.Paths) -> str:
-    try:
+    """Stop every engine of this EMBER_HOME, including one still starting up."""
+    import psutil
+
+    pids = set()
+    with contextlib.suppress(EngineNotRunning, OSError, RpcError):
         with EngineClient.connect(paths, client="startup-bench", timeout=10) as c:
-            pid = int(c.call("engine.status")["pid"])
+            pids.add(int(c.call("engine.status")["pid"]))
             c.call("engine.shutdown")
-    except (EngineNotRunning, OSError, RpcError):
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if (proc.info["cmdline"] or [])[-3:] == ["-m", "engine", "serve"] and \
+                    proc.environ().get("EMBER_HOME") == str(paths.home):
+                pids.add(proc.info["pid"])
+                proc.terminate()  # an orderly stop, like engine.shutdown
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    _gone, alive = psutil.wait_procs(procs, timeout=15)
+    for proc in alive:
+        proc.kill()
+    if not pids:
         return "no engine was running"
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return f"stopped engine pid {pid}"
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    return f"engine pid {pid} did not stop in 15 s; killed it"
+    return f"stopped engine pid {', '.join(map(str, sorted(pids)))}" + \
+        (f" (killed {len(alive)} that did not stop in 15 s)" if alive else "")
 
 
 def main() -> int:

@@ -45,6 +45,17 @@ def alive(pid: int | None) -> bool:
         return False
 
 
+def engines_for(paths: paths_mod.Paths) -> set[int]:
+    """Engine processes whose EMBER_HOME is this test's, whatever state they are in."""
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if (proc.info["cmdline"] or [])[-3:] == ["-m", "engine", "serve"] and \
+                    proc.environ().get("EMBER_HOME") == str(paths.home):
+                found.add(proc.info["pid"])
+    return found
+
+
 def stop_engine(paths: paths_mod.Paths, extra_pids: tuple[int, ...] = ()) -> None:
     """Stop the engine for ``paths`` politely, then SIGKILL whatever is left."""
     pids = {pid for pid in extra_pids if pid}
@@ -54,14 +65,20 @@ def stop_engine(paths: paths_mod.Paths, extra_pids: tuple[int, ...] = ()) -> Non
             c.call("engine.shutdown")
     with contextlib.suppress(OSError, ValueError):
         pids.add(int(paths.lock.read_text().strip()))  # the engine writes its pid there
+    pids |= engines_for(paths)  # one still starting has neither answered nor locked yet
+    for pid in pids:  # SIGTERM is an orderly stop too (and harmless to one already stopping)
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if alive(pid) and "engine" in " ".join(psutil.Process(pid).cmdline()):
+                os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
-        if alive(pid) and "engine" in " ".join(psutil.Process(pid).cmdline()):
-            with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if alive(pid) and "engine" in " ".join(psutil.Process(pid).cmdline()):
                 os.kill(pid, signal.SIGKILL)
     kill_job_groups(paths.home)
+    assert not {pid for pid in engines_for(paths) if alive(pid)}, "an engine outlived its test"
 
 
 @pytest.fixture(autouse=True)
