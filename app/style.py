@@ -1,4 +1,4 @@
-"""Stylesheet and icons from resources/, and the helpers pages use to apply them.
+"""Stylesheet and icons from app/resources/, and the helpers pages use to apply them.
 
 Styling is driven by dynamic properties (``role``, ``state``) that the
 stylesheet selects on, so a page says what a widget *is* ("primary", "muted",
@@ -15,16 +15,8 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 log = logging.getLogger(__name__)
 
-def _find_resources() -> Path:
-    # A checkout keeps them at the repository root; a wheel can ship them inside the package.
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "resources", here.parent / "resources"):
-        if (candidate / "style.qss").is_file():
-            return candidate
-    return here.parent / "resources"
-
-
-RESOURCES = _find_resources()
+# Inside the package, so a wheel or a pipx install carries them too.
+RESOURCES = Path(__file__).resolve().parent / "resources"
 
 
 def apply_stylesheet(app: QApplication) -> None:

@@ -67,12 +67,19 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return _wait_gone(st["pid"], args.timeout)
 
 
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # a zombie has already exited
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _wait_gone(pid: int, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _alive(pid):
             print(f"engine (pid {pid}) stopped; running jobs go on and are re-attached at the next start")
             return 0
         time.sleep(0.05)

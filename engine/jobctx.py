@@ -43,6 +43,11 @@ class JobContext:
         self._events.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
         self._events.flush()
 
+    def log(self, message: str) -> None:
+        """A line for stdout.log, the job's human-readable log."""
+        sys.stdout.write(f"{time.strftime('%H:%M:%S')} {message}\n")
+        sys.stdout.flush()
+
     def status(self, state: str, **data: Any) -> None:
         self.emit("status", state=state, **data)
 

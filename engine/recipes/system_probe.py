@@ -104,9 +104,16 @@ def gather_facts(run_dir: Path) -> dict[str, Any]:
 
 
 def main(ctx: JobContext, spec: ProbeSpec) -> str | None:
+    ctx.log(f"probing {socket.gethostname()}")
     facts = gather_facts(ctx.run_dir)
     ctx.write_result(facts)
     ctx.emit("result", facts=facts)
+    gpu = facts["gpu"]
+    ctx.log(f"{facts['cpu']['logical_cores']} CPU cores ({facts['cpu']['model']}), "
+            f"{facts['memory']['total_bytes'] / 2**30:.1f} GiB memory, "
+            f"{len(gpu['devices'])} GPU(s), torch {gpu['torch'] or 'not installed'}")
+    if spec.samples:
+        ctx.log(f"sampling CPU and memory {spec.samples} times every {spec.interval_s:g} s")
     psutil.cpu_percent()  # the first call only primes the counter
     for i in range(spec.samples):
         if ctx.wait(spec.interval_s):
@@ -114,6 +121,8 @@ def main(ctx: JobContext, spec: ProbeSpec) -> str | None:
         vm = psutil.virtual_memory()
         ctx.emit("sample", step=i, cpu_percent=psutil.cpu_percent(), memory_used_bytes=vm.used,
                  memory_percent=vm.percent)
+    if ctx.stop_requested:
+        ctx.log("stopped on request")
     return None
 
 

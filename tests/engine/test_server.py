@@ -205,10 +205,13 @@ def test_peer_credentials_refuse_another_user_even_with_open_permissions(ember_h
             "s = socket.socket(socket.AF_UNIX); s.settimeout(5)\n"
             f"s.connect({str(p.socket)!r})\n"
             f"tok = open({str(p.token)!r}).read()\n"
-            "s.sendall(json.dumps({'jsonrpc':'2.0','id':1,'method':'hello','params':{'token':tok}}).encode()+b'\\n')\n"
+            "try:\n"
+            "    s.sendall(json.dumps({'jsonrpc':'2.0','id':1,'method':'hello','params':{'token':tok}}).encode()+b'\\n')\n"
+            "except (ConnectionResetError, BrokenPipeError):\n"
+            "    print('closed'); sys.exit(0)\n"
             "try:\n"
             "    print('reply' if s.recv(100) else 'closed')\n"
-            "except ConnectionResetError:\n"
+            "except (ConnectionResetError, BrokenPipeError):\n"
             "    print('closed')\n"
         )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
