@@ -66,11 +66,12 @@ def size(n_bytes: Any) -> str:
         value = float(n_bytes)
     except (TypeError, ValueError):
         return str(n_bytes)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024 or unit == "TB":
+    # Binary units, named as such: memory and disk sizes agree with the engine and nvidia-smi.
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} TB"
+    return f"{value:.1f} TiB"
 
 
 _SIZE_KEYS = ("bytes", "total", "available", "free", "used", "rss", "memory")

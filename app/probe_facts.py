@@ -1,6 +1,6 @@
 """The facts a ``system.probe`` job reports, as (label, text) rows a person can read.
 
-Known sections get a sentence each ("15.6 GB total, 12.0 GB available");
+Known sections get a sentence each ("15.6 GiB total, 12.0 GiB available");
 anything the probe adds later is still shown, formatted generically, so a newer
 engine never loses information in an older GUI.
 """

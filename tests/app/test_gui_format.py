@@ -15,7 +15,7 @@ def test_durations_and_sizes():
     assert fmt.duration(75) == "1 min 15 s"
     assert fmt.duration(3 * 3600 + 120) == "3 h 02 min"
     assert fmt.size(512) == "512 B"
-    assert fmt.size(25_276_510_208) == "23.5 GB"
+    assert fmt.size(25_276_510_208) == "23.5 GiB"
     job = {"state": "running", "started_at": 100.0, "ended_at": None}
     assert fmt.job_duration(job, now=112.0) == "12 s"
     assert fmt.job_duration({"state": "queued"}) == "—"
@@ -32,8 +32,8 @@ def test_probe_rows_describe_gpus_and_keep_unknown_facts():
         "numa_nodes": 2,
     }))
     assert rows["Host"] == "node1"
-    assert rows["Memory"] == "2.0 GB total, 1.0 GB available"
-    assert rows["GPUs"] == "0: NVIDIA H200, 139.7 GB, compute 9.0"
+    assert rows["Memory"] == "2.0 GiB total, 1.0 GiB available"
+    assert rows["GPUs"] == "0: NVIDIA H200, 139.7 GiB, compute 9.0"
     assert rows["CUDA"] == "available (CUDA 12.8)"
     assert rows["PyTorch"] == "2.14.1"
     assert rows["Packages"] == "torch 2.14.1\nnot installed: onnx"
