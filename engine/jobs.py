@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ import psutil
 import engine
 from engine.eventbus import EventBus
 from engine.follower import Follower
+from engine.launch import local
 from engine.paths import Paths
 from engine.protocol import INVALID_STATE, NOT_FOUND, RpcError
-from engine.specs import JOB_KINDS, Spec, dump_job_yaml
+from engine.specs import JOB_KINDS, dump_job_yaml
 from engine.store import Store
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class JobManager:
         self.bus.publish("jobs", note)
         return run
 
-    def submit(self, kind: str, spec: Spec, name: str = "") -> dict[str, Any]:
+    def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
         run_id = new_run_id()
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True)
@@ -119,11 +119,12 @@ class JobManager:
         env = dict(os.environ, PYTHONUNBUFFERED="1", EMBER_RUN_ID=run["id"])
         # Jobs import the same engine package as this process, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
-        module = JOB_KINDS[run["kind"]].module
+        kind = JOB_KINDS[run["kind"]]
+        argv = local.command(kind.module, kind.spec_model.model_validate(run["spec"]), run_dir)
         try:
             with open(run_dir / "stdout.log", "ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", module, "--run-dir", str(run_dir)],
+                    argv,
                     cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True,
                 )
@@ -221,8 +222,17 @@ class JobManager:
     def _signal(self, run: dict[str, Any], sig: signal.Signals) -> None:
         if not _process_matches(run["pid"], run["pid_started"]):
             return
+        # torchrun starts each worker in a session of its own: on SIGTERM it passes the signal on
+        # (and gives workers time to checkpoint), but a SIGKILL must reach every descendant directly.
+        descendants = []
+        if sig == signal.SIGKILL:
+            with contextlib.suppress(psutil.Error):
+                descendants = psutil.Process(run["pid"]).children(recursive=True)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(run["pid"], sig)  # the job leads its own process group
+        for child in descendants:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
     # ---- engine start / stop
     def rediscover(self) -> dict[str, int]:

@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.train_spec import TrainSpec
+
 
 class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -33,12 +35,20 @@ class JobKind:
     title: str
     description: str
     module: str  # run as `python -m <module> --run-dir <dir>`
-    spec_model: type[Spec]
+    spec_model: type[BaseModel]
 
 
 JOB_KINDS: dict[str, JobKind] = {
     k.name: k
     for k in [
+        JobKind(
+            "train.finetune",
+            "Fine-tune",
+            "Fine-tune a text classifier, image classifier or causal LM (full, LoRA, prompt tuning) "
+            "on one or more processes (DDP, FSDP2).",
+            "engine.recipes.finetune",
+            TrainSpec,
+        ),
         JobKind(
             "system.probe",
             "Probe this machine",
@@ -73,6 +83,8 @@ _HINTS = {
     "int_parsing": "write a whole number, such as 8",
     "int_from_float": "write a whole number, such as 8",
     "float_parsing": "write a number, such as 0.5",
+    "literal_error": "use one of the values listed",
+    "value_error": "change the values named in the message",
 }
 
 
@@ -87,7 +99,7 @@ def _fields_of(exc: ValidationError) -> list[dict[str, str]]:
     ]
 
 
-def validate_spec(kind: str, spec: Any) -> Spec:
+def validate_spec(kind: str, spec: Any) -> BaseModel:
     """Return the validated spec model, or raise SpecError listing every problem."""
     if kind not in JOB_KINDS:
         raise SpecError(
@@ -109,7 +121,7 @@ def validate_spec(kind: str, spec: Any) -> Spec:
                         "Fix the fields listed and start again.") from None
 
 
-def load_job_file(path: Path) -> tuple[str, Spec, str]:
+def load_job_file(path: Path) -> tuple[str, BaseModel, str]:
     """Read a job YAML ``{kind, spec, name?}`` (the file ``ember run`` takes)."""
     try:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -130,7 +142,7 @@ def load_job_file(path: Path) -> tuple[str, Spec, str]:
     return kind, validate_spec(kind, doc.get("spec") or {}), str(doc.get("name") or "")
 
 
-def dump_job_yaml(kind: str, spec: Spec, name: str = "") -> str:
+def dump_job_yaml(kind: str, spec: BaseModel, name: str = "") -> str:
     doc: dict[str, Any] = {"kind": kind}
     if name:
         doc["name"] = name

@@ -1,0 +1,202 @@
+"""Atomic, verifiable training checkpoints.
+
+Layout: ``<run>/checkpoints/step-00000050/`` holding the model and optimizer
+state (``state.pt``, or ``dcp/`` for sharded FSDP checkpoints), the scheduler
+and scaler (``trainer.pt``), each rank's RNG state, ``trainer_state.json`` (step,
+data position, best metric) and ``manifest.json`` (size and sha256 of every
+file). Everything is written to a hidden temporary dir, fsynced, renamed, and
+only then does ``latest`` (itself replaced atomically) point at it. A torn or
+corrupt checkpoint fails verification and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+from engine import dist
+
+LATEST = "latest"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _options(full: bool, trainable_only: bool, loading: bool = False) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    kwargs: dict[str, Any] = {"full_state_dict": full, "cpu_offload": full,
+                              "ignore_frozen_params": trainable_only}
+    if loading:
+        kwargs["strict"] = not trainable_only
+        if full:
+            kwargs.pop("cpu_offload")
+            kwargs["broadcast_from_rank0"] = dist.torch_distributed_ready()
+    return StateDictOptions(**kwargs)
+
+
+def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[str, Any],
+         trainer_state: dict[str, Any], world: dist.World, sharded: bool, trainable_only: bool,
+         keep: int) -> Path:
+    """Write checkpoint ``step`` atomically on every rank; returns its final path."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    name = f"step-{step:08d}"
+    tmp, final = root / f".{name}.tmp", root / name
+    if world.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    dist.barrier(world)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(not sharded, trainable_only))
+    if sharded:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+    elif world.is_main:
+        torch.save({"model": model_sd, "optim": optim_sd}, tmp / "state.pt")
+    torch.save(rng_state(), tmp / f"rng-{world.rank}.pt")
+    if world.is_main:
+        torch.save({k: v.state_dict() for k, v in trainer_objs.items() if v is not None}, tmp / "trainer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step,
+                                                            "world_size": world.size, "sharded": sharded}))
+    dist.barrier(world)
+    if world.is_main:
+        files = sorted(p for p in tmp.rglob("*") if p.is_file())
+        manifest = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        _fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _write_atomic(root / LATEST, name)
+        _prune(root, keep)
+    dist.barrier(world)
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    done = sorted(p for p in root.glob("step-*") if p.is_dir())
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def verify(ckpt: Path) -> str | None:
+    """None when ``ckpt`` is complete and intact, else what is wrong with it."""
+    manifest_file = ckpt / "manifest.json"
+    if not manifest_file.is_file():
+        return "no manifest.json (the checkpoint was not finished)"
+    try:
+        manifest = json.loads(manifest_file.read_text())
+    except ValueError:
+        return "manifest.json is corrupt"
+    for rel, meta in manifest.items():
+        f = ckpt / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        if f.stat().st_size != meta["size"] or _sha256(f) != meta["sha256"]:
+            return f"{rel} does not match its checksum"
+    return None
+
+
+def find_resumable(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest intact checkpoint (``latest`` first), and a note for each one skipped."""
+    notes: list[str] = []
+    candidates: list[Path] = []
+    pointer = root / LATEST
+    if pointer.is_file():
+        candidates.append(root / pointer.read_text().strip())
+    candidates += sorted((p for p in root.glob("step-*") if p.is_dir()), reverse=True)
+    seen: set[Path] = set()
+    for ckpt in candidates:
+        if ckpt in seen:
+            continue
+        seen.add(ckpt)
+        problem = verify(ckpt) if ckpt.is_dir() else "missing"
+        if problem is None:
+            return ckpt, notes
+        notes.append(f"skipped checkpoint {ckpt.name}: {problem}")
+    return None, notes
+
+
+def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], world: dist.World,
+         trainable_only: bool) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler/scaler and this rank's RNG; returns trainer_state."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    if state["sharded"]:
+        import torch.distributed.checkpoint as dcp
+
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(False, trainable_only))
+        loaded = {"model": model_sd, "optim": optim_sd}
+        dcp.load(loaded, checkpoint_id=str(ckpt / "dcp"))
+        set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"],
+                       options=_options(False, trainable_only, loading=True))
+    else:
+        full = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False) \
+            if world.is_main or not dist.torch_distributed_ready() else {"model": {}, "optim": {}}
+        set_state_dict(model, optimizer, model_state_dict=full["model"], optim_state_dict=full["optim"],
+                       options=_options(True, trainable_only, loading=True))
+    objs = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+    for key, obj in trainer_objs.items():
+        if obj is not None and key in objs:
+            obj.load_state_dict(objs[key])
+    rng_file = ckpt / f"rng-{world.rank}.pt"
+    if rng_file.is_file():
+        set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
+    return state

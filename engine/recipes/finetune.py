@@ -1,0 +1,133 @@
+"""train.finetune: fine-tune a model for a task with a method and a strategy.
+
+Run by the engine, or by hand on one machine::
+
+    python -m engine.recipes.finetune --config spec.yaml --run-dir runs/try1
+    torchrun --nproc-per-node 2 -m engine.recipes.finetune --config spec.yaml --run-dir runs/try1
+
+``spec.yaml`` is a job file (``kind: train.finetune`` + ``spec:``) or a bare
+TrainSpec. Rank 0 writes ``events.jsonl`` (train, eval, memory, checkpoint,
+status, error) and ``stdout.log``; checkpoints go to ``checkpoints/`` and the
+final weights to ``model/``. SIGTERM stops gracefully: every rank finishes the
+current step, a checkpoint is written, and the run can be resumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from engine import dist
+from engine.jobctx import JobContext, JobFailed
+from engine.tasks.base import InputError
+from engine.train_loop import Trainer
+from engine.train_spec import TrainSpec
+
+
+def load_train_spec(path: Path) -> TrainSpec:
+    import yaml
+
+    from engine.specs import SpecError, validate_spec
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if isinstance(doc, dict) and "kind" in doc:
+        if doc["kind"] != "train.finetune":
+            raise SpecError(f"{path} is a {doc['kind']} job, not train.finetune", [], "Use a train.finetune spec.")
+        doc = doc.get("spec") or {}
+    spec = validate_spec("train.finetune", doc)
+    assert isinstance(spec, TrainSpec)
+    return spec
+
+
+class RankContext:
+    """Rank 0 writes events; other ranks only report errors (one line each, appended whole)."""
+
+    def __init__(self, run_dir: Path, world: dist.World):
+        self.world = world
+        self.ctx = JobContext(run_dir)
+        self.stop_requested = False
+
+    def emit(self, kind: str, **data: Any) -> None:
+        if self.world.is_main or kind == "error":
+            self.ctx.emit(kind, **({"rank": self.world.rank} if kind == "error" else {}), **data)
+
+    def log(self, message: str) -> None:
+        if self.world.is_main:
+            self.ctx.log(message)
+
+    def status(self, state: str, **data: Any) -> None:
+        if self.world.is_main:
+            self.ctx.status(state, **data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run-dir", type=Path, help="run directory (holds spec.yaml when --config is not given)")
+    ap.add_argument("--config", type=Path, help="a spec YAML to run (copied into the run dir)")
+    args = ap.parse_args(argv)
+    run_dir = args.run_dir or Path("runs") / time.strftime("finetune-%Y%m%d-%H%M%S")
+    spec_file = args.config or run_dir / "spec.yaml"
+    rank = int(os.environ.get("RANK", "0"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.config and rank == 0 and not (run_dir / "spec.yaml").exists():
+        (run_dir / "spec.yaml").write_text(args.config.read_text(encoding="utf-8"), encoding="utf-8")
+
+    world = None
+    rc: RankContext | None = None
+    try:
+        spec = load_train_spec(spec_file)
+        world = dist.init(spec.device)
+        rc = RankContext(run_dir, world)
+        signal.signal(signal.SIGTERM, lambda *_: setattr(rc, "stop_requested", True))
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        rc.status("running", pid=os.getpid(), world_size=world.size, restart=restarts)
+        final = Trainer(spec, world, rc, run_dir).run()
+        rc.status(final)
+        return 0
+    except Exception as exc:  # noqa: BLE001 - every failure reaches the user as an event
+        message, hint = describe_failure(exc)
+        if not isinstance(exc, (JobFailed, InputError)):
+            traceback.print_exc(file=sys.stderr)
+        ctx = rc or RankContext(run_dir, world or dist.World(rank, 0, 1, "cpu", ""))
+        ctx.emit("error", message=message, hint=hint,
+                 **({"issues": [vars(i) for i in exc.issues]} if isinstance(exc, InputError) else {}))
+        ctx.status("failed", message=message, hint=hint)
+        return 1
+    finally:
+        if world is not None:
+            dist.shutdown(world)
+
+
+def describe_failure(exc: BaseException) -> tuple[str, str]:
+    """What the user reads: the problem and the next thing to try."""
+    from engine.specs import SpecError
+
+    if isinstance(exc, (JobFailed, InputError)):
+        return str(exc), exc.hint
+    if isinstance(exc, SpecError):
+        return str(exc), exc.hint
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return (f"Out of memory: {exc}".split("\n")[0],
+                "Try a smaller batch_size (with grad_accum to keep the effective batch), method lora, "
+                "distributed.strategy fsdp or deepspeed with zero_stage 3, or activation_checkpointing.")
+    return f"{type(exc).__name__}: {exc}", "See stdout.log in the run directory for the traceback."
+
+
+def total_steps(spec: TrainSpec, n_train: int, world_size: int) -> int:
+    if spec.max_steps is not None:
+        return spec.max_steps
+    per_epoch = max(1, (n_train // (spec.batch_size * world_size)) // spec.grad_accum)
+    return max(1, math.ceil(per_epoch * (spec.epochs or 1)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

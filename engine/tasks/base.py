@@ -1,0 +1,81 @@
+"""What every task module provides, and the shared error type for bad input.
+
+A task is a module with these functions (see ``Task``). The recipe
+(engine/recipes/finetune.py) owns the loop, the method (full/LoRA/prompt
+tuning), the strategy (DDP/FSDP/DeepSpeed), checkpoints and events; a task only
+knows its model, its data and its metric. torch is imported inside functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset
+
+    from engine.train_spec import TrainSpec
+
+
+@dataclass
+class Issue:
+    """One problem with the user's input, precise enough to fix without guessing."""
+
+    message: str
+    hint: str
+    file: str = ""
+    line: int | None = None  # 1-based line (or row) in `file`
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file and self.line else (f"{self.file}: " if self.file else "")
+        return f"{where}{self.message} ({self.hint})"
+
+
+class InputError(Exception):
+    """Bad data or model input; carries every issue found, not just the first."""
+
+    def __init__(self, issues: list[Issue]):
+        super().__init__("; ".join(str(i) for i in issues[:5]) + (f" (+{len(issues) - 5} more)" if len(issues) > 5 else ""))
+        self.issues = issues
+
+    @property
+    def hint(self) -> str:
+        return self.issues[0].hint if self.issues else ""
+
+
+@dataclass
+class TaskData:
+    train: Dataset
+    val: Dataset
+    collate: Any  # callable(list[example]) -> dict[str, Tensor]
+    info: dict[str, Any] = field(default_factory=dict)  # num_labels, label_names, counts, ...
+
+
+class Task(Protocol):
+    # Token counts are reported as tokens/s when a task has them.
+    HAS_TOKENS: bool
+
+    def validate(self, spec: TrainSpec) -> list[Issue]:
+        """Cheap checks before launch: files exist, rows parse, labels known, enough per class, model folder sane."""
+
+    def load_data(self, spec: TrainSpec) -> TaskData:
+        """Datasets for training and validation (raise InputError listing every bad row)."""
+
+    def build_model(self, spec: TrainSpec, data: TaskData) -> torch.nn.Module:
+        """The base model in fp32 on CPU (the recipe applies the method and moves it)."""
+
+    def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean loss of the batch and its additive stats: {'samples': n, 'tokens': n}."""
+
+    def eval_sums(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Additive quantities for one eval batch (e.g. loss_sum, correct, count); summed across ranks."""
+
+    def finalize_metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        """Metrics from the summed quantities (accuracy, loss, perplexity, ...)."""
+
+    def lora_targets(self, model: torch.nn.Module) -> list[str]:
+        """Module names LoRA adapts by default for this architecture."""
+
+    def block_types(self, model: torch.nn.Module) -> tuple[type, ...]:
+        """Repeated block classes: the FSDP wrapping unit and the activation checkpointing unit."""

