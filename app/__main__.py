@@ -15,7 +15,7 @@ import argparse
 import sys
 
 # First words that belong to the headless CLI (engine/cli.py) rather than the GUI.
-CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel"})
+CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "resume"})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,17 +75,20 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _options(full: bool, trainable_only: bool, loading: bool = False) -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
+def unwrap(model: Any) -> Any:
+    """The plain module inside a DDP wrapper."""
+    return getattr(model, "module", model)
 
-    kwargs: dict[str, Any] = {"full_state_dict": full, "cpu_offload": full,
-                              "ignore_frozen_params": trainable_only}
-    if loading:
-        kwargs["strict"] = not trainable_only
-        if full:
-            kwargs.pop("cpu_offload")
-            kwargs["broadcast_from_rank0"] = dist.torch_distributed_ready()
-    return StateDictOptions(**kwargs)
+
+def _plain_state(model: Any, trainable_only: bool) -> dict[str, Any]:
+    plain = unwrap(model)
+    sd = plain.state_dict()
+    if trainable_only:
+        # Adapters (and heads) only: the frozen base comes from the model source on load.
+        keep = {n for n, p in plain.named_parameters() if p.requires_grad}
+        keep |= {n for n, _ in plain.named_buffers()}
+        sd = {k: v for k, v in sd.items() if k in keep}
+    return sd
 
 
 def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[str, Any],
@@ -93,7 +96,6 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
          keep: int) -> Path:
     """Write checkpoint ``step`` atomically on every rank; returns its final path."""
     import torch
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     name = f"step-{step:08d}"
     tmp, final = root / f".{name}.tmp", root / name
@@ -102,13 +104,18 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     dist.barrier(world)
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(not sharded, trainable_only))
     if sharded:
+        # FSDP2: each rank writes its own shards in torch.distributed.checkpoint format.
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
+        model_sd, optim_sd = get_state_dict(model, optimizer,
+                                            options=StateDictOptions(ignore_frozen_params=trainable_only))
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
     elif world.is_main:
-        torch.save({"model": model_sd, "optim": optim_sd}, tmp / "state.pt")
+        # Single process and DDP: every rank holds the same state, so rank 0 writes it once.
+        torch.save({"model": _plain_state(model, trainable_only), "optim": optimizer.state_dict()},
+                   tmp / "state.pt")
     torch.save(rng_state(), tmp / f"rng-{world.rank}.pt")
     if world.is_main:
         torch.save({k: v.state_dict() for k, v in trainer_objs.items() if v is not None}, tmp / "trainer.pt")
@@ -176,22 +183,28 @@ def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], w
          trainable_only: bool) -> dict[str, Any]:
     """Restore model, optimizer, scheduler/scaler and this rank's RNG; returns trainer_state."""
     import torch
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     state = json.loads((ckpt / "trainer_state.json").read_text())
     if state["sharded"]:
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_state_dict,
+            set_state_dict,
+        )
 
-        model_sd, optim_sd = get_state_dict(model, optimizer, options=_options(False, trainable_only))
+        options = StateDictOptions(ignore_frozen_params=trainable_only, strict=not trainable_only)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
         loaded = {"model": model_sd, "optim": optim_sd}
         dcp.load(loaded, checkpoint_id=str(ckpt / "dcp"))
         set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"],
-                       options=_options(False, trainable_only, loading=True))
+                       options=options)
     else:
-        full = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False) \
-            if world.is_main or not dist.torch_distributed_ready() else {"model": {}, "optim": {}}
-        set_state_dict(model, optimizer, model_state_dict=full["model"], optim_state_dict=full["optim"],
-                       options=_options(True, trainable_only, loading=True))
+        saved = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+        result = unwrap(model).load_state_dict(saved["model"], strict=not trainable_only)
+        if result.unexpected_keys:
+            raise RuntimeError(f"checkpoint {ckpt.name} does not fit this model: unexpected {result.unexpected_keys[:5]}")
+        optimizer.load_state_dict(saved["optim"])
     objs = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
     for key, obj in trainer_objs.items():
         if obj is not None and key in objs:

@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_start, action="run")
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
+                              ("resume", "continue a stopped or failed training job from its checkpoint"),
                               ("logs", "print a job's log")):
         c = sub.add_parser(action, help=help_text)
         c.add_argument("id")

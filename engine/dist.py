@@ -42,7 +42,16 @@ def init(device_pref: str = "auto") -> World:
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo",
+        from datetime import timedelta
+
+        from torch.distributed.rendezvous import rendezvous
+
+        store, rank, size = next(rendezvous("env://", rank=rank, world_size=size, timeout=timedelta(minutes=5)))
+        # After torchrun restarts a failed worker group, the store still holds the old group's
+        # addresses; a prefix per attempt keeps the new group from dialling dead workers.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"ember/attempt-{attempt}", store)
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", store=store, rank=rank, world_size=size,
                                 device_id=torch.device(device) if use_cuda else None)
     return World(rank, local_rank, size, device, socket.gethostname())
 

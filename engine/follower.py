@@ -47,8 +47,7 @@ class Follower:
                 count += 1
         self.offset += end + 1
         fields: dict[str, Any] = {"events_offset": self.offset}
-        if self.reported_state:
-            fields["reported_state"] = self.reported_state
+        fields["reported_state"] = self.reported_state
         if self.last_error:
             fields["error"] = self.last_error
         self.bus.update_run_with_batch(self.run_id, **fields)
@@ -72,5 +71,9 @@ class Follower:
             self.reported_state = data["state"]
             if data.get("message"):
                 self.last_error = {"message": data["message"], "hint": data.get("hint", "")}
+        elif kind == "status":
+            # A job that runs again (torchrun restart, resume) has not ended after all.
+            self.reported_state = None
+            self.last_error = None
         t = data.get("t") if isinstance(data.get("t"), (int, float)) else None
         self.bus.publish_json(f"{topic_base}/{kind}", raw.decode("utf-8"), run_id=self.run_id, t=t)

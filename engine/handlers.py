@@ -44,6 +44,10 @@ class JobId(Params):
     id: str = Field(min_length=1, max_length=100)
 
 
+class JobsMetrics(JobId):
+    kind: str | None = None
+
+
 class JobsLogs(JobId):
     tail: int = Field(200, ge=1, le=100_000)
 
@@ -74,7 +78,7 @@ class DiagBurst(Params):
 
 
 # Requests that change state are written to the audit log.
-AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "engine.shutdown"}
+AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "engine.shutdown"}
 
 
 def _parse(model: type[Params], method: str, params: dict[str, Any]) -> Any:
@@ -101,6 +105,8 @@ class Handlers:
             "jobs.get": (JobId, self.jobs_get),
             "jobs.stop": (JobId, self.jobs_stop),
             "jobs.cancel": (JobId, self.jobs_cancel),
+            "jobs.resume": (JobId, self.jobs_resume),
+            "jobs.metrics": (JobsMetrics, self.jobs_metrics),
             "jobs.logs": (JobsLogs, self.jobs_logs),
             "subscribe": (Subscribe, self.subscribe),
             "unsubscribe": (Unsubscribe, self.unsubscribe),
@@ -174,6 +180,13 @@ class Handlers:
 
     async def jobs_cancel(self, _s: Session, p: JobId) -> Any:
         return public(self.engine.jobs.cancel(p.id))
+
+    async def jobs_resume(self, _s: Session, p: JobId) -> Any:
+        return public(self.engine.jobs.resume(p.id))
+
+    async def jobs_metrics(self, _s: Session, p: JobsMetrics) -> Any:
+        self.engine.jobs.get(p.id)
+        return {"metrics": self.engine.store.metrics(p.id, p.kind)}
 
     async def jobs_logs(self, _s: Session, p: JobsLogs) -> Any:
         run = self.engine.jobs.get(p.id)

@@ -173,7 +173,7 @@ class JobManager:
         self._procs.pop(run_id, None)
         run = self.get(run_id)
         code = exit_code if isinstance(exit_code, int) else None
-        reported = follower.reported_state or run.get("reported_state")
+        reported = follower.reported_state
         error = run.get("error")
         if reported:
             state = reported
@@ -202,6 +202,21 @@ class JobManager:
         self._signal(run, signal.SIGTERM)
         asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, run_id)
         return self._set_state(run_id, "stopping", stop_requested="stop")
+
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """Queue a stopped or failed job again in its own run dir; it continues from its checkpoint."""
+        run = self.get(run_id)
+        if not JOB_KINDS[run["kind"]].resumable:
+            raise RpcError(INVALID_STATE, f"{run['kind']} jobs cannot be resumed",
+                           {"hint": "Start a new job instead."})
+        if run["state"] not in ("cancelled", "failed"):
+            raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a stopped or failed job can be resumed",
+                           {"hint": "Wait for it to end, or stop it first."})
+        self.store.update_run(run_id, ended_at=None, exit_code=None, error=None, reported_state=None,
+                              stop_requested=None, pid=None, pid_started=None)
+        run = self._set_state(run_id, "queued")
+        self.schedule()
+        return self.get(run_id)
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         run = self.get(run_id)

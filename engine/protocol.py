@@ -40,6 +40,8 @@ METHODS: dict[str, str] = {
     "jobs.get": "{id} -> one job, with its result when it has one.",
     "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",
     "jobs.cancel": "{id} -> stop the job at once (SIGKILL to its process group).",
+    "jobs.resume": "{id} -> queue a stopped or failed resumable job again; it continues from its checkpoint.",
+    "jobs.metrics": "{id, kind?} -> the run's numeric metrics, one row per (kind, name, step).",
     "jobs.logs": "{id, tail?} -> the last lines of the job's stdout.log.",
     "subscribe": "{topics: [glob], since?: seq} -> replay stored events after `since`, then live.",
     "unsubscribe": "{subscription} -> stop a subscription.",

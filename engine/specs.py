@@ -36,6 +36,7 @@ class JobKind:
     description: str
     module: str  # run as `python -m <module> --run-dir <dir>`
     spec_model: type[BaseModel]
+    resumable: bool = False  # jobs.resume re-runs it in its run dir, continuing from its checkpoint
 
 
 JOB_KINDS: dict[str, JobKind] = {
@@ -48,6 +49,7 @@ JOB_KINDS: dict[str, JobKind] = {
             "on one or more processes (DDP, FSDP2).",
             "engine.recipes.finetune",
             TrainSpec,
+            resumable=True,
         ),
         JobKind(
             "system.probe",

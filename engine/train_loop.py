@@ -275,7 +275,13 @@ class Trainer:
             def __iter__(self):
                 return (indices for _e, _b, indices in order.iterate(*self.start))
 
+        import torch
+
+        # Its own generator: creating the iterator draws a seed, which must not shift the global
+        # RNG (dropout), or a resumed run would diverge from an uninterrupted one.
+        generator = torch.Generator().manual_seed(self.spec.seed)
         return DataLoader(self.data.train, batch_sampler=Batches(self.position), collate_fn=self.data.collate,
+                          generator=generator,
                           num_workers=self.spec.data.num_workers,
                           pin_memory=self.world.device.startswith("cuda"),
                           persistent_workers=self.spec.data.num_workers > 0)
@@ -350,9 +356,16 @@ class Trainer:
         import json
 
         from safetensors.torch import save_file
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        else:
+            sd = checkpoint.unwrap(self.model).state_dict()
         if self.world.is_main:
             out = self.run_dir / "model"
             out.mkdir(exist_ok=True)

@@ -26,6 +26,7 @@ from typing import Any
 
 from engine import dist
 from engine.jobctx import JobContext, JobFailed
+from engine.specs import SpecError
 from engine.tasks.base import InputError
 from engine.train_loop import Trainer
 from engine.train_spec import TrainSpec
@@ -34,7 +35,7 @@ from engine.train_spec import TrainSpec
 def load_train_spec(path: Path) -> TrainSpec:
     import yaml
 
-    from engine.specs import SpecError, validate_spec
+    from engine.specs import validate_spec
 
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if isinstance(doc, dict) and "kind" in doc:
@@ -98,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         ctx = rc or RankContext(run_dir, world or dist.World(rank, 0, 1, "cpu", ""))
         ctx.emit("error", message=message, hint=hint,
                  **({"issues": [vars(i) for i in exc.issues]} if isinstance(exc, InputError) else {}))
-        ctx.status("failed", message=message, hint=hint)
+        restarts_left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - \
+            int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        retryable = restarts_left > 0 and not isinstance(exc, (JobFailed, InputError, SpecError))
+        # torchrun will start the group again, and it resumes from the last checkpoint.
+        ctx.status("restarting" if retryable else "failed", message=message, hint=hint)
         return 1
     finally:
         if world is not None:
@@ -107,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def describe_failure(exc: BaseException) -> tuple[str, str]:
     """What the user reads: the problem and the next thing to try."""
-    from engine.specs import SpecError
-
     if isinstance(exc, (JobFailed, InputError)):
         return str(exc), exc.hint
     if isinstance(exc, SpecError):

@@ -1,0 +1,159 @@
+"""Real fine-tunes through the engine: torchrun, strategies, stop/resume, worker restarts, NaN."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.slow
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def digits_spec(**overrides):
+    spec = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 32, "max_steps": 60,
+            "eval_every": 60, "checkpoint_every": 20, "optim": {"lr": 0.003}}
+    spec.update(overrides)
+    return spec
+
+
+def wait_final(c, job_id, timeout=240):
+    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL and j, timeout=timeout,
+                    interval=0.2, what=f"job {job_id} to end")
+
+
+def events_of(c, job_id, kind):
+    evs = c.call("events.query", topics=[f"run/{job_id}/{kind}"], limit=100_000)["events"]
+    return [e["data"] for e in evs]
+
+
+def train_losses(c, job_id):
+    return {m["step"]: m["value"] for m in c.call("jobs.metrics", id=job_id, kind="train")["metrics"]
+            if m["name"] == "loss"}
+
+
+def test_digits_cnn_trains_through_the_engine(engine_proc):
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=digits_spec(), name="digits")
+        done = wait_final(c, job["id"])
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-20:]
+        evals = events_of(c, job["id"], "eval")
+        assert evals[-1]["metrics"]["accuracy"] > 0.9
+        losses = train_losses(c, job["id"])
+        assert sorted(losses) == list(range(1, 61))
+        assert sum(list(losses.values())[-10:]) < sum(list(losses.values())[:10])
+        train = events_of(c, job["id"], "train")[-1]
+        for key in ("lr", "grad_norm", "samples_per_s", "step_time_s", "data_wait_frac", "eta_s", "progress"):
+            assert key in train
+        assert events_of(c, job["id"], "memory")[0]["ranks"][0]["rss"] > 0
+        assert os.path.exists(os.path.join(done["run_dir"], "model", "weights.safetensors"))
+
+
+def test_stop_then_resume_gives_the_same_losses_as_an_uninterrupted_run(engine_proc):
+    spec = digits_spec(max_steps=40, eval_every=100, checkpoint_every=100)
+    with engine_proc.client() as c:
+        straight = c.call("jobs.start", kind="train.finetune", spec=spec, name="straight")
+        interrupted = c.call("jobs.start", kind="train.finetune", spec=spec, name="interrupted")
+        wait_for(lambda: len(events_of(c, interrupted["id"], "train")) >= 8, timeout=120, what="8 steps")
+        c.call("jobs.stop", id=interrupted["id"])
+        stopped = wait_final(c, interrupted["id"])
+        assert stopped["state"] == "cancelled"
+        stop_step = events_of(c, interrupted["id"], "stopped")[0]["step"]
+        assert 8 <= stop_step < 40
+        c.call("jobs.resume", id=interrupted["id"])
+        assert wait_final(c, interrupted["id"])["state"] == "succeeded"
+        assert wait_final(c, straight["id"])["state"] == "succeeded"
+        assert events_of(c, interrupted["id"], "resumed")[0]["step"] == stop_step
+        a, b = train_losses(c, straight["id"]), train_losses(c, interrupted["id"])
+    assert sorted(b) == list(range(1, 41))
+    assert [b[s] for s in range(stop_step + 1, 41)] == [a[s] for s in range(stop_step + 1, 41)]
+
+
+def test_killed_worker_is_restarted_by_torchrun_and_resumes(engine_proc):
+    spec = digits_spec(max_steps=40, eval_every=100, checkpoint_every=10,
+                       distributed={"strategy": "ddp", "nproc": 2, "max_restarts": 1})
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=spec)
+        wait_for(lambda: len(events_of(c, job["id"], "train")) >= 15, timeout=180, what="15 steps")
+        torchrun = psutil.Process(c.call("jobs.get", id=job["id"])["pid"])
+        workers = [p for p in torchrun.children(recursive=True) if "engine.recipes.finetune" in " ".join(p.cmdline())]
+        assert len(workers) == 2
+        os.kill(workers[1].pid, signal.SIGKILL)
+        done = wait_final(c, job["id"], timeout=300)
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        resumed = events_of(c, job["id"], "resumed")
+        assert resumed and resumed[0]["step"] >= 10
+        steps = [m["step"] for m in c.call("jobs.metrics", id=job["id"], kind="train")["metrics"] if m["name"] == "loss"]
+        assert steps == list(range(1, 41))  # every step once, re-run steps replaced
+
+
+class Recorder:
+    """Stands in for the rank context: collects what rank 0 would write to events.jsonl."""
+
+    stop_requested = False
+
+    def __init__(self):
+        self.events = []
+
+    def emit(self, kind, **data):
+        self.events.append({"kind": kind, **data})
+
+    def log(self, message):
+        pass
+
+
+@pytest.fixture
+def nan_at_step_3(monkeypatch):
+    """The task's loss turns NaN on the third optimizer step (as an exploding run's would)."""
+    from engine.tasks import image_classification as task
+
+    real, calls = task.forward, {"n": 0}
+
+    def forward(model, batch):
+        loss, stats = real(model, batch)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] == 3 else loss), stats
+
+    monkeypatch.setattr(task, "forward", forward)
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_nan_loss_is_reported_with_its_step(ember_home, tmp_path, nan_at_step_3, policy):
+    import math
+
+    from engine import dist
+    from engine.jobctx import JobFailed
+    from engine.train_loop import Trainer
+    from engine.train_spec import TrainSpec
+
+    spec = TrainSpec.model_validate(digits_spec(max_steps=6, eval_every=100, checkpoint_every=100, nan_policy=policy))
+    rec = Recorder()
+    trainer = Trainer(spec, dist.World(0, 0, 1, "cpu", "test"), rec, tmp_path / "run")
+    if policy == "stop":
+        with pytest.raises(JobFailed) as exc:
+            trainer.run()
+        assert str(exc.value) == "The loss became NaN or infinite at step 3"
+        assert "optim.lr" in exc.value.hint
+        return
+    assert trainer.run() == "succeeded"
+    warnings = [e for e in rec.events if e["kind"] == "warning"]
+    assert [w["step"] for w in warnings] == [3]
+    assert warnings[0]["message"] == "Skipped step 3: the loss was NaN or infinite"
+    assert [e["step"] for e in rec.events if e["kind"] == "train"] == [1, 2, 4, 5, 6]
+    assert all(math.isfinite(p.detach().sum().item()) for p in trainer.model.parameters())
+
+
+def test_cancel_kills_every_torchrun_worker(engine_proc):
+    spec = digits_spec(max_steps=10_000, distributed={"strategy": "ddp", "nproc": 2})
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=spec)
+        wait_for(lambda: events_of(c, job["id"], "train"), timeout=120, what="a step")
+        torchrun = psutil.Process(c.call("jobs.get", id=job["id"])["pid"])
+        tree = [torchrun, *torchrun.children(recursive=True)]
+        c.call("jobs.cancel", id=job["id"])
+        assert wait_final(c, job["id"])["state"] == "cancelled"
+        time.sleep(0.5)
+        assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
