@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.jobs import public
-from engine.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, METHODS, NOT_FOUND, RpcError
+from engine.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    METHODS,
+    NOT_FOUND,
+    RpcError,
+)
 from engine.specs import JOB_KINDS, SpecError, validate_spec
 
 if TYPE_CHECKING:
@@ -77,6 +84,8 @@ class DiagBurst(Params):
     payload_bytes: int = Field(0, ge=0, le=65_536)
 
 
+CHECK_TIMEOUT_S = 120
+
 # Requests that change state are written to the audit log.
 AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "engine.shutdown"}
 
@@ -101,6 +110,7 @@ class Handlers:
             "engine.shutdown": (NoParams, self.engine_shutdown),
             "jobs.kinds": (NoParams, self.jobs_kinds),
             "jobs.start": (JobsStart, self.jobs_start),
+            "jobs.check": (JobsStart, self.jobs_check),
             "jobs.list": (JobsList, self.jobs_list),
             "jobs.get": (JobId, self.jobs_get),
             "jobs.stop": (JobId, self.jobs_stop),
@@ -164,6 +174,28 @@ class Handlers:
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
         return public(self.engine.jobs.submit(p.kind, spec, p.name))
+
+    async def jobs_check(self, _s: Session, p: JobsStart) -> Any:
+        """Validate the spec and its inputs in a subprocess (torch stays out of the engine)."""
+        import sys
+
+        from engine.jobs import job_env
+
+        env = job_env()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "engine.recipes.check", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(json.dumps({"kind": p.kind, "spec": p.spec}).encode()),
+                                              timeout=CHECK_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            proc.kill()
+            raise RpcError(INTERNAL_ERROR, f"Checking the inputs took over {CHECK_TIMEOUT_S} s",
+                           {"hint": "Very large datasets are checked when the job starts instead."}) from None
+        if proc.returncode != 0:
+            raise RpcError(INTERNAL_ERROR, "The input check failed",
+                           {"hint": "See details; please report it.", "details": err.decode(errors="replace")[-2000:]})
+        return json.loads(out)
 
     async def jobs_list(self, _s: Session, p: JobsList) -> Any:
         return {"jobs": [public(r) for r in self.engine.store.list_runs(p.state, p.kind, p.limit)]}

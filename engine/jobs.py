@@ -38,6 +38,13 @@ POLL_S = 0.1
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
 
+def job_env(**extra: str) -> dict[str, str]:
+    """Environment for a job process: it imports the same engine package as this one, installed or not."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def new_run_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
 
@@ -116,9 +123,7 @@ class JobManager:
 
     def _launch(self, run: dict[str, Any]) -> None:
         run_dir = Path(run["run_dir"])
-        env = dict(os.environ, PYTHONUNBUFFERED="1", EMBER_RUN_ID=run["id"])
-        # Jobs import the same engine package as this process, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+        env = job_env(EMBER_RUN_ID=run["id"])
         kind = JOB_KINDS[run["kind"]]
         argv = local.command(kind.module, kind.spec_model.model_validate(run["spec"]), run_dir)
         try:

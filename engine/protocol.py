@@ -36,6 +36,7 @@ METHODS: dict[str, str] = {
     "engine.shutdown": "Stop the engine (running jobs keep running and are re-attached on restart).",
     "jobs.kinds": "Job kinds this engine can run, with their spec schemas.",
     "jobs.start": "{kind, spec, name?} -> the new job (queued or running).",
+    "jobs.check": "{kind, spec} -> {issues: [{message, hint, file, line}]}: the spec and its input files, before launch.",
     "jobs.list": "{state?, kind?, limit?} -> jobs, newest first.",
     "jobs.get": "{id} -> one job, with its result when it has one.",
     "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",

@@ -157,3 +157,15 @@ def test_cancel_kills_every_torchrun_worker(engine_proc):
         assert wait_final(c, job["id"])["state"] == "cancelled"
         time.sleep(0.5)
         assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_inputs_are_checked_before_launch(engine_proc, tmp_path):
+    missing = tmp_path / "nowhere"
+    with engine_proc.client() as c:
+        ok = c.call("jobs.check", kind="train.finetune", spec=digits_spec())
+        assert ok == {"issues": []}
+        bad = c.call("jobs.check", kind="train.finetune",
+                     spec=digits_spec(data={"path": str(missing)}))
+        assert bad["issues"] and str(missing) in bad["issues"][0]["file"] + bad["issues"][0]["message"]
+        spec_error = c.call("jobs.check", kind="train.finetune", spec={"batch_size": 0})
+        assert spec_error["issues"][0]["message"].startswith("batch_size: ")
