@@ -1,7 +1,7 @@
 """Atomic, verifiable training checkpoints.
 
 Layout: ``<run>/checkpoints/step-00000050/`` holding the model and optimizer
-state (``state.pt``, or ``dcp/`` for sharded FSDP checkpoints), the scheduler
+state (``state.pt``; ``dcp/`` for sharded FSDP; ``deepspeed/`` for ZeRO), the scheduler
 and scaler (``trainer.pt``), each rank's RNG state, ``trainer_state.json`` (step,
 data position, best metric) and ``manifest.json`` (size and sha256 of every
 file). Everything is written to a hidden temporary dir, fsynced, renamed, and
@@ -92,7 +92,7 @@ def _plain_state(model: Any, trainable_only: bool) -> dict[str, Any]:
 
 
 def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[str, Any],
-         trainer_state: dict[str, Any], world: dist.World, sharded: bool, trainable_only: bool,
+         trainer_state: dict[str, Any], world: dist.World, layout: str, trainable_only: bool,
          keep: int) -> Path:
     """Write checkpoint ``step`` atomically on every rank; returns its final path."""
     import torch
@@ -104,7 +104,10 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     dist.barrier(world)
-    if sharded:
+    if layout == "deepspeed":
+        # DeepSpeed writes its own partitioned model and optimizer files from every rank.
+        model.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
+    elif layout == "dcp":
         # FSDP2: each rank writes its own shards in torch.distributed.checkpoint format.
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -118,9 +121,11 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
                    tmp / "state.pt")
     torch.save(rng_state(), tmp / f"rng-{world.rank}.pt")
     if world.is_main:
-        torch.save({k: v.state_dict() for k, v in trainer_objs.items() if v is not None}, tmp / "trainer.pt")
+        # DeepSpeed keeps the schedule in its own checkpoint.
+        objs = {} if layout == "deepspeed" else trainer_objs
+        torch.save({k: v.state_dict() for k, v in objs.items() if v is not None}, tmp / "trainer.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step,
-                                                            "world_size": world.size, "sharded": sharded}))
+                                                            "world_size": world.size, "layout": layout}))
     dist.barrier(world)
     if world.is_main:
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
@@ -185,7 +190,9 @@ def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], w
     import torch
 
     state = json.loads((ckpt / "trainer_state.json").read_text())
-    if state["sharded"]:
+    if state["layout"] == "deepspeed":
+        model.load_checkpoint(str(ckpt / "deepspeed"), tag="state", load_module_strict=not trainable_only)
+    elif state["layout"] == "dcp":
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,

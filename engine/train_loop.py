@@ -115,9 +115,9 @@ class Trainer:
             self._checkpoint_activations(model)
         model.to(world.device)
         self.strategy = get_strategy(spec.distributed.strategy)
-        if spec.distributed.strategy == "deepspeed":
-            raise JobFailed("DeepSpeed is not available in this build yet",
-                            "Use distributed.strategy ddp or fsdp.")
+        self.deepspeed = spec.distributed.strategy == "deepspeed"
+        if self.deepspeed and (reason := self.strategy.available()):
+            raise JobFailed(reason, "Or use distributed.strategy ddp or fsdp.")
         self.model = self.strategy.wrap(model, world, spec, self.task)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(params, spec)
@@ -125,11 +125,15 @@ class Trainer:
 
         self.steps = total_steps(spec, len(self.data.train), world.size)
         self.scheduler = make_schedule(self.optimizer, spec, self.steps)
+        if self.deepspeed:
+            self.model, self.optimizer, self.scheduler = self.strategy.initialize(
+                self.model, self.optimizer, self.scheduler, world, spec)
         use_scaler = spec.precision == "fp16" and world.device.startswith("cuda")
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
         self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed)
         self.trainable_only = spec.method.kind != "full"
         self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
+        self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
 
     def _checkpoint_activations(self, model: Any) -> None:
         if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
@@ -207,8 +211,13 @@ class Trainer:
                 self.position = (epoch, index + 1)  # where a resumed run picks up
                 with self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast():
                     loss, stats = self.task.forward(self.model, batch)
-                scaled = loss / spec.grad_accum
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                if self.deepspeed:
+                    # DeepSpeed divides by grad_accum itself and steps on the accumulation boundary.
+                    self.model.backward(loss)
+                    self.model.step()
+                else:
+                    scaled = loss / spec.grad_accum
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 loss_sum += loss.detach().double().cpu()
                 samples += stats.get("samples", 0)
                 tokens += stats.get("tokens", 0)
@@ -218,6 +227,10 @@ class Trainer:
                                           0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0])
             mean_loss = totals[0] / world.size
             if totals[3]:
+                if self.deepspeed:
+                    raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
+                                    "Lower optim.lr or keep optim.grad_clip on; with DeepSpeed such steps "
+                                    "cannot be skipped.")
                 self.optimizer.zero_grad(set_to_none=True)
                 if spec.nan_policy == "stop":
                     raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
@@ -289,6 +302,10 @@ class Trainer:
     def _optimizer_step(self) -> float:
         import torch
 
+        if self.deepspeed:
+            norm = self.model.get_global_grad_norm()  # the step itself ran with the last micro-batch
+            return float(norm) if norm is not None else float("nan")
+
         clip = self.spec.optim.grad_clip
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
@@ -347,7 +364,7 @@ class Trainer:
             self.ckpt_root, self.step, self.model, self.optimizer,
             {"scheduler": self.scheduler, "scaler": self.scaler},
             {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals},
-            self.world, self.sharded, self.trainable_only, self.spec.keep_checkpoints)
+            self.world, self.layout, self.trainable_only, self.spec.keep_checkpoints)
         self.rc.emit("checkpoint", step=self.step, path=str(path), seconds=time.perf_counter() - t0)
         return path
 
