@@ -1,0 +1,37 @@
+"""MiniLM + LoRA on the built-in support tickets, on 2 CPU processes, with every strategy."""
+
+import pytest
+
+from tests.engine.test_finetune import events_of, train_losses, wait_final
+
+pytestmark = pytest.mark.slow
+
+
+def minilm_spec(distributed):
+    return {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8, "lora_alpha": 16},
+            "distributed": {"nproc": 2, **distributed}, "batch_size": 16, "max_steps": 40, "eval_every": 40,
+            "checkpoint_every": 20, "data": {"max_length": 64}, "optim": {"lr": 0.002}}
+
+
+@pytest.mark.parametrize("distributed", [
+    {"strategy": "ddp"},
+    {"strategy": "fsdp"},
+    {"strategy": "deepspeed", "zero_stage": 2},
+    {"strategy": "deepspeed", "zero_stage": 3},
+], ids=["ddp", "fsdp", "zero2", "zero3"])
+def test_minilm_lora_learns_with_every_strategy(engine_proc, distributed):
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=minilm_spec(distributed))
+        done = wait_final(c, job["id"], timeout=900)
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        info = events_of(c, job["id"], "run_info")[0]
+        assert info["world_size"] == 2 and info["strategy"] == distributed["strategy"]
+        assert info["trainable_params"] < info["total_params"] / 50  # LoRA trains a small fraction
+        losses = list(train_losses(c, job["id"]).values())
+        assert len(losses) == 40
+        assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5
+        accuracy = events_of(c, job["id"], "eval")[-1]["metrics"]["accuracy"]
+        baseline = info["data"]["majority_baseline"]
+        assert accuracy > baseline + 0.25, (accuracy, baseline)
+        checkpoints = events_of(c, job["id"], "checkpoint")
+        assert [e["step"] for e in checkpoints] == [20, 40]
