@@ -56,6 +56,7 @@ LORA_TARGETS = (
     ("c_attn",),  # gpt2
 )
 HEAD_NAMES = {"classifier", "pre_classifier", "score", "pooler", "dense", "out_proj"}
+PEFT_PARTS = {"base_layer", "lora_A", "lora_B", "lora_magnitude_vector", "modules_to_save", "original_module"}
 
 
 # ---------------------------------------------------------------- reading files
@@ -583,11 +584,12 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     if src.issues:
         raise InputError(src.issues)
     assert src.model_dir is not None
-    issues = _check_model_dir(src.model_dir, spec.data.max_length)[0]
+    issues, config = _check_model_dir(src.model_dir, spec.data.max_length)
     if issues:
         raise InputError(issues)
+    folder = str(src.model_dir)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
@@ -598,23 +600,24 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     hf_logging.disable_progress_bar()
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
-            str(src.model_dir), local_files_only=True, num_labels=len(names),
+            folder, local_files_only=True, num_labels=len(names),
             id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
-            problem_type="single_label_classification", ignore_mismatched_sizes=True, dtype=torch.float32)
+            problem_type="single_label_classification", ignore_mismatched_sizes=True)
     except ValueError as e:
-        if "Unrecognized configuration class" in str(e) or "model type" in str(e):
-            raise InputError([Issue("this model type has no sequence-classification head in transformers",
-                                    "choose an encoder such as BERT, RoBERTa, DistilBERT or DeBERTa", str(src.model_dir))]) from e
-        raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", str(src.model_dir))]) from e
-    except (OSError, RuntimeError, KeyError) as e:
-        raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", str(src.model_dir))]) from e
+        if "Unrecognized configuration class" not in str(e):
+            raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", folder)]) from e
+        kind = config.get("model_type", "unknown")
+        raise InputError([Issue(f"model type '{kind}' has no sequence-classification head in transformers",
+                                "choose an encoder such as BERT, RoBERTa, DistilBERT or DeBERTa", folder)]) from e
+    except (OSError, RuntimeError, KeyError, SafetensorError) as e:
+        raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", folder)]) from e
     finally:
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
     if model.config.pad_token_id is None:
         model.config.pad_token_id = data.info.get("pad_token_id", 0)
-    return model.float()
+    return model.float()  # fp32 whatever the checkpoint's dtype (the recipe applies precision)
 
 
 def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -678,16 +681,18 @@ def lora_targets(model: torch.nn.Module) -> list[str]:
     """The attention query/value projections of the architecture (by module name)."""
     import torch
 
-    linear = {name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-              if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"}
+    linear = set()
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D":
+            parts = name.split(".")
+            inner = [i for i, part in enumerate(parts) if part in PEFT_PARTS]  # already wrapped by peft
+            parts = parts[:inner[0]] if inner else parts
+            if parts:
+                linear.add(parts[-1])
     for family in LORA_TARGETS:
         if set(family) <= linear:
             return list(family)
-    fallback = sorted(linear - HEAD_NAMES)
-    if not fallback:
-        raise InputError([Issue(f"no linear layers for LoRA in {type(model).__name__}",
-                                "set method.target_modules, or use method kind 'full'")])
-    return fallback
+    return sorted(linear - HEAD_NAMES)  # unknown architecture: every linear layer outside the head ([] if none)
 
 
 def block_types(model: torch.nn.Module) -> tuple[type, ...]:

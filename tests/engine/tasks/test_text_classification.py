@@ -302,6 +302,7 @@ def test_lora_steps_reduce_the_loss_on_a_batch(minilm):
     model = get_peft_model(copy.deepcopy(base), LoraConfig(task_type="SEQ_CLS", target_modules=tc.lora_targets(base), r=8,
                                                            lora_alpha=16, lora_dropout=0.0))
     model.eval()  # no dropout: the loss before and after is measured the same way
+    assert tc.lora_targets(model) == ["query", "value"]  # the same names once peft has wrapped them
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert 0 < sum(p.numel() for p in trainable) < 0.05 * sum(p.numel() for p in model.parameters())
     batch = data.collate([data.train[i] for i in range(4)])
@@ -332,3 +333,23 @@ def test_lora_targets_and_blocks_of_other_encoders(model_type, targets, block):
     model = AutoModelForSequenceClassification.from_config(config)  # tiny and random: nothing is downloaded
     assert tc.lora_targets(model) == targets
     assert [t.__name__ for t in tc.block_types(model)] == [block]
+
+
+def test_unloadable_model_folders_raise_input_error(tmp_path):
+    from engine.tasks.base import TaskData
+
+    folder = copy_model(tmp_path)
+    data = TaskData(train=[], val=[], collate=None, info={"label_names": ["a", "b"]})
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    spec = TrainSpec(model={"path": str(folder)})
+    with pytest.raises(InputError) as exc:
+        tc.build_model(spec, data)
+    assert exc.value.issues[0].message.startswith("cannot load the model: ")
+    assert exc.value.hint == "re-save the model with save_pretrained()"
+
+    (folder / "config.json").write_text(json.dumps({"model_type": "whisper", "vocab_size": 30522}))
+    with pytest.raises(InputError) as exc:
+        tc.build_model(spec, data)
+    assert str(exc.value) == (f"{folder}: model type 'whisper' has no sequence-classification head in transformers "
+                              "(choose an encoder such as BERT, RoBERTa, DistilBERT or DeBERTa)")
