@@ -17,6 +17,7 @@ torch and torchvision are imported inside functions only.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import random
@@ -333,7 +334,7 @@ def load_data(spec: TrainSpec) -> TaskData:
         "mean": list(MEAN) if spec.data.augment.normalize else None,
         "std": list(STD) if spec.data.augment.normalize else None,
         "train_dir": str(train_dir),
-        "val_dir": str(val_dir) if spec.data.val_path or spec.data.path is None else None,
+        "val_dir": str(val_dir) if val_dir else None,  # None: split from the training folder
     }
     return TaskData(train=ImageFiles(train_items, size, build_transform(spec, True), cache),
                     val=ImageFiles(val_items, size, build_transform(spec, False), cache),
@@ -354,7 +355,8 @@ def preview_augmentations(spec: TrainSpec, n: int = 8, seed: int = 0) -> list[tu
     for k in range(n):
         name = names[k % len(names)]
         picks.append((name, rng.choice(classes[name])))
-    augment = v2.Compose(_augment_steps(spec)) if _augment_steps(spec) else (lambda img: img)
+    steps = _augment_steps(spec)
+    augment = v2.Compose(steps) if steps else (lambda img: img)
     out = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -470,7 +472,7 @@ def _check_model(spec: TrainSpec) -> list[Issue]:
                                 str(path)))
         elif not issues:
             try:
-                _fit_weights(_new_model(m.arch, 2), m.arch, path)
+                _fit(_read_state_dict(path), m.arch, path, _arch_shapes(m.arch))
             except InputError as exc:
                 issues += exc.issues
     return issues
@@ -524,22 +526,26 @@ def _read_state_dict(path: Path) -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def _arch_shapes(arch: str) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of the architecture's state_dict (a 2-class head), built once per process."""
+    return {k: tuple(v.shape) for k, v in _new_model(arch, 2).state_dict().items()}
+
+
 def _guess_arch(keys: set[str]) -> str | None:
     for arch in ARCHS:
-        own = set(_new_model(arch, 2).state_dict())
+        own = set(_arch_shapes(arch))
         if len(own & keys) >= 0.9 * len(own):
             return arch
     return None
 
 
-def _fit_weights(model: torch.nn.Module, arch: str, path: Path) -> torch.nn.Module:
-    """Load a state_dict into ``model``; the head is kept from the file only if its shape fits."""
-    sd = _read_state_dict(path)
-    own = model.state_dict()
+def _fit(sd: dict[str, Any], arch: str, path: Path, own: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The tensors of ``sd`` to load into a model with these shapes; the file's head only if it fits."""
     head = HEADS[arch] + "."
-    body = {k: v for k, v in sd.items() if not (k.startswith(head) and (k not in own or own[k].shape != v.shape))}
+    body = {k: v for k, v in sd.items() if not (k.startswith(head) and own.get(k) != tuple(v.shape))}
     unexpected = sorted(k for k in body if k not in own)
-    wrong = sorted(k for k in body if k in own and own[k].shape != body[k].shape)
+    wrong = sorted(k for k in body if k in own and own[k] != tuple(body[k].shape))
     missing = sorted(k for k in own if k not in body and not k.startswith(head))
     if unexpected or wrong or missing:
         guess = _guess_arch(set(sd))
@@ -550,8 +556,7 @@ def _fit_weights(model: torch.nn.Module, arch: str, path: Path) -> torch.nn.Modu
         raise InputError([Issue(
             f"the weights do not fit {arch}: {len(missing)} tensors missing, {len(unexpected)} unexpected, "
             f"{len(wrong)} of the wrong shape (first {what}: {example})", fix, str(path))])
-    model.load_state_dict(body, strict=False)
-    return model
+    return body
 
 
 def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
@@ -561,7 +566,9 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     arch = _arch(spec)
     model = _new_model(arch, int(data.info["num_labels"]))
     if spec.model.path and spec.model.builtin is None:
-        _fit_weights(model, arch, Path(spec.model.path).expanduser())
+        path = Path(spec.model.path).expanduser()
+        own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        model.load_state_dict(_fit(_read_state_dict(path), arch, path, own), strict=False)
     return model.float()
 
 
