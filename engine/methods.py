@@ -22,6 +22,28 @@ def qlora_unavailable_reason() -> str | None:
     return None
 
 
+def load_kwargs(spec: Any) -> dict[str, Any]:
+    """Extra ``from_pretrained`` arguments for the method: QLoRA loads the base in 4-bit NF4 on the GPU."""
+    if spec.method.kind != "qlora":
+        return {}
+    reason = qlora_unavailable_reason()
+    if reason:
+        raise JobFailed(reason, "Use method lora (same adapters, full-precision base), or run on a CUDA host.")
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                      bnb_4bit_use_double_quant=True,
+                                                      bnb_4bit_compute_dtype=compute),
+            "device_map": {"": torch.cuda.current_device()}}
+
+
+def is_quantized(model: Any) -> bool:
+    """4-bit models are placed on their GPU when loaded and must not be moved."""
+    return bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_quantized", False))
+
+
 def apply(model: Any, spec: Any, task: Any) -> Any:
     """Wrap ``model`` for the method in ``spec.method``; returns the model to train."""
     kind = spec.method.kind
@@ -36,6 +58,12 @@ def apply(model: Any, spec: Any, task: Any) -> Any:
     import peft
 
     m = spec.method
+    if kind == "qlora":
+        if not is_quantized(model):
+            raise JobFailed("QLoRA needs the base model loaded in 4 bits, and this task's loader did not",
+                            "QLoRA applies to Hugging Face text and causal LM models; use lora for others.")
+        model = peft.prepare_model_for_kbit_training(model,
+                                                     use_gradient_checkpointing=spec.activation_checkpointing)
     task_type = _PEFT_TASK_TYPES.get(spec.task)
     if kind == "prompt_tuning":
         if task_type is None:
@@ -47,6 +75,9 @@ def apply(model: Any, spec: Any, task: Any) -> Any:
             raise JobFailed("No LoRA target modules found in this model",
                             "Set method.target_modules to the names of its linear or conv layers.")
         extra: dict[str, Any] = {}
+        if task_type == "SEQ_CLS" and hasattr(model, "pre_classifier"):
+            # DistilBERT's head has two layers; peft would only train the last one.
+            extra["modules_to_save"] = ["pre_classifier", "classifier"]
         if task_type is None:
             # Image models: the new classification head must train in full.
             extra["modules_to_save"] = task.head_modules(model) if hasattr(task, "head_modules") else None

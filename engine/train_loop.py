@@ -113,7 +113,8 @@ class Trainer:
         self.trainable, self.total_params = methods.count_parameters(model)
         if spec.activation_checkpointing:
             self._checkpoint_activations(model)
-        model.to(world.device)
+        if not methods.is_quantized(model):
+            model.to(world.device)
         self.strategy = get_strategy(spec.distributed.strategy)
         self.deepspeed = spec.distributed.strategy == "deepspeed"
         if self.deepspeed and (reason := self.strategy.available()):
@@ -184,7 +185,7 @@ class Trainer:
         self.setup()
         self.resume()
         spec, world, rc = self.spec, self.world, self.rc
-        info = {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list, bool))}
+        info = {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list, bool, dict))}
         rc.emit("run_info", task=spec.task, model=spec.model_name(), method=spec.method.kind,
                 strategy=spec.distributed.strategy, world_size=world.size, device=world.device,
                 trainable_params=self.trainable, total_params=self.total_params, total_steps=self.steps,

@@ -21,6 +21,22 @@ from engine.client import EngineClient, EngineNotRunning
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests run only where CUDA is usable (run them with `pytest -m gpu` on a GPU machine)."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def ember_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> paths_mod.Paths:
     home = tmp_path / "home"

@@ -169,3 +169,51 @@ def test_inputs_are_checked_before_launch(engine_proc, tmp_path):
         assert bad["issues"] and str(missing) in bad["issues"][0]["file"] + bad["issues"][0]["message"]
         spec_error = c.call("jobs.check", kind="train.finetune", spec={"batch_size": 0})
         assert spec_error["issues"][0]["message"].startswith("batch_size: ")
+
+
+def test_early_stopping_ends_the_run_when_the_metric_stalls(ember_home, tmp_path):
+    from engine import dist
+    from engine.train_loop import Trainer
+    from engine.train_spec import TrainSpec
+
+    spec = TrainSpec.model_validate(digits_spec(
+        max_steps=100, eval_every=5, checkpoint_every=100, optim={"lr": 1e-9},
+        early_stopping={"metric": "accuracy", "mode": "max", "patience": 1}))
+    rec = Recorder()
+    assert Trainer(spec, dist.World(0, 0, 1, "cpu", "test"), rec, tmp_path / "run").run() == "succeeded"
+    assert [e["step"] for e in rec.events if e["kind"] == "eval"] == [5, 10]
+    assert [e["step"] for e in rec.events if e["kind"] == "early_stop"] == [10]
+    assert [e["step"] for e in rec.events if e["kind"] == "checkpoint"] == [10]
+
+
+def test_out_of_memory_is_explained_with_concrete_suggestions():
+    import torch
+
+    from engine.recipes.finetune import describe_failure
+
+    message, hint = describe_failure(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert message == "Out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
+    for suggestion in ("smaller batch_size", "grad_accum", "lora", "zero_stage 3", "activation_checkpointing"):
+        assert suggestion in hint
+
+
+def test_the_recipe_runs_by_hand_under_torchrun(ember_home, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    config = tmp_path / "spec.yaml"
+    config.write_text(yaml.safe_dump({"kind": "train.finetune", "spec": digits_spec(
+        max_steps=10, eval_every=10, checkpoint_every=10, distributed={"strategy": "ddp", "nproc": 2})}))
+    run_dir = tmp_path / "by-hand"
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "engine.recipes.finetune", "--config", str(config), "--run-dir", str(run_dir)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (run_dir / "model" / "weights.safetensors").is_file()
+    assert (run_dir / "checkpoints" / "latest").read_text() == "step-00000010"
+    assert '"state":"succeeded"' in (run_dir / "events.jsonl").read_text().splitlines()[-1]
