@@ -1,0 +1,213 @@
+"""Reading a text-and-label file: CSV/TSV (header row) or JSONL (one object a line).
+
+``read_rows(path, text_column, label_column, field_name)`` returns ``Rows``: the
+usable rows with their 1-based lines, and every problem as an ``Issue`` with its
+line (a UTF-8 BOM is skipped, lines that are not UTF-8 are reported, a CSV's
+delimiter is sniffed from its header row). Past ``MAX_SAME_PROBLEM`` issues of one
+kind, ``Problems`` sums up the rest in one issue. Plain Python: no torch or
+transformers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.tasks.base import Issue
+
+MAX_SAME_PROBLEM = 20  # per file and kind; the rest are summed up in one issue
+
+
+@dataclass
+class Rows:
+    """The usable rows of one file and the problems found in it."""
+
+    file: str
+    lines: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+
+class Problems:
+    """Adds Issues to ``rows``; past MAX_SAME_PROBLEM of one kind, the rest become one summary issue."""
+
+    def __init__(self, rows: Rows):
+        self.rows, self.seen, self.extra = rows, Counter(), {}
+
+    def add(self, line: int | None, message: str, hint: str, kind: str | None = None) -> None:
+        kind = kind or message
+        self.seen[kind] += 1
+        if self.seen[kind] <= MAX_SAME_PROBLEM:
+            self.rows.issues.append(Issue(message, hint, self.rows.file, line))
+        else:
+            self.extra[kind] = (self.seen[kind] - MAX_SAME_PROBLEM, hint)
+
+    def flush(self) -> None:
+        for kind, (n, hint) in self.extra.items():
+            self.rows.issues.append(Issue(f"{n} more line{'s' if n > 1 else ''} with the same problem: {kind}",
+                                          hint, self.rows.file))
+
+
+def _decode_lines(raw: bytes, problems: Problems) -> tuple[list[str], set[int]]:
+    """Lines of the file (1-based index = position + 1) and the numbers of lines that are not UTF-8."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    bad: set[int] = set()
+    out = []
+    for n, chunk in enumerate(raw.split(b"\n"), start=1):
+        try:
+            out.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            bad.add(n)
+            problems.add(n, f"not valid UTF-8 (byte 0x{chunk[e.start]:02x} at position {e.start + 1})",
+                         "save the file as UTF-8; in Excel: Save As > CSV UTF-8", "not valid UTF-8")
+            out.append(chunk.decode("utf-8", errors="replace"))
+    if out and out[-1] == "":
+        out.pop()
+    return out, bad
+
+
+def read_rows(path: str, text_column: str, label_column: str, field_name: str = "data.path") -> Rows:
+    """Read a CSV or JSONL file; every problem becomes an Issue with its 1-based line."""
+    rows = Rows(path)
+    problems = Problems(rows)
+    add = problems.add
+    p = Path(path).expanduser()
+    suffix = p.suffix.lower()
+    if not p.exists():
+        add(None, "file not found", f"check {field_name}; the file must exist on the machine that runs the training")
+        return rows
+    if p.is_dir():
+        add(None, "is a folder, not a file", f"point {field_name} at a .csv or .jsonl file")
+        return rows
+    if suffix not in (".csv", ".tsv", ".jsonl", ".ndjson"):
+        add(None, f"unsupported file type '{p.suffix or '(none)'}'",
+            "use a .csv file with a header row, or a .jsonl file with one JSON object per line")
+        return rows
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        add(None, f"cannot read the file: {e.strerror or e}", "check that the file is readable by your user")
+        return rows
+    lines, bad = _decode_lines(raw, problems)
+    if not any(line.strip() for line in lines):
+        add(None, "the file is empty",
+            "add a header row, then one example per row" if suffix in (".csv", ".tsv") else "add one JSON object per line")
+        return rows
+    if suffix in (".csv", ".tsv"):
+        _parse_csv(rows, lines, bad, suffix, text_column, label_column, add)
+    else:
+        _parse_jsonl(rows, lines, bad, text_column, label_column, add)
+    if not rows.issues and not rows.texts:
+        add(None, "no examples found", "add examples below the header row" if suffix in (".csv", ".tsv") else "add one JSON object per line")
+    problems.flush()
+    return rows
+
+
+def _check_row(rows: Rows, add, line: int, text: Any, label: Any, noun: str, text_column: str, label_column: str) -> None:
+    ok = True
+    if isinstance(text, (list, dict)):
+        add(line, f"text in {noun} '{text_column}' is {_json_kind(text)}, not a string", "put the text in a plain string")
+        ok = False
+    elif text is None or not str(text).strip():
+        add(line, f"empty text in {noun} '{text_column}'", "fill in the text or delete this row")
+        ok = False
+    if isinstance(label, (list, dict)):
+        add(line, f"label in {noun} '{label_column}' is {_json_kind(label)}, not a string or number",
+            "give each row exactly one label")
+        ok = False
+    elif label is None or not str(label).strip():
+        add(line, f"missing label in {noun} '{label_column}'", "give this row a label or delete it")
+        ok = False
+    if ok:
+        rows.lines.append(line)
+        rows.texts.append(str(text))
+        rows.labels.append(_label_str(label))
+
+
+def _label_str(label: Any) -> str:
+    if isinstance(label, bool):
+        return str(label).lower()
+    if isinstance(label, float) and label.is_integer():
+        return str(int(label))
+    return str(label).strip()
+
+
+JSON_KINDS = {"list": "a list", "dict": "an object", "str": "a string", "int": "a number", "float": "a number",
+              "bool": "true or false", "NoneType": "null"}
+
+
+def _json_kind(value: Any) -> str:
+    return JSON_KINDS[type(value).__name__]
+
+
+def _parse_csv(rows: Rows, lines: list[str], bad: set[int], suffix: str, text_column: str, label_column: str, add) -> None:
+    first = next(i for i, line in enumerate(lines) if line.strip())
+    header_line = lines[first]
+    delimiter = "\t" if suffix == ".tsv" else max(",;\t", key=lambda d: (header_line.count(d), d == ","))
+    reader = csv.reader((line + "\n" for line in lines[first:]), delimiter=delimiter)
+    try:
+        header = [h.strip() for h in next(reader)]
+    except csv.Error as e:
+        add(first + 1, f"cannot parse the header row: {e}", "the first row must name the columns, e.g. text,label")
+        return
+    missing = [(c, f) for c, f in ((text_column, "data.text_column"), (label_column, "data.label_column")) if c not in header]
+    for column, spec_field in missing:
+        add(first + 1, f"no column '{column}' (columns: {', '.join(header)})",
+            f"set {spec_field} to the column that holds the {'text' if spec_field == 'data.text_column' else 'labels'}")
+    if missing:
+        return
+    ti, li = header.index(text_column), header.index(label_column)
+    end = first + 1  # reader.line_num counts lines read from lines[first:]
+    while True:
+        start = first + reader.line_num + 1
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            add(start, f"cannot parse this row: {e}", "check the quotes on this row (a quote inside a field is written twice: \"\")")
+            continue
+        end = first + reader.line_num
+        if not any(v.strip() for v in record):
+            continue
+        if bad.intersection(range(start, end + 1)):
+            continue  # already reported as not UTF-8
+        text = record[ti] if ti < len(record) else None
+        label = record[li] if li < len(record) else None
+        _check_row(rows, add, start, text, label, "column", text_column, label_column)
+
+
+def _parse_jsonl(rows: Rows, lines: list[str], bad: set[int], text_column: str, label_column: str, add) -> None:
+    objects: list[tuple[int, dict]] = []
+    keys: dict[str, None] = {}
+    example = json.dumps({text_column: "...", label_column: "..."})
+    for n, line in enumerate(lines, start=1):
+        if not line.strip() or n in bad:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            add(n, f"not valid JSON: {e.msg} at column {e.colno}", f"each line must be one JSON object, e.g. {example}", "not valid JSON")
+            continue
+        if not isinstance(obj, dict):
+            add(n, f"expected a JSON object, got {JSON_KINDS.get(type(obj).__name__, 'a value')}",
+                f"each line must be one JSON object, e.g. {example}", "expected a JSON object")
+            continue
+        keys.update(dict.fromkeys(obj))
+        objects.append((n, obj))
+    missing = False
+    for column, spec_field, what in ((text_column, "data.text_column", "text"), (label_column, "data.label_column", "labels")):
+        if objects and all(column not in obj for _, obj in objects):
+            missing = True
+            add(objects[0][0], f"no field '{column}' in any row (fields: {', '.join(keys)})",
+                f"set {spec_field} to the field that holds the {what}")
+    if missing:
+        return
+    for n, obj in objects:
+        _check_row(rows, add, n, obj.get(text_column), obj.get(label_column), "field", text_column, label_column)
