@@ -405,11 +405,14 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     hf_logging.set_verbosity_error()  # the new head's "newly initialized" report is expected
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    from engine import methods
+
+    extra = methods.load_kwargs(spec)  # QLoRA: the base in 4-bit NF4 on the GPU; nothing otherwise
     try:
         model = AutoModelForSequenceClassification.from_pretrained(
             folder, local_files_only=True, num_labels=len(names),
             id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
-            problem_type="single_label_classification", ignore_mismatched_sizes=True)
+            problem_type="single_label_classification", ignore_mismatched_sizes=True, **extra)
     except ValueError as e:
         if "Unrecognized configuration class" not in str(e):
             raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", folder)]) from e
