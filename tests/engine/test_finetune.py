@@ -217,3 +217,17 @@ def test_the_recipe_runs_by_hand_under_torchrun(ember_home, tmp_path):
     assert (run_dir / "model" / "weights.safetensors").is_file()
     assert (run_dir / "checkpoints" / "latest").read_text() == "step-00000010"
     assert '"state":"succeeded"' in (run_dir / "events.jsonl").read_text().splitlines()[-1]
+
+
+def test_tiny_causal_lm_loss_decreases(engine_proc):
+    spec = {"task": "causal_lm", "method": {"kind": "full"}, "batch_size": 8, "max_steps": 40, "eval_every": 20,
+            "checkpoint_every": 40, "optim": {"lr": 0.003}}
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=spec)
+        done = wait_final(c, job["id"])
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        losses = list(train_losses(c, job["id"]).values())
+        assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+        evals = [e["metrics"] for e in events_of(c, job["id"], "eval")]
+        assert evals[-1]["perplexity"] < evals[0]["perplexity"]
+        assert events_of(c, job["id"], "train")[-1]["tokens_per_s"] > 0
