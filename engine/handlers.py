@@ -41,6 +41,11 @@ class JobsStart(Params):
     name: str = Field("", max_length=200)
 
 
+class DataPreview(Params):
+    spec: dict[str, Any]
+    n: int = Field(8, ge=1, le=64)
+
+
 class JobsList(Params):
     state: str | None = None
     kind: str | None = None
@@ -100,6 +105,27 @@ def _parse(model: type[Params], method: str, params: dict[str, Any]) -> Any:
                        {"fields": fields, "hint": "See docs/protocol.md for this method's params."}) from None
 
 
+async def _inspect(request: dict[str, Any]) -> Any:
+    """Run engine.recipes.check in a subprocess: it imports torch, the engine does not."""
+    import sys
+
+    from engine.jobs import job_env
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "engine.recipes.check", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=job_env())
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout=CHECK_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        proc.kill()
+        raise RpcError(INTERNAL_ERROR, f"Looking at the inputs took over {CHECK_TIMEOUT_S} s",
+                       {"hint": "Very large datasets are checked when the job starts instead."}) from None
+    if proc.returncode != 0:
+        raise RpcError(INTERNAL_ERROR, "The input check failed",
+                       {"hint": "See details; please report it.", "details": err.decode(errors="replace")[-2000:]})
+    return json.loads(out)
+
+
 class Handlers:
     def __init__(self, eng: Engine):
         self.engine = eng
@@ -111,6 +137,7 @@ class Handlers:
             "jobs.kinds": (NoParams, self.jobs_kinds),
             "jobs.start": (JobsStart, self.jobs_start),
             "jobs.check": (JobsStart, self.jobs_check),
+            "data.preview": (DataPreview, self.data_preview),
             "jobs.list": (JobsList, self.jobs_list),
             "jobs.get": (JobId, self.jobs_get),
             "jobs.stop": (JobId, self.jobs_stop),
@@ -177,25 +204,10 @@ class Handlers:
 
     async def jobs_check(self, _s: Session, p: JobsStart) -> Any:
         """Validate the spec and its inputs in a subprocess (torch stays out of the engine)."""
-        import sys
+        return await _inspect({"op": "check", "kind": p.kind, "spec": p.spec})
 
-        from engine.jobs import job_env
-
-        env = job_env()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "engine.recipes.check", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(json.dumps({"kind": p.kind, "spec": p.spec}).encode()),
-                                              timeout=CHECK_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            proc.kill()
-            raise RpcError(INTERNAL_ERROR, f"Checking the inputs took over {CHECK_TIMEOUT_S} s",
-                           {"hint": "Very large datasets are checked when the job starts instead."}) from None
-        if proc.returncode != 0:
-            raise RpcError(INTERNAL_ERROR, "The input check failed",
-                           {"hint": "See details; please report it.", "details": err.decode(errors="replace")[-2000:]})
-        return json.loads(out)
+    async def data_preview(self, _s: Session, p: DataPreview) -> Any:
+        return await _inspect({"op": "preview", "spec": p.spec, "n": p.n})
 
     async def jobs_list(self, _s: Session, p: JobsList) -> Any:
         return {"jobs": [public(r) for r in self.engine.store.list_runs(p.state, p.kind, p.limit)]}

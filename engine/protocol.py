@@ -37,6 +37,7 @@ METHODS: dict[str, str] = {
     "jobs.kinds": "Job kinds this engine can run, with their spec schemas.",
     "jobs.start": "{kind, spec, name?} -> the new job (queued or running).",
     "jobs.check": "{kind, spec} -> {issues: [{message, hint, file, line}]}: the spec and its input files, before launch.",
+    "data.preview": "{spec, n?} -> {samples: [{label, png_base64}], issues}: augmented training images of an image spec.",
     "jobs.list": "{state?, kind?, limit?} -> jobs, newest first.",
     "jobs.get": "{id} -> one job, with its result when it has one.",
     "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",

@@ -231,3 +231,16 @@ def test_tiny_causal_lm_loss_decreases(engine_proc):
         evals = [e["metrics"] for e in events_of(c, job["id"], "eval")]
         assert evals[-1]["perplexity"] < evals[0]["perplexity"]
         assert events_of(c, job["id"], "train")[-1]["tokens_per_s"] > 0
+
+
+def test_augmentation_preview_through_the_protocol(engine_proc):
+    import base64
+
+    spec = digits_spec(data={"augment": {"random_resized_crop": True, "horizontal_flip": True, "color_jitter": 0.3}})
+    with engine_proc.client() as c:
+        out = c.call("data.preview", spec=spec, n=6)
+        assert out["issues"] == [] and len(out["samples"]) == 6
+        assert {s["label"] for s in out["samples"]} <= {str(d) for d in range(10)}
+        assert all(base64.b64decode(s["png_base64"]).startswith(b"\x89PNG") for s in out["samples"])
+        text = c.call("data.preview", spec={"task": "text_classification"})
+        assert text["samples"] == [] and "image tasks" in text["issues"][0]["message"]
