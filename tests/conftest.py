@@ -64,7 +64,7 @@ class RunningEngine:
 def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0) -> subprocess.Popen:
     p.home.mkdir(parents=True, exist_ok=True)
     log = open(p.home / "engine.log", "ab")  # noqa: SIM115 - kept open for the process
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", *extra], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)

@@ -8,7 +8,7 @@ from tests.conftest import ROOT, kill_job_groups
 
 
 def ember(*args, timeout=60):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
