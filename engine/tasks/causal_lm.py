@@ -505,6 +505,7 @@ def load_data(spec: TrainSpec) -> TaskData:
 
 
 def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
+    """The model in fp32 on CPU; for method qlora, 4-bit NF4 on this rank's GPU (engine.methods)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -516,9 +517,14 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
         issues += _check_folder(folder)
     if issues or folder is None:
         raise InputError(issues)
+    from engine import methods
+
+    extra = methods.load_kwargs(spec)  # QLoRA: the base in 4-bit NF4 on the GPU; nothing otherwise
+    quant = extra.get("quantization_config")
+    dtype = quant.bnb_4bit_compute_dtype if quant is not None else torch.float32
     try:
         with _no_progress_bars():
-            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype, **extra)
     except Exception as exc:  # noqa: BLE001 - damaged weights, unknown architectures, missing shards, ...
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise InputError([Issue(f"could not load the model ({type(exc).__name__}: {first})",

@@ -451,6 +451,19 @@ def test_prompt_tuning_virtual_tokens_are_left_out_of_the_loss(tiny, one_thread)
     assert lm.eval_sums(tuned, batch)["tokens"] == plain_sums["tokens"]
 
 
+@pytest.mark.skipif("torch.cuda.is_available()", reason="checks the message on a machine without CUDA")
+def test_qlora_without_cuda_says_why(tiny):
+    from engine.jobctx import JobFailed
+
+    spec = TrainSpec(task="causal_lm", model={"path": str(tiny)}, method={"kind": "qlora"})
+    data = lm.load_data(spec)
+    with pytest.raises(JobFailed) as exc:
+        lm.build_model(spec, data)
+    assert str(exc.value) == ("QLoRA loads the base model in 4 bits with bitsandbytes, which needs a CUDA GPU; "
+                              "this machine has none")
+    assert exc.value.hint == "Use method lora (same adapters, full-precision base), or run on a CUDA host."
+
+
 def test_finalize_metrics():
     assert lm.finalize_metrics({"loss_sum": 20.0, "tokens": 10.0}) == {"loss": 2.0, "perplexity": math.exp(2.0)}
     assert lm.finalize_metrics({"loss_sum": 1e5, "tokens": 1.0})["perplexity"] == math.inf
