@@ -123,9 +123,14 @@ class JobManager:
 
     def _launch(self, run: dict[str, Any]) -> None:
         run_dir = Path(run["run_dir"])
-        env = job_env(EMBER_RUN_ID=run["id"])
         kind = JOB_KINDS[run["kind"]]
-        argv = local.command(kind.module, kind.spec_model.model_validate(run["spec"]), run_dir)
+        spec = kind.spec_model.model_validate(run["spec"])
+        argv = local.command(kind.module, spec, run_dir)
+        env = job_env(EMBER_RUN_ID=run["id"])
+        nproc = getattr(getattr(spec, "distributed", None), "nproc", 1)
+        if nproc > 1 and "OMP_NUM_THREADS" not in env:
+            # torchrun gives each worker one thread; on CPU, share the cores instead.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
         try:
             with open(run_dir / "stdout.log", "ab") as out:
                 proc = subprocess.Popen(
