@@ -124,6 +124,9 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
         # DeepSpeed keeps the schedule in its own checkpoint.
         objs = {} if layout == "deepspeed" else trainer_objs
         torch.save({k: v.state_dict() for k, v in objs.items() if v is not None}, tmp / "trainer.pt")
+        spec = trainer_state.pop("spec", None)
+        if spec is not None:
+            (tmp / "spec.json").write_text(json.dumps(spec, indent=1))  # what produced these weights
         (tmp / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step,
                                                             "world_size": world.size, "layout": layout}))
     dist.barrier(world)

@@ -364,7 +364,8 @@ class Trainer:
         path = checkpoint.save(
             self.ckpt_root, self.step, self.model, self.optimizer,
             {"scheduler": self.scheduler, "scaler": self.scaler},
-            {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals},
+            {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals,
+             "spec": self.spec.model_dump(mode="json")},
             self.world, self.layout, self.trainable_only, self.spec.keep_checkpoints)
         self.rc.emit("checkpoint", step=self.step, path=str(path), seconds=time.perf_counter() - t0)
         return path

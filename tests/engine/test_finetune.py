@@ -244,3 +244,32 @@ def test_augmentation_preview_through_the_protocol(engine_proc):
         assert all(base64.b64decode(s["png_base64"]).startswith(b"\x89PNG") for s in out["samples"])
         text = c.call("data.preview", spec={"task": "text_classification"})
         assert text["samples"] == [] and "image tasks" in text["issues"][0]["message"]
+
+
+@pytest.mark.parametrize("spec", [
+    {"task": "text_classification", "method": {"kind": "prompt_tuning", "num_virtual_tokens": 8},
+     "grad_accum": 2, "batch_size": 8, "data": {"max_length": 48}, "optim": {"lr": 0.01}},
+    {"task": "image_classification", "method": {"kind": "lora", "lora_r": 4}, "precision": "bf16",
+     "activation_checkpointing": True, "batch_size": 32, "optim": {"lr": 0.003}},
+    {"task": "causal_lm", "method": {"kind": "lora"}, "batch_size": 8,
+     "optim": {"optimizer": "sgd", "lr": 0.05, "schedule": "cosine", "warmup_steps": 3}},
+    {"task": "causal_lm", "method": {"kind": "full"}, "activation_checkpointing": True, "batch_size": 8,
+     "optim": {"lr": 0.003, "schedule": "one_cycle"}},
+], ids=["text-prompt-tuning-accum", "image-lora-bf16-ckpt", "lm-lora-sgd-cosine", "lm-full-ckpt-onecycle"])
+def test_methods_and_options_run_end_to_end(engine_proc, spec):
+    import math
+
+    spec = {**spec, "max_steps": 8, "eval_every": 8, "checkpoint_every": 4, "log_every": 1}
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=spec)
+        done = wait_final(c, job["id"])
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        info = events_of(c, job["id"], "run_info")[0]
+        assert info["method"] == spec["method"]["kind"]
+        assert 0 < info["trainable_params"] < info["total_params"] or spec["method"]["kind"] == "full"
+        train = events_of(c, job["id"], "train")
+        assert [e["step"] for e in train] == list(range(1, 9))
+        assert all(math.isfinite(e["loss"]) for e in train)
+        assert events_of(c, job["id"], "eval")
+    ckpt = os.path.join(done["run_dir"], "checkpoints", "step-00000008")
+    assert os.path.isfile(os.path.join(ckpt, "spec.json")) and os.path.isfile(os.path.join(ckpt, "manifest.json"))
