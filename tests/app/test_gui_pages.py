@@ -60,7 +60,7 @@ def test_settings_probe_shows_real_facts(qtbot, make_window, gui_home):
     assert f"{os.cpu_count()} logical cores" in facts.value("CPU")
     assert facts.value("Python").startswith(platform.python_version())
     assert facts.value("OS").startswith(platform.system())
-    assert "GB total" in facts.value("Memory") or "MB total" in facts.value("Memory")
+    assert "GiB total" in facts.value("Memory") or "MiB total" in facts.value("Memory")
     assert "free of" in facts.value("Disk")
     assert facts.value("GPUs")  # a device list, or the reason there is none
     assert settings.probe_status.text().startswith("Probed at")
