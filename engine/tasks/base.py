@@ -8,7 +8,12 @@ knows its model, its data and its metric. torch is imported inside functions.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -50,6 +55,25 @@ class TaskData:
     val: Dataset
     collate: Any  # callable(list[example]) -> dict[str, Tensor]
     info: dict[str, Any] = field(default_factory=dict)  # num_labels, label_names, counts, ...
+
+
+def build_once(final: Path, build: Callable[[Path], None]) -> Path:
+    """Create ``final`` with ``build(tmp)`` in a sibling temp dir, then rename: safe for racing ranks."""
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        build(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():  # someone else won the race if it is there now
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 class Task(Protocol):

@@ -34,13 +34,10 @@ import json
 import math
 import os
 import random
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.tasks.base import InputError, Issue, TaskData
+from engine.tasks.base import InputError, Issue, TaskData, build_once
 
 if TYPE_CHECKING:
     import torch
@@ -255,25 +252,6 @@ class Collator:
 # ---------------------------------------------------------------- model folder
 
 
-def _build_once(final: Path, build: Callable[[Path], None]) -> Path:
-    """Create ``final`` with ``build(tmp)`` in a sibling temp dir, then rename: safe for racing ranks."""
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        build(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():  # someone else won the race if it is there now
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 # The fallback template as a Jinja chat template (HF renders with trim_blocks, so the
 # newlines are string expressions, never literal text after a block tag).
 CHAT_TEMPLATE = (
@@ -349,7 +327,7 @@ def ensure_tiny_llama() -> Path:
     """The built-in tiny-llama model folder, written once (atomically) under EMBER_HOME."""
     from engine.paths import data_home
 
-    return _build_once(data_home() / "models" / BUILTIN_MODEL, lambda tmp: make_tiny_model_folder(tmp))
+    return build_once(data_home() / "models" / BUILTIN_MODEL, lambda tmp: make_tiny_model_folder(tmp))
 
 
 def _model_dir(spec: TrainSpec) -> tuple[Path | None, list[Issue]]:

@@ -21,15 +21,12 @@ from __future__ import annotations
 import io
 import os
 import random
-import shutil
-import tempfile
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.tasks import image_models
-from engine.tasks.base import InputError, Issue, TaskData
+from engine.tasks.base import InputError, Issue, TaskData, build_once
 from engine.tasks.image_models import block_types as block_types  # re-exported: the Task protocol
 from engine.tasks.image_models import head_modules as head_modules
 from engine.tasks.image_models import lora_targets as lora_targets
@@ -188,25 +185,6 @@ def _split(classes: dict[str, list[Path]], fraction: float, seed: int) -> tuple[
 # ---------------------------------------------------------------- data: built-in digits
 
 
-def _build_once(final: Path, build: Callable[[Path], None]) -> Path:
-    """Create ``final`` with ``build(tmp)`` in a sibling temp dir, then rename: safe for racing ranks."""
-    if final.is_dir():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        build(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():  # someone else won the race if it is there now
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 def _write_digits(root: Path) -> None:
     import numpy as np
     from PIL import Image
@@ -235,7 +213,7 @@ def ensure_digits() -> Path:
     """The built-in digits image folder (``train/<digit>/*.png``, ``val/<digit>/*.png``), made on first use."""
     from engine.paths import data_home
 
-    return _build_once(data_home() / "datasets" / "digits", _write_digits)
+    return build_once(data_home() / "datasets" / "digits", _write_digits)
 
 
 # ---------------------------------------------------------------- data: datasets
