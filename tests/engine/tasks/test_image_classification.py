@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.tasks import image_classification as ic
-from engine.tasks.base import InputError, Issue, TaskData
+from engine.tasks.base import InputError, Issue, TaskData, build_once
 from engine.train_spec import TrainSpec
 
 torch = pytest.importorskip("torch")
@@ -101,7 +101,7 @@ def test_build_once_is_safe_when_ranks_race(tmp_path):
 
     def worker():
         try:
-            results.append(ic._build_once(final, build))
+            results.append(build_once(final, build))
         except Exception as exc:  # noqa: BLE001 - collected and asserted below
             errors.append(exc)
 
