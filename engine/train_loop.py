@@ -31,6 +31,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def total_steps(spec: TrainSpec, n_train: int, world_size: int) -> int:
+    if spec.max_steps is not None:
+        return spec.max_steps
+    per_epoch = max(1, (n_train // (spec.batch_size * world_size)) // spec.grad_accum)
+    return max(1, math.ceil(per_epoch * (spec.epochs or 1)))
+
+
 def make_schedule(optimizer: Any, spec: TrainSpec, steps: int) -> Any:
     import torch
 
@@ -122,8 +129,6 @@ class Trainer:
         self.model = self.strategy.wrap(model, world, spec, self.task)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(params, spec)
-        from engine.recipes.finetune import total_steps
-
         self.steps = total_steps(spec, len(self.data.train), world.size)
         self.scheduler = make_schedule(self.optimizer, spec, self.steps)
         if self.deepspeed:

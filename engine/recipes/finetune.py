@@ -15,7 +15,6 @@ current step, a checkpoint is written, and the run can be resumed.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
@@ -123,13 +122,6 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
                 "Try a smaller batch_size (with grad_accum to keep the effective batch), method lora, "
                 "distributed.strategy fsdp or deepspeed with zero_stage 3, or activation_checkpointing.")
     return f"{type(exc).__name__}: {exc}", "See stdout.log in the run directory for the traceback."
-
-
-def total_steps(spec: TrainSpec, n_train: int, world_size: int) -> int:
-    if spec.max_steps is not None:
-        return spec.max_steps
-    per_epoch = max(1, (n_train // (spec.batch_size * world_size)) // spec.grad_accum)
-    return max(1, math.ceil(per_epoch * (spec.epochs or 1)))
 
 
 if __name__ == "__main__":
