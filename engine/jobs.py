@@ -92,10 +92,8 @@ class JobManager:
     def _set_state(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
         self.store.update_run(run_id, state=state, **fields)
         run = self.get(run_id)
-        note = {"id": run_id, "kind": run["kind"], "name": run["name"], "state": state}
-        if run.get("error"):
-            note["error"] = run["error"]
-        self.bus.publish("jobs", note)
+        # The whole record, so a client's view has times, exit code and error with the state.
+        self.bus.publish("jobs", public(run))
         return run
 
     def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
@@ -107,7 +105,7 @@ class JobManager:
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
         })
-        self.bus.publish("jobs", {"id": run_id, "kind": kind, "name": name or kind, "state": "queued"})
+        self.bus.publish("jobs", public(self.get(run_id)))
         self.schedule()
         return self.get(run_id)
 
