@@ -23,13 +23,6 @@ FOLDER_HINT = ("set model.path to a Hugging Face model folder (config.json, weig
                "as save_pretrained writes)")
 
 
-@pytest.fixture(autouse=True)
-def ember_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    monkeypatch.setenv("EMBER_HOME", str(home))
-    return home
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return lm.make_tiny_model_folder(tmp_path_factory.mktemp("models") / "tiny", seed=0)

@@ -19,13 +19,6 @@ pytest.importorskip("torchvision")
 Image = pytest.importorskip("PIL.Image")
 
 
-@pytest.fixture(autouse=True)
-def ember_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    monkeypatch.setenv("EMBER_HOME", str(home))
-    return home
-
-
 @pytest.fixture(scope="module")
 def digits_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One rendered digits folder (1,797 files) for the whole module."""
