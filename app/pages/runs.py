@@ -132,14 +132,11 @@ class RunsPage(QWidget):
         if not data.get("id"):
             return
         is_new = self.model.row_of(data["id"]) < 0
-        self.model.upsert(data)
+        # The event carries the whole public record (state, times, exit code, error).
+        self._on_job_record(data)
         self.list_stack.setCurrentWidget(self.table)
         if is_new and self._selected_id is None:
             self.table.selectRow(0)
-        # The event carries only the state; fetch the record for times and errors.
-        self._client.request("jobs.get", {"id": data["id"]}, self._on_job_record,
-                             lambda _err: None)
-        self._update_buttons()
 
     def _on_job_record(self, job: dict[str, Any]) -> None:
         job = {k: v for k, v in job.items() if k != "result"}
