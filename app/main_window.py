@@ -128,6 +128,18 @@ class MainWindow(QMainWindow):
         self.sidebar.setCurrentRow(_row_of(key))
         return self.page(key)
 
+    # Cross-page navigation: pages call these through self.window().
+    def open_run(self, job_id: str) -> None:
+        """Watch ``job_id`` on the Monitor page."""
+        self.show_page("monitor").show_run(job_id)
+
+    def duplicate_run(self, spec: dict, name: str = "") -> None:
+        """Open the New fine-tune wizard filled in with ``spec``."""
+        self.show_page("new_finetune").load_spec(spec, name)
+
+    def compare_runs(self, ids: list[str]) -> None:
+        self.show_page("compare").set_runs(ids)
+
     def _show_row(self, row: int) -> None:
         if 0 <= row < len(PAGES):
             self.stack.setCurrentWidget(self.page(PAGES[row].key))
