@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from collections import deque
 from pathlib import Path
@@ -11,15 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.jobs import public
+from engine import machine, templates
 from engine.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    INVALID_STATE,
     METHOD_NOT_FOUND,
     METHODS,
     NOT_FOUND,
     RpcError,
 )
+from engine.run_records import artifacts, delete_files, record
 from engine.specs import JOB_KINDS, SpecError, validate_spec
 
 if TYPE_CHECKING:
@@ -44,6 +48,30 @@ class JobsStart(Params):
 class DataPreview(Params):
     spec: dict[str, Any]
     n: int = Field(8, ge=1, le=64)
+
+
+class SpecOnly(Params):
+    spec: dict[str, Any]
+
+
+class DataInspect(Params):
+    spec: dict[str, Any]
+    n: int = Field(12, ge=1, le=200)
+
+
+class TemplateSave(Params):
+    name: str = Field(min_length=1, max_length=80)
+    kind: str = "train.finetune"
+    spec: dict[str, Any]
+
+
+class TemplateName(Params):
+    name: str = Field(min_length=1, max_length=80)
+
+
+class JobsDelete(Params):
+    id: str = Field(min_length=1, max_length=100)
+    files: bool = True
 
 
 class JobsList(Params):
@@ -92,7 +120,9 @@ class DiagBurst(Params):
 CHECK_TIMEOUT_S = 120
 
 # Requests that change state are written to the audit log.
-AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "engine.shutdown"}
+AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete", "engine.shutdown",
+           "templates.save", "templates.delete"}
+FACTS_CACHE = 32  # model facts kept per engine: a wizard revisits the same few models
 
 
 def _parse(model: type[Params], method: str, params: dict[str, Any]) -> Any:
@@ -138,11 +168,20 @@ class Handlers:
             "jobs.start": (JobsStart, self.jobs_start),
             "jobs.check": (JobsStart, self.jobs_check),
             "data.preview": (DataPreview, self.data_preview),
+            "data.inspect": (DataInspect, self.data_inspect),
+            "models.inspect": (SpecOnly, self.models_inspect),
+            "estimate.fit": (SpecOnly, self.estimate_fit),
+            "machine.info": (NoParams, self.machine_info),
+            "templates.list": (NoParams, self.templates_list),
+            "templates.save": (TemplateSave, self.templates_save),
+            "templates.delete": (TemplateName, self.templates_delete),
             "jobs.list": (JobsList, self.jobs_list),
             "jobs.get": (JobId, self.jobs_get),
             "jobs.stop": (JobId, self.jobs_stop),
             "jobs.cancel": (JobId, self.jobs_cancel),
             "jobs.resume": (JobId, self.jobs_resume),
+            "jobs.delete": (JobsDelete, self.jobs_delete),
+            "jobs.artifacts": (JobId, self.jobs_artifacts),
             "jobs.metrics": (JobsMetrics, self.jobs_metrics),
             "jobs.logs": (JobsLogs, self.jobs_logs),
             "subscribe": (Subscribe, self.subscribe),
@@ -152,6 +191,8 @@ class Handlers:
             "diag.burst": (DiagBurst, self.diag_burst),
         }
         assert set(self.table) | {"hello"} == set(METHODS), "METHODS and handlers disagree"
+        self._facts: dict[str, Any] = {}  # model facts by what determines them (see _facts_key)
+        self._facts_locks: dict[str, asyncio.Lock] = {}
 
     async def dispatch(self, session: Session, method: str, params: dict[str, Any]) -> Any:
         if method not in self.table:
@@ -200,7 +241,11 @@ class Handlers:
             spec = validate_spec(p.kind, p.spec)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
-        return public(self.engine.jobs.submit(p.kind, spec, p.name))
+        run = self.engine.jobs.submit(p.kind, spec, p.name)
+        if p.kind == "train.finetune":
+            # The estimate is stored with the run, so its error shows once the run has measured its peak.
+            asyncio.ensure_future(self._store_estimate(run["id"], p.spec))
+        return record(self.engine.store, run)
 
     async def jobs_check(self, _s: Session, p: JobsStart) -> Any:
         """Validate the spec and its inputs in a subprocess (torch stays out of the engine)."""
@@ -209,24 +254,114 @@ class Handlers:
     async def data_preview(self, _s: Session, p: DataPreview) -> Any:
         return await _inspect({"op": "preview", "spec": p.spec, "n": p.n})
 
+    async def data_inspect(self, _s: Session, p: DataInspect) -> Any:
+        return await _inspect({"op": "inspect_data", "spec": p.spec, "n": p.n})
+
+    @staticmethod
+    def _facts_key(spec: dict[str, Any]) -> str:
+        """What model facts depend on: the model, the method, the example size and its files' times."""
+        data = spec.get("data") or {}
+        key = {"task": spec.get("task"), "model": spec.get("model"), "method": spec.get("method"),
+               "max_length": data.get("max_length"), "image_size": data.get("image_size"),
+               "data": [data.get("builtin"), data.get("path")]}
+        path = (spec.get("model") or {}).get("path")
+        if path:
+            with contextlib.suppress(OSError):
+                key["mtime"] = Path(path).expanduser().stat().st_mtime
+        return json.dumps(key, sort_keys=True, default=str)
+
+    async def _model_facts(self, spec: dict[str, Any]) -> dict[str, Any]:
+        key = self._facts_key(spec)
+        lock = self._facts_locks.setdefault(key, asyncio.Lock())
+        async with lock:  # a wizard asking twice while the first look runs waits for it
+            if key not in self._facts:
+                answer = await _inspect({"op": "facts", "spec": spec})
+                if answer.get("facts") is None and not answer.get("issues"):
+                    return answer
+                self._facts[key] = answer
+                while len(self._facts) > FACTS_CACHE:
+                    self._facts.pop(next(iter(self._facts)))
+            return self._facts[key]
+
+    async def models_inspect(self, _s: Session, p: SpecOnly) -> Any:
+        return await self._model_facts(p.spec)
+
+    async def estimate_fit(self, _s: Session, p: SpecOnly) -> Any:
+        try:
+            spec = validate_spec("train.finetune", p.spec)
+        except SpecError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
+        looked = await self._model_facts(p.spec)
+        if not looked.get("facts"):
+            issues = looked.get("issues") or []
+            first = issues[0] if issues else {"message": "the model could not be inspected", "hint": ""}
+            raise RpcError(INVALID_PARAMS, f"Cannot estimate: {first['message']}",
+                           {"hint": first.get("hint", ""), "issues": issues})
+        from engine.estimate.memory import estimate
+
+        return estimate(spec, looked["facts"], machine.info(self.engine.paths.home))
+
+    async def _store_estimate(self, run_id: str, spec: dict[str, Any]) -> None:
+        try:
+            est = await self.estimate_fit(None, SpecOnly(spec=spec))  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - an estimate is a nicety; the run goes on without one
+            logging.getLogger(__name__).info("no estimate for %s", run_id, exc_info=True)
+            return
+        peak = max((d["total"] for d in est.get("devices", [])), default=None)
+        run = self.engine.store.get_run(run_id)
+        if run is None:
+            return
+        with contextlib.suppress(OSError):
+            (Path(run["run_dir"]) / "estimate.json").write_text(json.dumps(est, indent=1), encoding="utf-8")
+        self.engine.store.update_run(run_id, estimated_peak=peak)
+
+    async def machine_info(self, _s: Session, _p: NoParams) -> Any:
+        return machine.info(self.engine.paths.home)
+
+    def _templates_dir(self) -> Path:
+        return self.engine.paths.home / "templates"
+
+    async def templates_list(self, _s: Session, _p: NoParams) -> Any:
+        return {"templates": templates.list_all(self._templates_dir())}
+
+    async def templates_save(self, _s: Session, p: TemplateSave) -> Any:
+        return templates.save(self._templates_dir(), p.name, p.kind, p.spec)
+
+    async def templates_delete(self, _s: Session, p: TemplateName) -> Any:
+        return templates.delete(self._templates_dir(), p.name)
+
+    async def jobs_delete(self, _s: Session, p: JobsDelete) -> Any:
+        run = self.engine.jobs.get(p.id)
+        if run["state"] in ("queued", "running", "stopping"):
+            raise RpcError(INVALID_STATE, f"Job {p.id} is {run['state']}; only a finished job can be deleted",
+                           {"hint": "Cancel it first, then delete it."})
+        freed = delete_files(self.engine.paths.runs, Path(run["run_dir"])) if p.files else 0
+        self.engine.store.delete_run(p.id)
+        self.engine.bus.publish("jobs", {"id": p.id, "deleted": True})
+        return {"ok": True, "freed_bytes": freed}
+
+    async def jobs_artifacts(self, _s: Session, p: JobId) -> Any:
+        return artifacts(self.engine.store, self.engine.jobs.get(p.id))
+
     async def jobs_list(self, _s: Session, p: JobsList) -> Any:
-        return {"jobs": [public(r) for r in self.engine.store.list_runs(p.state, p.kind, p.limit)]}
+        store = self.engine.store
+        return {"jobs": [record(store, r) for r in store.list_runs(p.state, p.kind, p.limit)]}
 
     async def jobs_get(self, _s: Session, p: JobId) -> Any:
-        run = public(self.engine.jobs.get(p.id))
+        run = record(self.engine.store, self.engine.jobs.get(p.id))
         result_file = Path(run["run_dir"]) / "result.json"
         if result_file.exists():
             run["result"] = json.loads(result_file.read_text(encoding="utf-8"))
         return run
 
     async def jobs_stop(self, _s: Session, p: JobId) -> Any:
-        return public(self.engine.jobs.stop(p.id))
+        return record(self.engine.store, self.engine.jobs.stop(p.id))
 
     async def jobs_cancel(self, _s: Session, p: JobId) -> Any:
-        return public(self.engine.jobs.cancel(p.id))
+        return record(self.engine.store, self.engine.jobs.cancel(p.id))
 
     async def jobs_resume(self, _s: Session, p: JobId) -> Any:
-        return public(self.engine.jobs.resume(p.id))
+        return record(self.engine.store, self.engine.jobs.resume(p.id))
 
     async def jobs_metrics(self, _s: Session, p: JobsMetrics) -> Any:
         self.engine.jobs.get(p.id)

@@ -27,6 +27,7 @@ from engine.follower import Follower
 from engine.launch import local
 from engine.paths import Paths
 from engine.protocol import INVALID_STATE, NOT_FOUND, RpcError
+from engine.run_records import measured_peak, record
 from engine.specs import JOB_KINDS, dump_job_yaml
 from engine.store import Store
 
@@ -47,12 +48,6 @@ def job_env(**extra: str) -> dict[str, str]:
 
 def new_run_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
-
-
-def public(run: dict[str, Any]) -> dict[str, Any]:
-    keys = ("id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "exit_code",
-            "error", "run_dir", "spec", "parent_id", "host")
-    return {k: run.get(k) for k in keys}
 
 
 def _process_matches(pid: int | None, started: float | None) -> bool:
@@ -93,7 +88,7 @@ class JobManager:
         self.store.update_run(run_id, state=state, **fields)
         run = self.get(run_id)
         # The whole record, so a client's view has times, exit code and error with the state.
-        self.bus.publish("jobs", public(run))
+        self.bus.publish("jobs", record(self.store, run))
         return run
 
     def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
@@ -105,7 +100,7 @@ class JobManager:
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
         })
-        self.bus.publish("jobs", public(self.get(run_id)))
+        self.bus.publish("jobs", record(self.store, self.get(run_id)))
         self.schedule()
         return self.get(run_id)
 
@@ -196,7 +191,9 @@ class JobManager:
                      "hint": "See stdout.log in the run directory; if it was killed for memory, "
                              "try a smaller batch."}
         self.bus.flush()  # the job's own events go out before its final state
-        self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error)
+        peak = measured_peak(self.store, run_id) if run["kind"] == "train.finetune" else None
+        self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error,
+                        measured_peak=peak)
         self.schedule()
 
     # ---- control

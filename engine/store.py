@@ -91,13 +91,18 @@ MIGRATIONS: list[str] = [
         meta TEXT NOT NULL DEFAULT '{}'
     );
     """,
+    # v3: estimated and measured peak memory per rank, so the estimator's error is visible.
+    """
+    ALTER TABLE runs ADD COLUMN estimated_peak INTEGER;
+    ALTER TABLE runs ADD COLUMN measured_peak INTEGER;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _RUN_COLUMNS = (
     "id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "pid_started",
     "exit_code", "error", "run_dir", "spec", "parent_id", "host", "events_offset",
-    "reported_state", "stop_requested",
+    "reported_state", "stop_requested", "estimated_peak", "measured_peak",
 )
 _JSON_COLUMNS = {"error", "spec"}
 # Secrets never reach the audit log.
@@ -200,6 +205,33 @@ class Store:
             [*args, limit],
         ).fetchall()
         return [self._run(r) for r in rows]
+
+    def child_runs(self, run_id: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT id FROM runs WHERE parent_id=? ORDER BY created_at", (run_id,))]
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run and everything stored for it, in one transaction."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ("metrics", "events", "artifacts"):
+                self.db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
+            self.db.execute("UPDATE runs SET parent_id=NULL WHERE parent_id=?", (run_id,))
+            self.db.execute("DELETE FROM runs WHERE id=?", (run_id,))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def best_metric(self, run_id: str) -> dict[str, Any] | None:
+        """The best evaluation of a run: highest accuracy, else lowest perplexity, else lowest loss."""
+        for name, pick in (("accuracy", "MAX"), ("perplexity", "MIN"), ("loss", "MIN")):
+            row = self.db.execute(
+                f"SELECT value, step FROM metrics WHERE run_id=? AND kind='eval' AND name=? "
+                f"AND value = (SELECT {pick}(value) FROM metrics WHERE run_id=? AND kind='eval' AND name=?) "
+                f"ORDER BY step LIMIT 1", (run_id, name, run_id, name)).fetchone()
+            if row is not None:
+                return {"metric": name, "value": row[0], "step": row[1]}
+        return None
 
     def count_runs_by_state(self) -> dict[str, int]:
         rows = self.db.execute("SELECT state, COUNT(*) FROM runs GROUP BY state").fetchall()

@@ -1,7 +1,8 @@
 """Look at a job's inputs before launch, in a process of its own.
 
-Reads ``{"op": "check" | "preview", "kind": ..., "spec": {...}, "n": 8}`` as JSON on
-stdin. ``check`` prints ``{"issues": [{message, hint, file, line}, ...]}`` (the
+Reads ``{"op": "check" | "preview" | "inspect_data" | "facts", "kind": ..., "spec": {...}, "n": 8}``
+as JSON on stdin (``inspect_data``: engine/inspect_data.py; ``facts``: the model measured on the
+meta device by engine/estimate/facts.py). ``check`` prints ``{"issues": [{message, hint, file, line}, ...]}`` (the
 spec, then the files, rows, labels and model folder); ``preview`` prints
 ``{"samples": [{"label", "png_base64"}]}``: augmented training images, as the
 wizard shows them. The engine runs this in a subprocess (``jobs.check``,
@@ -52,10 +53,52 @@ def preview(spec_doc: dict, n: int) -> dict:
             "issues": []}
 
 
+def _spec_issues(spec_doc: dict) -> list[dict]:
+    return [{**i, "field": i["message"].split(":", 1)[0] if ":" in i["message"] else ""}
+            for i in check("train.finetune", spec_doc)]
+
+
+def inspect_data(spec_doc: dict, n: int) -> dict:
+    try:
+        spec = validate_spec("train.finetune", spec_doc)
+    except SpecError:
+        return {"kind": "table", "columns": [], "rows": [], "thumbnails": [], "class_counts": {},
+                "n_train": 0, "n_val": 0, "issues": _spec_issues(spec_doc)}
+    from engine.inspect_data import inspect_data as look
+
+    return look(spec, n)
+
+
+def _model_field(spec) -> str:
+    return "model.path" if spec.model.path and not spec.model.builtin else "model.builtin"
+
+
+def facts(spec_doc: dict) -> dict:
+    """The model's facts from the meta device, or the issues that stop it being read."""
+    try:
+        spec = validate_spec("train.finetune", spec_doc)
+    except SpecError:
+        return {"ok": False, "issues": _spec_issues(spec_doc), "facts": None}
+    from engine.estimate.facts import model_facts
+    from engine.tasks.base import InputError
+
+    try:
+        found = model_facts(spec)
+    except InputError as exc:
+        return {"ok": False, "facts": None,
+                "issues": [{**asdict(i), "field": _model_field(spec)} for i in exc.issues]}
+    return {"ok": True, "issues": [], "facts": found}
+
+
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    if request.get("op") == "preview":
+    op = request.get("op")
+    if op == "preview":
         answer = preview(request.get("spec") or {}, int(request.get("n", 8)))
+    elif op == "inspect_data":
+        answer = inspect_data(request.get("spec") or {}, int(request.get("n", 12)))
+    elif op == "facts":
+        answer = facts(request.get("spec") or {})
     else:
         answer = {"issues": check(request["kind"], request.get("spec") or {})}
     sys.stdout.write(json.dumps(answer) + "\n")

@@ -1,0 +1,106 @@
+"""What the run history shows of a job: its summary, checkpoints, artifacts and lineage.
+
+Everything here reads the store and the run directory; nothing imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from engine.store import Store
+
+
+def public(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "exit_code",
+            "error", "run_dir", "spec", "parent_id", "host")
+    return {k: run.get(k) for k in keys}
+
+
+def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    spec = run.get("spec") or {}
+    out: dict[str, Any] = {"task": None, "model": None, "method": None, "strategy": None, "nproc": None,
+                           "best": None, "estimated_peak": run.get("estimated_peak"),
+                           "measured_peak": run.get("measured_peak")}
+    if run.get("kind") == "train.finetune":
+        from engine.train_spec import TrainSpec
+
+        try:
+            parsed = TrainSpec.model_validate(spec)
+        except ValueError:  # a record written by an older version; show what is there
+            parsed = None
+        if parsed is not None:
+            out.update(task=parsed.task, model=parsed.model_name(), method=parsed.method.kind,
+                       strategy=parsed.distributed.strategy, nproc=parsed.distributed.nproc)
+        out["best"] = store.best_metric(run["id"])
+    return out
+
+
+def record(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    """The public job record with its summary: what jobs.list/get and the ``jobs`` topic carry."""
+    rec = public(run)
+    rec["summary"] = summary(store, run)
+    return rec
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    try:
+        latest = (root / "latest").read_text(encoding="utf-8").strip()
+    except OSError:
+        latest = ""
+    found = []
+    for ckpt in sorted(p for p in root.glob("step-*") if p.is_dir()):
+        try:
+            step = int(ckpt.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        found.append({"step": step, "path": str(ckpt), "bytes": _tree_bytes(ckpt),
+                      "created": ckpt.stat().st_mtime, "latest": ckpt.name == latest,
+                      "complete": (ckpt / "manifest.json").is_file()})
+    return found
+
+
+def artifacts(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    run_id = run["id"]
+    found = []
+    for _seq, _topic, t, data in store.query_events([f"run/{run_id}/artifact"], 0, None, 10_000):
+        event = json.loads(data)
+        path = Path(event.get("path", ""))
+        found.append({"type": event.get("type", ""), "path": str(path), "step": event.get("step"), "t": t,
+                      "bytes": _tree_bytes(path) if path.exists() else None, "exists": path.exists()})
+    return {"checkpoints": checkpoints(Path(run["run_dir"])), "artifacts": found,
+            "parent": run.get("parent_id"), "children": store.child_runs(run_id),
+            "memory": {"estimated": run.get("estimated_peak"), "measured": run.get("measured_peak")}}
+
+
+def measured_peak(store: Store, run_id: str) -> int | None:
+    """The highest per-rank peak the run's memory events recorded."""
+    best = None
+    for _seq, _topic, _t, data in store.query_events([f"run/{run_id}/memory"], 0, None, 100_000):
+        for rank in json.loads(data).get("ranks", []):
+            # CUDA: the allocator's peak; CPU: the process's peak resident set.
+            value = rank.get("peak") if rank.get("peak") is not None else rank.get("peak_rss")
+            if isinstance(value, (int, float)):
+                best = max(best or 0, int(value))
+    return best
+
+
+def delete_files(runs_root: Path, run_dir: Path) -> int:
+    """Delete a run directory (only one inside the runs folder); returns the bytes freed."""
+    run_dir = run_dir.resolve()
+    if runs_root.resolve() not in run_dir.parents or not run_dir.is_dir():
+        return 0
+    freed = _tree_bytes(run_dir)
+    shutil.rmtree(run_dir)
+    return freed
