@@ -20,7 +20,7 @@ from engine import paths as paths_mod
 from engine.client import EngineClient, EngineNotRunning, ensure_engine
 from engine.protocol import RpcError
 
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def _when(t: float | None) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.eventbus import EventBus
 
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+TERMINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 # Read at most this much per poll, so one chatty job cannot stall the engine's loop.
 MAX_READ = 4 * 1024 * 1024
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.specs import Spec, SpecError, validate_spec
 
-TERMINAL_STATES = ("succeeded", "failed", "cancelled")
+TERMINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 
 
 class JobFailed(Exception):
@@ -88,7 +88,7 @@ def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | Non
     ctx.status("running", pid=os.getpid())
     try:
         _kind, spec = load_spec(args.run_dir)
-        final = main(ctx, spec) or ("cancelled" if ctx.stop_requested else "succeeded")
+        final = main(ctx, spec) or ("stopped" if ctx.stop_requested else "succeeded")
         ctx.status(final)
         return 0
     except (JobFailed, SpecError) as exc:

@@ -34,7 +34,8 @@ from engine.store import Store
 log = logging.getLogger(__name__)
 
 ACTIVE = ("running", "stopping")
-FINAL = ("succeeded", "failed", "cancelled")
+# stopped: ended gracefully on request (checkpoint written, resumable); cancelled: killed, or never started.
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
 POLL_S = 0.1
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
@@ -181,7 +182,7 @@ class JobManager:
         if reported:
             state = reported
         elif run.get("stop_requested"):
-            state = "cancelled"
+            state = "stopped" if run["stop_requested"] == "stop" else "cancelled"
         else:
             state = "failed"
             how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
@@ -214,7 +215,7 @@ class JobManager:
         if not JOB_KINDS[run["kind"]].resumable:
             raise RpcError(INVALID_STATE, f"{run['kind']} jobs cannot be resumed",
                            {"hint": "Start a new job instead."})
-        if run["state"] not in ("cancelled", "failed"):
+        if run["state"] not in ("stopped", "cancelled", "failed"):
             raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a stopped or failed job can be resumed",
                            {"hint": "Wait for it to end, or stop it first."})
         self.store.update_run(run_id, ended_at=None, exit_code=None, error=None, reported_state=None,

@@ -274,7 +274,7 @@ class Trainer:
                 path = self._checkpoint()
                 rc.emit("stopped", step=self.step, checkpoint=str(path))
                 rc.log(f"stopped at step {self.step}; checkpoint {path.name}")
-                outcome = "cancelled"
+                outcome = "stopped"
                 break
             if self.step % spec.checkpoint_every == 0 or self.step == self.steps:
                 self._checkpoint()

@@ -20,7 +20,7 @@ from app.widgets.common import FactsView, card, label
 from engine.protocol import RpcError
 
 PROBE_KIND = "system.probe"
-FINAL_STATES = ("succeeded", "failed", "cancelled")
+FINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 STATUS_REFRESH_MS = 5000
 
 

@@ -9,13 +9,14 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
+from app.jobs_model import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
 from app.main_window import PAGES
 from app.widgets.placeholder import PlaceholderPage
 from engine.client import EngineClient
 from tests.app.conftest import wait_connected
 
 pytestmark = pytest.mark.slow
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def visible_words(page) -> str:
@@ -92,18 +93,19 @@ def test_runs_page_follows_a_job_started_by_another_client(qtbot, make_window, g
                          spec={"samples": 600, "interval_s": 0.2}, name="long probe")
         qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "running", timeout=30_000)
         row = runs.model.row_of(job["id"])
-        assert runs.model.index(row, 2).data() == "long probe"
-        assert runs.model.index(row, 1).data() == "system.probe"
+        assert runs.model.index(row, NAME_COLUMN).data() == "long probe"
+        assert runs.model.job(row)["kind"] == "system.probe"
+        assert runs.model.index(row, TASK_COLUMN).data() == "—"  # not a fine-tune
         assert runs.list_stack.currentWidget() is runs.table
 
-        runs.table.selectRow(row)
+        assert runs.select_run(job["id"])
         assert runs.stop_button.isEnabled() and runs.cancel_button.isEnabled()
         other.call("jobs.cancel", id=job["id"])
         qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "cancelled", timeout=30_000)
         assert not runs.stop_button.isEnabled() and not runs.cancel_button.isEnabled()
         # The event carries the state; the record with its end time follows (duration).
-        qtbot.waitUntil(lambda: runs.model.index(runs.model.row_of(job["id"]), 5).data() != "—",
-                        timeout=10_000)
+        qtbot.waitUntil(lambda: runs.model.index(runs.model.row_of(job["id"]),
+                                                 DURATION_COLUMN).data() != "—", timeout=10_000)
 
 
 def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, gui_home):
@@ -114,7 +116,7 @@ def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, 
         job = other.call("jobs.start", kind="system.probe",
                          spec={"samples": 600, "interval_s": 0.2})
     qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "running", timeout=30_000)
-    runs.table.selectRow(runs.model.row_of(job["id"]))
+    assert runs.select_run(job["id"])
     details = runs.details
     # Events arrive live while the job runs: wait for its facts before stopping it.
     qtbot.waitUntil(lambda: " result " in details.events_view.toPlainText(), timeout=30_000)

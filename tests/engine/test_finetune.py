@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def digits_spec(**overrides):
@@ -60,7 +60,7 @@ def test_stop_then_resume_gives_the_same_losses_as_an_uninterrupted_run(engine_p
         wait_for(lambda: len(events_of(c, interrupted["id"], "train")) >= 8, timeout=120, what="8 steps")
         c.call("jobs.stop", id=interrupted["id"])
         stopped = wait_final(c, interrupted["id"])
-        assert stopped["state"] == "cancelled"
+        assert stopped["state"] == "stopped"
         stop_step = events_of(c, interrupted["id"], "stopped")[0]["step"]
         assert 8 <= stop_step < 40
         c.call("jobs.resume", id=interrupted["id"])
@@ -284,7 +284,7 @@ def test_sharded_runs_stop_and_resume_from_their_own_checkpoint_format(engine_pr
         job = c.call("jobs.start", kind="train.finetune", spec=spec)
         wait_for(lambda: len(events_of(c, job["id"], "train")) >= 5, timeout=300, what="5 steps")
         c.call("jobs.stop", id=job["id"])
-        assert wait_final(c, job["id"])["state"] == "cancelled"
+        assert wait_final(c, job["id"])["state"] == "stopped"
         stop_step = events_of(c, job["id"], "stopped")[0]["step"]
         c.call("jobs.resume", id=job["id"])
         done = wait_final(c, job["id"], timeout=300)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import wait_for
 
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def wait_state(client, job_id, states, timeout=30.0):
@@ -54,16 +54,16 @@ def test_live_events_follow_a_sampling_job(engine_proc):
         assert states[-1] == "succeeded" and "running" in states
 
 
-def test_graceful_stop_ends_cancelled_with_final_status_from_the_job(engine_proc):
+def test_graceful_stop_ends_stopped_with_final_status_from_the_job(engine_proc):
     with engine_proc.client() as c:
         job = c.call("jobs.start", kind="system.probe", spec={"samples": 10_000, "interval_s": 0.05})
         wait_for(lambda: c.call("events.query", topics=[f"run/{job['id']}/sample"])["events"], what="a sample")
         assert c.call("jobs.stop", id=job["id"])["state"] == "stopping"
         done = wait_state(c, job["id"], FINAL)
-        assert done["state"] == "cancelled"
+        assert done["state"] == "stopped"
         assert done["exit_code"] == 0  # the job handled SIGTERM and exited cleanly
         last = json.loads((Path(done["run_dir"]) / "events.jsonl").read_text().splitlines()[-1])
-        assert last == {**last, "kind": "status", "state": "cancelled"}
+        assert last == {**last, "kind": "status", "state": "stopped"}
 
 
 def test_cancel_kills_the_process_group(engine_proc):
