@@ -146,6 +146,9 @@ async def _inspect(request: dict[str, Any]) -> Any:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=job_env())
     try:
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout=CHECK_TIMEOUT_S)
+    except asyncio.CancelledError:  # the client went away: the look is no longer wanted
+        proc.kill()
+        raise
     except asyncio.TimeoutError:
         proc.kill()
         raise RpcError(INTERNAL_ERROR, f"Looking at the inputs took over {CHECK_TIMEOUT_S} s",

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Methods that run a subprocess to look at inputs: answered concurrently with the rest.
+BACKGROUND_METHODS = frozenset({"jobs.check", "data.preview", "data.inspect", "models.inspect", "estimate.fit"})
+
 
 class Session:
     def __init__(self, eng: Engine, client_id: str, writer: asyncio.StreamWriter):
@@ -35,6 +38,7 @@ class Session:
         self.authenticated = False
         self.closed = False
         self.subscriptions: set[int] = set()
+        self._background: set[asyncio.Task] = set()  # requests answered while others go on
 
     # ---- output
     def write(self, data: bytes) -> None:
@@ -66,6 +70,8 @@ class Session:
 
     async def close(self) -> None:
         self._drop_subscriptions()
+        for task in list(self._background):
+            task.cancel()
         if not self.closed:
             self.closed = True
             with contextlib.suppress(ConnectionError, OSError):
@@ -89,18 +95,44 @@ class Session:
             if not self.authenticated:
                 self._handshake(req_id, method, params)
                 return
-            result = await self.engine.handlers.dispatch(self, method, params)
-            if req_id is not None:
-                self.send(protocol.result(req_id, result))
         except RpcError as err:
-            self.send_error(req_id, err)
-            if err.code in (UNAUTHORIZED, HANDSHAKE_REQUIRED, UNSUPPORTED_VERSION):
-                await self.drain()
-                await self.close()
+            await self._fail(req_id, err)
+            return
         except Exception:  # noqa: BLE001 - one bad request must never take the engine down
-            log.exception("request from %s failed", self.id)
-            self.send_error(req_id, RpcError(INTERNAL_ERROR, "Internal engine error",
-                                             {"hint": "The engine log has the traceback; please report it."}))
+            await self._internal_error(req_id)
+            return
+        if method in BACKGROUND_METHODS:
+            # Looking at a model or a dataset takes seconds in a subprocess; the
+            # connection's other requests (job lists, stops) must not queue behind it.
+            task = asyncio.create_task(self._answer(req_id, method, params))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return
+        await self._answer(req_id, method, params)
+
+    async def _answer(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
+        try:
+            result = await self.engine.handlers.dispatch(self, method, params)
+        except RpcError as err:
+            await self._fail(req_id, err)
+            return
+        except Exception:  # noqa: BLE001 - one bad request must never take the engine down
+            await self._internal_error(req_id)
+            return
+        if req_id is not None:
+            self.send(protocol.result(req_id, result))
+        await self.drain()
+
+    async def _fail(self, req_id: Any, err: RpcError) -> None:
+        self.send_error(req_id, err)
+        await self.drain()
+        if err.code in (UNAUTHORIZED, HANDSHAKE_REQUIRED, UNSUPPORTED_VERSION):
+            await self.close()
+
+    async def _internal_error(self, req_id: Any) -> None:
+        log.exception("request from %s failed", self.id)
+        self.send_error(req_id, RpcError(INTERNAL_ERROR, "Internal engine error",
+                                         {"hint": "The engine log has the traceback; please report it."}))
         await self.drain()
 
     def _handshake(self, req_id: Any, method: str, params: dict[str, Any]) -> None:

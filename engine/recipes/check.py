@@ -12,6 +12,7 @@ wizard shows them. The engine runs this in a subprocess (``jobs.check``,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
 
@@ -92,6 +93,13 @@ def facts(spec_doc: dict) -> dict:
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
+    # The answer is the only thing on stdout: anything a library prints while building a
+    # model on first use (progress, notices) goes to stderr instead of corrupting it.
+    # fd 1 itself is pointed at stderr, so native code's prints are caught too.
+    sys.stdout.flush()
+    answer_to = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     op = request.get("op")
     if op == "preview":
         answer = preview(request.get("spec") or {}, int(request.get("n", 8)))
@@ -101,7 +109,8 @@ def main() -> int:
         answer = facts(request.get("spec") or {})
     else:
         answer = {"issues": check(request["kind"], request.get("spec") or {})}
-    sys.stdout.write(json.dumps(answer) + "\n")
+    answer_to.write(json.dumps(answer) + "\n")
+    answer_to.flush()
     return 0
 
 

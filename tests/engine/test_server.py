@@ -230,3 +230,18 @@ def test_second_engine_refuses_to_start(engine_proc):
     assert out.returncode == 3
     assert "already running" in out.stderr
     assert_engine_serves(engine_proc)
+
+
+def test_a_slow_input_check_does_not_hold_up_the_connection(engine_proc):
+    s = authed_raw(engine_proc.paths)
+    s.settimeout(120)
+    # data.inspect runs a subprocess (seconds); ping, sent after it on the same connection, answers first.
+    s.sendall(protocol.encode(protocol.request(2, "data.inspect", {"spec": {"task": "image_classification"}})))
+    s.sendall(protocol.encode(protocol.request(3, "ping", {})))
+    buf = b""
+    while buf.count(b"\n") < 2:
+        buf += s.recv(1 << 20)
+    first, second = (json.loads(line) for line in buf.split(b"\n")[:2])
+    assert (first["id"], second["id"]) == (3, 2)
+    assert second["result"]["kind"] == "images"
+    s.close()
