@@ -1,0 +1,380 @@
+"""Step 3: the training data, previewed and checked as soon as it is chosen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
+from app.pages.new_finetune.parts import (
+    Busy,
+    DebouncedRequest,
+    IssueList,
+    Step,
+    error_text,
+    show_text,
+    step_header,
+    with_message,
+)
+from app.pages.new_finetune.spec_tools import (
+    KIND,
+    issue_field,
+    issue_line,
+    launch_spec,
+    route_issue,
+)
+from app.widgets.common import card, label
+from engine.train_spec import BUILTIN_DATA
+
+BUILTIN_TEXT = {
+    "text_classification": "Customer support tickets (800 of them, 5 classes).",
+    "image_classification": "scikit-learn's 1,797 handwritten digit scans, 10 classes.",
+    "causal_lm": "Short instruction / response pairs.",
+}
+INSPECT_MS = 400
+FIELDS = ("data.text_column", "data.label_column", "data.val_path", "data.max_length",
+          "data.image_size", "data.min_per_class", "data.path")
+
+
+def _spin(lo: int, hi: int, value: int, step: int = 1) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(lo, hi)
+    box.setSingleStep(step)
+    box.setValue(value)
+    return box
+
+
+def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(lo, hi)
+    box.setDecimals(decimals)
+    box.setSingleStep(step)
+    box.setValue(value)
+    return box
+
+
+class DataStep(Step):
+    title = "Data"
+    prefixes = ("data",)
+
+    def __init__(self, client: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = client
+        self._task = "text_classification"
+        self._spec: dict[str, Any] = {}
+        self._inspected_key: Any = None
+        self._issues: list[dict[str, Any]] = []
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(14)
+        outer.addWidget(step_header("Which data?", "Use the built-in dataset, or your own file or "
+                                    "folder. Ember reads it now and lists any problem with the "
+                                    "file and line, before anything starts."))
+        columns = QHBoxLayout()
+        columns.setSpacing(14)
+        left = QVBoxLayout()
+        left.setSpacing(14)
+
+        frame, box = card()
+        self.group = QButtonGroup(self)
+        self.builtin_radio = QRadioButton("Built-in")
+        self.custom_radio = QRadioButton("My data")
+        self.group.addButton(self.builtin_radio)
+        self.group.addButton(self.custom_radio)
+        self.builtin_radio.setChecked(True)
+        box.addWidget(self.builtin_radio)
+        self.builtin_note = label("", "muted", wrap=True)
+        self.builtin_note.setContentsMargins(24, 0, 0, 0)
+        box.addWidget(self.builtin_note)
+        box.addWidget(self.custom_radio)
+        self.custom_box = QWidget()
+        custom = QFormLayout(self.custom_box)
+        custom.setContentsMargins(24, 0, 0, 0)
+        self._custom_form = custom
+        path_row = QWidget()
+        row = QHBoxLayout(path_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.path_edit = QLineEdit()
+        self.browse_button = QPushButton("Browse…")
+        self.browse_button.clicked.connect(self._browse)
+        row.addWidget(self.path_edit, 1)
+        row.addWidget(self.browse_button)
+        self.path_label = label("File")
+        custom.addRow(self.path_label, with_message(path_row, self.message_for("data.path")))
+        self.text_column_edit = QLineEdit("text")
+        self.label_column_edit = QLineEdit("label")
+        self.text_column_label, self.label_column_label = label("Text column"), label("Label column")
+        custom.addRow(self.text_column_label,
+                      with_message(self.text_column_edit, self.message_for("data.text_column")))
+        custom.addRow(self.label_column_label,
+                      with_message(self.label_column_edit, self.message_for("data.label_column")))
+        self.path_help = label("", "muted", wrap=True)
+        custom.addRow("", self.path_help)
+        box.addWidget(self.custom_box)
+
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        self._form = form
+        self.max_length_spin = _spin(8, 32768, 128, 16)
+        self.max_length_label = label("Tokens per example")
+        form.addRow(self.max_length_label,
+                    with_message(self.max_length_spin, self.message_for("data.max_length")))
+        self.image_size_spin = _spin(8, 1024, 32, 8)
+        self.image_size_label = label("Image size (px)")
+        form.addRow(self.image_size_label,
+                    with_message(self.image_size_spin, self.message_for("data.image_size")))
+        self.val_fraction_spin = _dspin(0.01, 0.9, 0.2, 0.05)
+        form.addRow("Held out for validation",
+                    with_message(self.val_fraction_spin, self.message_for("data.val_fraction")))
+        box.addLayout(form)
+        box.addWidget(self.general_message)
+        left.addWidget(frame)
+
+        self.augment_card, box = card()
+        box.addWidget(label("Augmentation", "h2"))
+        box.addWidget(label("Random changes to training images, so the model learns the "
+                            "class rather than the exact picture.", "muted", wrap=True))
+        self.crop_check = QCheckBox("Random resized crop")
+        self.crop_scale_spin = _dspin(0.05, 1.0, 0.7, 0.05)
+        self.flip_check = QCheckBox("Horizontal flip")
+        self.jitter_spin = _dspin(0.0, 1.0, 0.0, 0.1)
+        self.normalize_check = QCheckBox("Normalize")
+        self.normalize_check.setChecked(True)
+        aug = QFormLayout()
+        aug.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        aug.addRow(self.crop_check)
+        aug.addRow("Smallest crop (of the image)", self.crop_scale_spin)
+        aug.addRow(self.flip_check)
+        aug.addRow("Colour jitter strength", self.jitter_spin)
+        aug.addRow(self.normalize_check)
+        box.addLayout(aug)
+        self.preview_aug_button = QPushButton("Preview augmentations")
+        self.preview_aug_button.clicked.connect(self.preview_augmentations)
+        box.addWidget(self.preview_aug_button)
+        self.aug_status = label("", "muted", wrap=True)
+        self.aug_status.hide()
+        box.addWidget(self.aug_status)
+        self.aug_samples = ThumbGrid(columns=4)
+        box.addWidget(self.aug_samples)
+        left.addWidget(self.augment_card)
+        left.addStretch(1)
+        columns.addLayout(left, 2)
+
+        frame, box = card()
+        box.addWidget(label("Preview", "h2"))
+        self.status = Busy("Reading the data")
+        box.addWidget(self.status)
+        self.issues = IssueList()
+        box.addWidget(self.issues)
+        self.preview = DataPreview()
+        box.addWidget(self.preview)
+        self.note = label("", "muted", wrap=True)
+        self.note.hide()
+        box.addWidget(self.note)
+        box.addStretch(1)
+        columns.addWidget(frame, 3)
+        outer.addLayout(columns)
+
+        self.inspector = DebouncedRequest(self, client, "data.inspect", INSPECT_MS, self._params,
+                                          self._on_inspect, self._on_error, self._fallback)
+        self._fallback_check = DebouncedRequest(self, client, "jobs.check", 0, self._check_params,
+                                                self._on_check, self._on_error)
+        self.group.buttonToggled.connect(lambda _b, on: on and self._on_mode())
+        for edit in (self.path_edit, self.text_column_edit, self.label_column_edit):
+            edit.textChanged.connect(self.emit_changed)
+        for spin in (self.max_length_spin, self.image_size_spin, self.val_fraction_spin,
+                     self.crop_scale_spin, self.jitter_spin):
+            spin.valueChanged.connect(self.emit_changed)
+        for check in (self.crop_check, self.flip_check, self.normalize_check):
+            check.toggled.connect(self.emit_changed)
+        self._on_mode()
+
+    # -- form ---------------------------------------------------------------------------
+
+    def set_task(self, task: str) -> None:
+        self._task = task
+        images, text = task == "image_classification", task == "text_classification"
+        self.builtin_radio.setText(f"Built-in: {BUILTIN_DATA[task]}")
+        self.builtin_note.setText(BUILTIN_TEXT[task])
+        self.path_label.setText("Folder" if images else "File")
+        self._custom_form.setRowVisible(self.text_column_label, text)
+        self._custom_form.setRowVisible(self.label_column_label, text)
+        self._form.setRowVisible(self.max_length_label, not images)
+        self._form.setRowVisible(self.image_size_label, images)
+        self.augment_card.setVisible(images)
+        self.path_help.setText({
+            "text_classification": "A CSV, TSV or JSONL file with a text column and a label column.",
+            "image_classification": "A folder with one subfolder of PNG or JPEG images per class.",
+            "causal_lm": "A JSONL file: one {\"prompt\", \"response\"} or {\"messages\"} per line.",
+        }[task])
+
+    def _on_mode(self) -> None:
+        self.custom_box.setEnabled(self.custom_radio.isChecked())
+        self.emit_changed()
+
+    def _browse(self) -> None:
+        options = QFileDialog.Option.DontUseNativeDialog
+        start = self.path_edit.text()
+        if self._task == "image_classification":
+            path = QFileDialog.getExistingDirectory(self, "Choose an image folder", start,
+                                                    options | QFileDialog.Option.ShowDirsOnly)
+        else:
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Choose a data file", start,
+                "Data files (*.csv *.tsv *.jsonl *.json);;All files (*)", options=options)
+        if path:
+            self.path_edit.setText(path)
+
+    def _load(self, spec: dict[str, Any]) -> None:
+        data = spec.get("data") or {}
+        self.set_task(spec.get("task", self._task))
+        custom = bool(data.get("path"))
+        (self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        self.custom_box.setEnabled(custom)
+        self.path_edit.setText(data.get("path") or "")
+        self.text_column_edit.setText(data.get("text_column") or "text")
+        self.label_column_edit.setText(data.get("label_column") or "label")
+        self.max_length_spin.setValue(int(data.get("max_length") or 128))
+        self.image_size_spin.setValue(int(data.get("image_size") or 32))
+        self.val_fraction_spin.setValue(float(data.get("val_fraction") or 0.2))
+        augment = data.get("augment") or {}
+        self.crop_check.setChecked(bool(augment.get("random_resized_crop")))
+        self.crop_scale_spin.setValue(float(augment.get("crop_scale_min", 0.7)))
+        self.flip_check.setChecked(bool(augment.get("horizontal_flip")))
+        self.jitter_spin.setValue(float(augment.get("color_jitter", 0.0)))
+        self.normalize_check.setChecked(bool(augment.get("normalize", True)))
+
+    def write(self, spec: dict[str, Any]) -> None:
+        data = spec.setdefault("data", {})
+        task = spec["task"]
+        if self.builtin_radio.isChecked():
+            data.update(builtin=BUILTIN_DATA[task], path=None, val_path=None)
+        else:
+            data.update(builtin=None, path=self.path_edit.text().strip() or None)
+        if task == "text_classification":
+            data.update(text_column=self.text_column_edit.text().strip(),
+                        label_column=self.label_column_edit.text().strip())
+        if task == "image_classification":
+            data["image_size"] = self.image_size_spin.value()
+            data["augment"] = {
+                "random_resized_crop": self.crop_check.isChecked(),
+                "crop_scale_min": round(self.crop_scale_spin.value(), 2),
+                "horizontal_flip": self.flip_check.isChecked(),
+                "color_jitter": round(self.jitter_spin.value(), 2),
+                "normalize": self.normalize_check.isChecked(),
+            }
+        else:
+            data["max_length"] = self.max_length_spin.value()
+        data["val_fraction"] = round(self.val_fraction_spin.value(), 2)
+
+    def missing_path(self) -> bool:
+        return self.custom_radio.isChecked() and not self.path_edit.text().strip()
+
+    def show_errors(self, errors: dict[str, list[str]]) -> None:
+        errors = {k: list(v) for k, v in errors.items()}
+        if self.missing_path():
+            what = "folder" if self._task == "image_classification" else "file"
+            errors.setdefault("data.path", []).append(f"Choose the data {what} (or pick Built-in).")
+        # What the engine found in the files goes under the field to change (the path by default).
+        default = "data.path" if self.custom_radio.isChecked() else "data"
+        for issue in self._issues:
+            field = issue_field(issue, FIELDS, default)
+            if field == "data.min_per_class":
+                field = default  # no widget for it; the fix is in the file
+            errors.setdefault(field, []).append(issue_line(issue))
+        super().show_errors(errors)
+
+    def blocking(self) -> list[str]:
+        problems = [f"Data: {i.get('message')}" for i in self._issues]
+        if self.missing_path():
+            problems.append("Data: choose the data file or folder")
+        return problems
+
+    def busy(self) -> bool:
+        return self.inspector.pending or self._fallback_check.pending
+
+    # -- inspection ---------------------------------------------------------------------
+
+    def spec_changed(self, spec: dict[str, Any]) -> None:
+        self._spec = spec
+        data = {k: v for k, v in (spec.get("data") or {}).items() if k != "augment"}
+        key = (spec.get("task"), repr(data), repr(spec.get("model")))
+        if key == self._inspected_key:
+            return
+        self._inspected_key = key
+        self._issues = []
+        self.issues.set_issues([])
+        self.preview.clear()
+        show_text(self.note, "")
+        if self.missing_path():
+            self.inspector.cancel()
+            self.status.stop()
+            return
+        self.status.start("Reading the data")
+        self.inspector.trigger()
+
+    def reinspect(self) -> None:
+        """Look again at the next spec_changed (after a reconnect), even if nothing changed."""
+        self._inspected_key = None
+
+    def _params(self) -> dict[str, Any]:
+        return {"spec": launch_spec(self._spec), "n": 12}
+
+    def _on_inspect(self, reply: dict[str, Any]) -> None:
+        self.status.stop()
+        self._issues = list(reply.get("issues") or [])
+        self.issues.set_issues(self._issues)
+        if not self._issues:
+            show_text(self.note, self.note.text() or "No problems found in the data.")
+        self.preview.show_reply(reply)
+        self.changed.emit()
+
+    def _on_error(self, err: Any) -> None:
+        self.status.stop()
+        self._issues = [{"message": f"Could not read the data: {error_text(err)}", "hint": ""}]
+        self.issues.set_issues(self._issues)
+        self.changed.emit()
+
+    def _fallback(self, _err: Any) -> None:
+        show_text(self.note, "This engine cannot preview data (data.inspect); only problems are shown.")
+        self._fallback_check.trigger()
+
+    def _check_params(self) -> dict[str, Any]:
+        return {"kind": KIND, "spec": launch_spec(self._spec)}
+
+    def _on_check(self, reply: dict[str, Any]) -> None:
+        issues = [i for i in reply.get("issues") or [] if route_issue(i, self._spec) == "data"]
+        self._on_inspect({"issues": issues})
+
+    def preview_augmentations(self) -> None:
+        self.preview_aug_button.setEnabled(False)
+        show_text(self.aug_status, "Making augmented samples…")
+        self._client.request("data.preview", {"spec": launch_spec(self._spec), "n": 8},
+                             self._on_aug_preview, self._on_aug_error)
+
+    def _on_aug_preview(self, reply: dict[str, Any]) -> None:
+        self.preview_aug_button.setEnabled(True)
+        issues = reply.get("issues") or []
+        samples = reply.get("samples") or []
+        self.aug_samples.set_samples(samples)
+        show_text(self.aug_status, "; ".join(i.get("message", "") for i in issues) if issues else
+                                f"{len(samples)} training images as the model will see them.")
+
+    def _on_aug_error(self, err: Any) -> None:
+        self.preview_aug_button.setEnabled(True)
+        show_text(self.aug_status, f"Could not preview: {error_text(err)}")

@@ -1,0 +1,276 @@
+"""Step 2: the built-in model for the task, or the user's own, checked as soon as it is chosen."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.pages.new_finetune.parts import (
+    Busy,
+    DebouncedRequest,
+    IssueList,
+    Step,
+    error_text,
+    show_text,
+    step_header,
+    with_message,
+)
+from app.pages.new_finetune.spec_tools import (
+    KIND,
+    issue_field,
+    issue_line,
+    launch_spec,
+    route_issue,
+)
+from app.widgets.common import FactsView, card, label
+from engine.train_spec import BUILTIN_MODELS
+
+BUILTIN_TEXT = {
+    "text_classification": "all-MiniLM-L6-v2: a small English sentence encoder (22 M parameters).",
+    "image_classification": "A small CNN for 32×32 images, trained from scratch (random start).",
+    "causal_lm": "A tiny Llama-style model (random start): quick to train, for trying the workflow.",
+}
+IMAGE_ARCHS = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "small_cnn")
+INSPECT_MS = 400
+
+
+def _millions(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return "—"
+    return f"{n / 1e6:.1f} M" if n >= 1e5 else f"{int(n):,}"
+
+
+class ModelStep(Step):
+    title = "Model"
+    prefixes = ("model",)
+    facts_changed = Signal(dict)  # models.inspect facts ({} when unknown)
+
+    def __init__(self, client: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = client
+        self._task = "text_classification"
+        self._spec: dict[str, Any] = {}
+        self._inspected_key: Any = None
+        self._issues: list[dict[str, Any]] = []
+        self.facts: dict[str, Any] = {}
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(14)
+        outer.addWidget(step_header("Which model?", "Start from the built-in model, or point at "
+                                    "your own. Ember checks it right away and never downloads anything."))
+        frame, box = card()
+        self.group = QButtonGroup(self)
+        self.builtin_radio = QRadioButton("Built-in")
+        self.custom_radio = QRadioButton("My model")
+        self.group.addButton(self.builtin_radio)
+        self.group.addButton(self.custom_radio)
+        self.builtin_radio.setChecked(True)
+        box.addWidget(self.builtin_radio)
+        self.builtin_note = label("", "muted", wrap=True)
+        self.builtin_note.setContentsMargins(24, 0, 0, 0)
+        box.addWidget(self.builtin_note)
+        box.addWidget(self.custom_radio)
+
+        self.custom_box = QWidget()
+        form = QFormLayout(self.custom_box)
+        form.setContentsMargins(24, 0, 0, 0)
+        self._form = form
+        path_row = QWidget()
+        row = QHBoxLayout(path_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.path_edit = QLineEdit()
+        self.browse_button = QPushButton("Browse…")
+        self.browse_button.clicked.connect(self._browse)
+        row.addWidget(self.path_edit, 1)
+        row.addWidget(self.browse_button)
+        self.path_label = label("Model folder")
+        form.addRow(self.path_label, with_message(path_row, self.message_for("model.path")))
+        self.arch_combo = QComboBox()
+        self.arch_combo.addItems(IMAGE_ARCHS)
+        self.arch_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.arch_label = label("Architecture")
+        form.addRow(self.arch_label, with_message(self.arch_combo, self.message_for("model.arch")))
+        self.path_help = label("", "muted", wrap=True)
+        form.addRow("", self.path_help)
+        box.addWidget(self.custom_box)
+        box.addWidget(self.general_message)
+        outer.addWidget(frame)
+
+        frame, box = card()
+        box.addWidget(label("What Ember found", "h2"))
+        self.status = Busy("Checking the model")
+        box.addWidget(self.status)
+        self.issues = IssueList()
+        box.addWidget(self.issues)
+        self.facts_view = FactsView()
+        box.addWidget(self.facts_view)
+        self.note = label("", "muted", wrap=True)
+        self.note.hide()
+        box.addWidget(self.note)
+        outer.addWidget(frame)
+        outer.addStretch(1)
+
+        self.inspector = DebouncedRequest(self, client, "models.inspect", INSPECT_MS, self._params,
+                                          self._on_inspect, self._on_error, self._fallback)
+        self._fallback_check = DebouncedRequest(self, client, "jobs.check", 0, self._check_params,
+                                                self._on_check, self._on_error)
+        self.group.buttonToggled.connect(lambda _b, on: on and self._on_mode())
+        self.path_edit.textChanged.connect(self.emit_changed)
+        self.arch_combo.currentTextChanged.connect(self.emit_changed)
+        self._on_mode()
+
+    # -- form ---------------------------------------------------------------------------
+
+    def set_task(self, task: str) -> None:
+        self._task = task
+        self.builtin_radio.setText(f"Built-in: {BUILTIN_MODELS[task]}")
+        self.builtin_note.setText(BUILTIN_TEXT[task])
+        images = task == "image_classification"
+        self._form.setRowVisible(self.arch_label, images)
+        self.path_label.setText("Weights file (optional)" if images else "Model folder")
+        self.path_help.setText(
+            "A .pt or .safetensors state dict for the architecture; leave empty to start from "
+            "random weights." if images else
+            "A Hugging Face model folder saved with save_pretrained(): config.json, weights and "
+            "tokenizer files.")
+
+    def _on_mode(self) -> None:
+        self.custom_box.setEnabled(self.custom_radio.isChecked())
+        self.emit_changed()
+
+    def _browse(self) -> None:
+        options = QFileDialog.Option.DontUseNativeDialog
+        start = self.path_edit.text()
+        if self._task == "image_classification":
+            path, _ = QFileDialog.getOpenFileName(self, "Choose a weights file", start,
+                                                  "Weights (*.pt *.pth *.bin *.safetensors);;All files (*)",
+                                                  options=options)
+        else:
+            path = QFileDialog.getExistingDirectory(self, "Choose a model folder", start,
+                                                    options | QFileDialog.Option.ShowDirsOnly)
+        if path:
+            self.path_edit.setText(path)
+
+    def _load(self, spec: dict[str, Any]) -> None:
+        model = spec.get("model") or {}
+        self.set_task(spec.get("task", self._task))
+        custom = bool(model.get("path")) or (bool(model.get("arch")) and not model.get("builtin"))
+        (self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        self.path_edit.setText(model.get("path") or "")
+        if model.get("arch") in IMAGE_ARCHS:
+            self.arch_combo.setCurrentText(model["arch"])
+        self.custom_box.setEnabled(custom)
+
+    def write(self, spec: dict[str, Any]) -> None:
+        task = spec["task"]
+        if self.builtin_radio.isChecked():
+            spec["model"] = {"builtin": BUILTIN_MODELS[task], "path": None, "arch": None}
+        elif task == "image_classification":
+            spec["model"] = {"builtin": None, "path": self.path_edit.text().strip() or None,
+                             "arch": self.arch_combo.currentText()}
+        else:
+            spec["model"] = {"builtin": None, "path": self.path_edit.text().strip() or None, "arch": None}
+
+    def missing_path(self) -> bool:
+        # An empty path means the built-in model to the engine: never launch that by surprise.
+        return (self.custom_radio.isChecked() and self._task != "image_classification"
+                and not self.path_edit.text().strip())
+
+    def show_errors(self, errors: dict[str, list[str]]) -> None:
+        errors = {k: list(v) for k, v in errors.items()}
+        if self.missing_path():
+            errors.setdefault("model.path", []).append("Choose the model folder (or pick Built-in).")
+        default = "model.path" if self.custom_radio.isChecked() else "model"
+        for issue in self._issues:
+            field = issue_field(issue, ("model.arch", "model.path"), default)
+            errors.setdefault(field, []).append(issue_line(issue))
+        super().show_errors(errors)
+
+    def blocking(self) -> list[str]:
+        problems = [f"Model: {i.get('message')}" for i in self._issues]
+        if self.missing_path():
+            problems.append("Model: choose the model folder")
+        return problems
+
+    def busy(self) -> bool:
+        return self.inspector.pending or self._fallback_check.pending
+
+    # -- inspection ---------------------------------------------------------------------
+
+    def spec_changed(self, spec: dict[str, Any]) -> None:
+        self._spec = spec
+        key = (spec.get("task"), repr(spec.get("model")))
+        if key == self._inspected_key:
+            return
+        self._inspected_key = key
+        self.facts_view.set_facts([])
+        self.issues.set_issues([])
+        self._issues = []
+        show_text(self.note, "")
+        if self.missing_path():
+            self.inspector.cancel()
+            self.status.stop()
+            return
+        self.status.start("Checking the model")
+        self.inspector.trigger()
+
+    def reinspect(self) -> None:
+        """Look again at the next spec_changed (after a reconnect), even if nothing changed."""
+        self._inspected_key = None
+
+    def _params(self) -> dict[str, Any]:
+        return {"spec": launch_spec(self._spec)}
+
+    def _on_inspect(self, reply: dict[str, Any]) -> None:
+        self.status.stop()
+        self._issues = list(reply.get("issues") or [])
+        self.issues.set_issues(self._issues)
+        if not self._issues:
+            show_text(self.note, self.note.text() or "No problems found with the model.")
+        facts = reply.get("facts") or {}
+        self.facts = facts
+        if facts:
+            self.facts_view.set_facts([
+                ("Model", str(facts.get("name") or "—")),
+                ("Architecture", str(facts.get("arch") or "—")),
+                ("Parameters", _millions(facts.get("params_total"))),
+                ("Layers", str(facts.get("num_layers") or "—")),
+                ("Hidden size", str(facts.get("hidden_size") or "—")),
+                ("Attention heads", str(facts.get("num_heads") or "—")),
+            ])
+        self.facts_changed.emit(copy.deepcopy(facts))
+        self.changed.emit()  # Launch may now be allowed (or not)
+
+    def _on_error(self, err: Any) -> None:
+        self.status.stop()
+        self._issues = [{"message": f"Could not check the model: {error_text(err)}", "hint": ""}]
+        self.issues.set_issues(self._issues)
+        self.changed.emit()
+
+    def _fallback(self, _err: Any) -> None:
+        # An engine without models.inspect: the launch check finds the same problems, no facts.
+        show_text(self.note, "This engine does not report model facts (models.inspect); "
+                          "only problems are shown.")
+        self._fallback_check.trigger()
+
+    def _check_params(self) -> dict[str, Any]:
+        return {"kind": KIND, "spec": launch_spec(self._spec)}
+
+    def _on_check(self, reply: dict[str, Any]) -> None:
+        issues = [i for i in reply.get("issues") or [] if route_issue(i, self._spec) == "model"]
+        self._on_inspect({"ok": not issues, "issues": issues, "facts": None})

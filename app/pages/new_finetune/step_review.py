@@ -1,0 +1,244 @@
+"""Step 6: the exact job file and command, a last check of the inputs, and templates."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.pages.new_finetune.parts import (
+    Busy,
+    DebouncedRequest,
+    IssueList,
+    Step,
+    error_text,
+    show_text,
+    step_header,
+    with_message,
+)
+from app.pages.new_finetune.spec_tools import (
+    KIND,
+    default_run_name,
+    file_stem,
+    headless_commands,
+    job_yaml,
+    launch_spec,
+)
+from app.style import set_role
+from app.widgets.common import card, label
+
+CHECK_MS = 300
+
+
+def _code_view(lines: int) -> QPlainTextEdit:
+    view = QPlainTextEdit()
+    view.setObjectName("log")  # the stylesheet's monospace look
+    view.setReadOnly(True)
+    view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+    view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+    view.setFixedHeight(lines * view.fontMetrics().lineSpacing() + 16)
+    return view
+
+
+class ReviewStep(Step):
+    title = "Review"
+    template_saved = Signal(str)
+
+    def __init__(self, client: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = client
+        self._spec: dict[str, Any] = {}
+        self._stamp = time.strftime("%m%d-%H%M")
+        self._name_touched = False
+        self._checked_key = ""
+        self._check_key = ""
+        self.check_issues: list[dict[str, Any]] = []
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(14)
+        outer.addWidget(step_header("Review and launch",
+                                    "This is exactly what Launch sends to the engine. The same "
+                                    "file runs from a terminal with the command below."))
+        frame, box = card()
+        form = QFormLayout()
+        self.name_edit = QLineEdit()
+        self.name_edit.textEdited.connect(self._on_name_edited)
+        form.addRow("Run name", with_message(self.name_edit, self.message_for("name")))
+        box.addLayout(form)
+        self.check_status = Busy("Checking the spec, the data and the model")
+        box.addWidget(self.check_status)
+        self.check_ok = label("", "muted", wrap=True)
+        self.check_ok.hide()
+        box.addWidget(self.check_ok)
+        self.check_list = IssueList()
+        box.addWidget(self.check_list)
+        self.blockers = label("", "error", wrap=True)
+        box.addWidget(self.blockers)
+        box.addWidget(self.general_message)
+        self.fit_note = label("", "muted", wrap=True)
+        self.fit_note.hide()
+        box.addWidget(self.fit_note)
+        outer.addWidget(frame)
+
+        frame, box = card()
+        head = QHBoxLayout()
+        head.addWidget(label("Job file (YAML)", "h2"), 1)
+        self.copy_yaml_button = QPushButton("Copy")
+        self.copy_yaml_button.clicked.connect(lambda: self._copy(self.yaml_view.toPlainText()))
+        self.save_yaml_button = QPushButton("Save YAML…")
+        self.save_yaml_button.clicked.connect(self._save_yaml_dialog)
+        self.save_template_button = QPushButton("Save as template…")
+        self.save_template_button.clicked.connect(self._save_template_dialog)
+        for button in (self.copy_yaml_button, self.save_yaml_button, self.save_template_button):
+            head.addWidget(button)
+        box.addLayout(head)
+        self.yaml_view = _code_view(14)
+        box.addWidget(self.yaml_view)
+        self.saved_note = label("", "muted", wrap=True)
+        self.saved_note.hide()
+        box.addWidget(self.saved_note)
+        head = QHBoxLayout()
+        head.addWidget(label("Run it without the window", "h2"), 1)
+        self.copy_command_button = QPushButton("Copy")
+        self.copy_command_button.clicked.connect(lambda: self._copy(self.command_view.toPlainText()))
+        head.addWidget(self.copy_command_button)
+        box.addLayout(head)
+        self.command_view = _code_view(3)
+        box.addWidget(self.command_view)
+        outer.addWidget(frame)
+        outer.addStretch(1)
+
+        self.checker = DebouncedRequest(self, client, "jobs.check", CHECK_MS,
+                                        lambda: {"kind": KIND, "spec": launch_spec(self._spec)},
+                                        self._on_check, self._on_check_error)
+
+    # -- document -----------------------------------------------------------------------
+
+    def run_name(self) -> str:
+        return self.name_edit.text().strip() or self._suggested_name()
+
+    def _suggested_name(self) -> str:
+        method = (self._spec.get("method") or {}).get("kind", "lora")
+        return default_run_name(self._spec.get("task", "text_classification"), method, self._stamp)
+
+    def set_name(self, name: str | None) -> None:
+        self._name_touched = bool(name)
+        self._stamp = time.strftime("%m%d-%H%M")
+        self.name_edit.setText(name or self._suggested_name())
+
+    def _on_name_edited(self, _text: str) -> None:
+        self._name_touched = True
+        self.emit_changed()
+
+    def update_document(self, spec: dict[str, Any]) -> None:
+        self._spec = spec
+        if not self._name_touched:
+            self.name_edit.setText(self._suggested_name())
+        name = self.run_name()
+        text = job_yaml(name, spec)
+        self.yaml_view.setPlainText(text)
+        lines = min(max(text.count("\n") + 1, 6), 26)
+        self.yaml_view.setFixedHeight(lines * self.yaml_view.fontMetrics().lineSpacing() + 16)
+        self.command_view.setPlainText(headless_commands(name, spec))
+        key = repr(launch_spec(spec))
+        if key != self._checked_key:  # an old check says nothing about this spec
+            self._checked_key = ""
+            self.check_issues = []
+            self.check_list.set_issues([])
+            show_text(self.check_ok, "")
+
+    def set_blockers(self, problems: list[str], fit: dict[str, Any]) -> None:
+        self.blockers.setText("Fix before launch:\n" + "\n".join(f"• {p}" for p in problems[:12])
+                              if problems else "")
+        self.blockers.setVisible(bool(problems))
+        verdict = fit.get("verdict")
+        set_role(self.fit_note, "error" if verdict == "will_not_fit" else "muted")
+        self.fit_note.style().polish(self.fit_note)
+        show_text(self.fit_note,
+            f"Memory estimate: {str(verdict).replace('_', ' ')}. {fit.get('reason', '')}".strip()
+            if verdict else "")
+
+    def _copy(self, text: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+        show_text(self.saved_note, "Copied to the clipboard.")
+
+    # -- check --------------------------------------------------------------------------
+
+    def check_now(self) -> None:
+        """Ask the engine to look at the inputs of the spec shown (Review is open)."""
+        key = repr(launch_spec(self._spec))
+        if key == self._checked_key or (self.checker.pending and key == self._check_key):
+            return
+        self._check_key = key
+        self.check_status.start()
+        show_text(self.check_ok, "")
+        self.checker.trigger()
+
+    def show_check(self, issues: list[dict[str, Any]], spec: dict[str, Any]) -> None:
+        self.check_status.stop()
+        self._checked_key = repr(launch_spec(spec))
+        self.check_issues = list(issues)
+        self.check_list.set_issues(self.check_issues)
+        show_text(self.check_ok, "" if issues else "Checked: the spec, the data and the model are fine.")
+        self.changed.emit()
+
+    def _on_check(self, reply: dict[str, Any]) -> None:
+        self.show_check(reply.get("issues") or [], self._spec)
+
+    def _on_check_error(self, err: Any) -> None:
+        self.check_status.stop()
+        show_text(self.check_ok, f"Could not check the inputs: {error_text(err)}")
+
+    def checking(self) -> bool:
+        return self.checker.pending
+
+    def blocking(self) -> list[str]:
+        return [f"Check: {i.get('message')}" for i in self.check_issues]
+
+    # -- files and templates --------------------------------------------------------------
+
+    def write_yaml(self, path: str) -> None:
+        Path(path).write_text(self.yaml_view.toPlainText(), encoding="utf-8")
+        show_text(self.saved_note, f"Saved {path}. Run it with: ember run {path}")
+
+    def _save_yaml_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save the job file", f"{file_stem(self.run_name())}.yaml",
+                                              "YAML (*.yaml *.yml)",
+                                              options=QFileDialog.Option.DontUseNativeDialog)
+        if path:
+            try:
+                self.write_yaml(path)
+            except OSError as exc:
+                show_text(self.saved_note, f"Could not save {path}: {exc}")
+
+    def save_template(self, name: str) -> None:
+        params = {"name": name, "kind": KIND, "spec": launch_spec(self._spec)}
+        show_text(self.saved_note, f"Saving template {name}…")
+        self._client.request("templates.save", params,
+                             lambda reply: self._template_saved(reply.get("name", name)),
+                             lambda err: show_text(self.saved_note, f"Could not save the template: {error_text(err)}"))
+
+    def _template_saved(self, name: str) -> None:
+        show_text(self.saved_note, f"Saved as template {name}; it is listed on the Task step.")
+        self.template_saved.emit(name)
+
+    def _save_template_dialog(self) -> None:
+        name, ok = QInputDialog.getText(self, "Save as template", "Template name:",
+                                        QLineEdit.EchoMode.Normal, file_stem(self.run_name()))
+        if ok and name.strip():
+            self.save_template(name.strip())

@@ -1,0 +1,171 @@
+"""The New fine-tune wizard against the real engine: defaults, inline validation, fit, load_spec."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from PySide6.QtCore import Qt
+
+from engine.train_spec import TrainSpec
+from tests.app.conftest import wait_connected
+
+pytestmark = pytest.mark.slow
+CHECK_MS = 90_000  # the first look at a model imports torch in a subprocess (~20 s on 2 cores)
+
+
+def open_wizard(make_window, qtbot, start: bool = True):
+    window = make_window(page="new_finetune", start=start)
+    if start:
+        wait_connected(qtbot, window)
+    return window, window.page("new_finetune")
+
+
+def test_next_through_the_defaults_gives_a_valid_spec_ready_to_launch(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot)
+    assert page.current_step() == 0 and not page.back_button.isEnabled()
+    for step in range(1, 6):
+        qtbot.mouseClick(page.next_button, Qt.MouseButton.LeftButton)
+        assert page.current_step() == step
+    assert not page.next_button.isVisible()  # Review is the last step
+
+    qtbot.waitUntil(page.launch_button.isEnabled, timeout=CHECK_MS)
+    assert page.blockers() == []
+    doc = yaml.safe_load(page.review_step.yaml_view.toPlainText())
+    assert doc["kind"] == "train.finetune"
+    assert doc["name"] == page.review_step.run_name()
+    assert doc["spec"] == page.spec_for_launch()  # the YAML is what Launch sends
+    spec = TrainSpec.model_validate(doc["spec"])
+    assert spec.task == "text_classification"
+    assert spec.model.builtin == "minilm" and spec.data.builtin == "support-tickets"
+    assert (spec.method.kind, spec.method.lora_r) == ("lora", 8)
+    assert (spec.distributed.strategy, spec.distributed.nproc) == ("single", 1)
+    assert (spec.batch_size, spec.max_steps) == (16, 100)
+    command = page.review_step.command_view.toPlainText()
+    assert command.startswith("ember run ") and "torchrun" not in command
+
+    # Saved as a template, it is offered on the Task step and fills the wizard again.
+    page.review_step.save_template("tickets-defaults")
+    templates = page.task_step.templates
+    qtbot.waitUntil(lambda: templates.count() == 1, timeout=CHECK_MS)
+    assert "tickets-defaults" in templates.item(0).text()
+    page.go_to(0)
+    templates.itemClicked.emit(templates.item(0))
+    assert page.current_step() == 5
+    assert page.spec_for_launch() == doc["spec"]
+
+    # Two processes: the strategy follows, and the torchrun equivalent is shown.
+    page.go_to(4)
+    page.hardware_step.nproc_spin.setValue(2)
+    assert page.hardware_step.strategy_combo.currentData() == "ddp"
+    assert "torchrun --nproc-per-node 2 -m engine.recipes.finetune" in \
+        page.review_step.command_view.toPlainText()
+
+
+def test_bad_data_file_shows_file_and_line_under_the_fields(qtbot, make_window, tmp_path):
+    no_label = tmp_path / "tickets.csv"
+    no_label.write_text("text,category\nprinter is broken,hardware\nlost my password,account\n",
+                        encoding="utf-8")
+    bad_rows = tmp_path / "rows.csv"
+    bad_rows.write_text("text,label\nprinter is broken,hardware\nlost my password,\n"
+                        "screen flickers,hardware\n,account\nreset my login,account\n", encoding="utf-8")
+    _window, page = open_wizard(make_window, qtbot)
+    page.go_to(2)
+    data = page.data_step
+    data.custom_radio.setChecked(True)
+    data.path_edit.setText(str(no_label))
+
+    column_message = data.field_messages["data.label_column"]
+    qtbot.waitUntil(lambda: column_message.isVisible() and "tickets.csv:1" in column_message.text(),
+                    timeout=CHECK_MS)
+    assert "label" in column_message.text()
+    assert not page.launch_button.isEnabled()
+    assert any("Data:" in p for p in page.blockers())
+    assert str(no_label) in data.issues.text()  # the full list names the file and the fix
+    assert "Fix:" in data.issues.text()
+
+    data.path_edit.setText(str(bad_rows))
+    path_message = data.field_messages["data.path"]
+    qtbot.waitUntil(lambda: "rows.csv:3" in path_message.text(), timeout=CHECK_MS)
+    assert "rows.csv:5" in path_message.text()  # every bad row, not just the first
+    assert path_message.isVisible()
+    assert not page.launch_button.isEnabled()
+    page.go_to(5)
+    assert not page.launch_button.isEnabled()
+    assert "Fix before launch" in page.review_step.blockers.text()
+
+
+def test_missing_model_folder_shows_a_message_under_the_field(qtbot, make_window, tmp_path):
+    _window, page = open_wizard(make_window, qtbot)
+    page.go_to(1)
+    model = page.model_step
+    model.custom_radio.setChecked(True)
+    message = model.field_messages["model.path"]
+    assert message.isVisible() and "Choose the model folder" in message.text()
+    assert not page.launch_button.isEnabled()
+
+    model.path_edit.setText(str(tmp_path / "no-such-model"))
+    qtbot.waitUntil(lambda: "no-such-model" in message.text() and "not found" in message.text(),
+                    timeout=CHECK_MS)
+    assert message.isVisible()
+    assert not page.launch_button.isEnabled()
+    assert any(p.startswith("Model:") for p in page.blockers())
+
+    # Back to the built-in model: the message goes and Launch comes back.
+    model.builtin_radio.setChecked(True)
+    qtbot.waitUntil(page.launch_button.isEnabled, timeout=CHECK_MS)
+    assert not message.isVisible()
+
+
+def test_applying_a_fit_suggestion_changes_the_form(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot)
+    page.go_to(4)
+    hardware = page.hardware_step
+    hardware.batch_spin.setValue(65536)
+    qtbot.waitUntil(lambda: hardware.fit.verdict == "will_not_fit" and bool(hardware.fit.suggestion_buttons),
+                    timeout=CHECK_MS)
+    assert "Apply:" in hardware.fit.suggestion_buttons[0].text()
+    before = page.spec_for_launch()
+    qtbot.mouseClick(hardware.fit.suggestion_buttons[0], Qt.MouseButton.LeftButton)
+    assert page.spec_for_launch() != before
+    qtbot.waitUntil(lambda: hardware.fit.verdict in ("fits", "tight"), timeout=CHECK_MS)
+
+
+def test_load_spec_fills_every_step_and_round_trips(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot, start=False)
+    spec = {
+        "task": "image_classification",
+        "model": {"arch": "resnet18"},
+        "data": {"builtin": "digits", "image_size": 48, "val_fraction": 0.25,
+                 "augment": {"horizontal_flip": True, "color_jitter": 0.3}},
+        "method": {"kind": "full"},
+        "distributed": {"strategy": "deepspeed", "nproc": 2, "zero_stage": 3, "offload_params": True},
+        "batch_size": 8, "grad_accum": 4, "max_steps": 7, "precision": "bf16",
+        "optim": {"lr": 0.001, "schedule": "cosine"},
+        "eval_every": 5, "checkpoint_every": 5,
+        "seed": 3, "keep_checkpoints": 4,  # no widget for these: they must survive anyway
+    }
+    page.load_spec(spec, "dup-of-run-7")
+    assert page.current_step() == 5
+    assert page.review_step.run_name() == "dup-of-run-7"
+    assert page.task_step.task_radios["image_classification"].isChecked()
+    assert page.model_step.custom_radio.isChecked()
+    assert page.model_step.arch_combo.currentText() == "resnet18"
+    assert page.data_step.image_size_spin.value() == 48
+    assert page.data_step.flip_check.isChecked()
+    assert page.method_step.method_radios["full"].isChecked()
+    assert page.hardware_step.deepspeed_box.isVisibleTo(page.hardware_step)
+    assert page.hardware_step.offload_params_check.isChecked()
+    assert page.errors == {}
+
+    launched = TrainSpec.model_validate(page.spec_for_launch())
+    assert launched == TrainSpec.model_validate(spec)
+    doc = yaml.safe_load(page.review_step.yaml_view.toPlainText())
+    assert doc["name"] == "dup-of-run-7"
+    assert TrainSpec.model_validate(doc["spec"]) == TrainSpec.model_validate(spec)
+
+    # A field pydantic rejects is named next to its widget, and blocks Launch.
+    page.go_to(4)
+    page.hardware_step.lr_edit.setText("fast")
+    message = page.hardware_step.field_messages["optim"]
+    assert message.isVisible() and "lr" in message.text()
+    assert not page.launch_button.isEnabled()
