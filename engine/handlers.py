@@ -262,11 +262,19 @@ class Handlers:
 
     @staticmethod
     def _facts_key(spec: dict[str, Any]) -> str:
-        """What model facts depend on: the model, the method, the example size and its files' times."""
+        """What model facts depend on: the model, the adapter's shape, the example size, the files' times.
+
+        Changing the batch, strategy, precision, learning rate or data file reuses them; the
+        model, the method (what is frozen changes what activations are kept), the LoRA rank and
+        targets and the example size send the wizard back to a subprocess for seconds.
+        """
         data = spec.get("data") or {}
-        key = {"task": spec.get("task"), "model": spec.get("model"), "method": spec.get("method"),
+        method = spec.get("method") or {}
+        key = {"task": spec.get("task"), "model": spec.get("model"),
+               "method": [method.get("kind"), method.get("lora_r"), method.get("target_modules"),
+                          method.get("num_virtual_tokens")],
                "max_length": data.get("max_length"), "image_size": data.get("image_size"),
-               "data": [data.get("builtin"), data.get("path")]}
+               "builtin_data": data.get("builtin") if not data.get("path") else None}
         path = (spec.get("model") or {}).get("path")
         if path:
             with contextlib.suppress(OSError):
@@ -310,7 +318,9 @@ class Handlers:
         except Exception:  # noqa: BLE001 - an estimate is a nicety; the run goes on without one
             logging.getLogger(__name__).info("no estimate for %s", run_id, exc_info=True)
             return
-        peak = max((d["total"] for d in est.get("devices", [])), default=None)
+        # What the run's memory events measure (allocator peak or RSS), per rank, without the
+        # CUDA context the bars show.
+        peak = est.get("estimated_peak")
         run = self.engine.store.get_run(run_id)
         if run is None:
             return
