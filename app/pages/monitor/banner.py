@@ -1,0 +1,66 @@
+"""The Monitor's banner for a run's error and warning events: message, hint, dismiss.
+
+Errors are red, warnings amber. A newer event replaces what is shown; a warning
+never hides an error that is still up.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QVBoxLayout
+
+from app.engine_client import CONNECTION_LOST, NOT_CONNECTED
+from app.style import set_state
+from app.widgets.common import label
+from engine.protocol import RpcError
+
+# Local to the banner: the shared stylesheet has no amber/red panel role yet.
+STYLE = """
+QFrame#runBanner[state="error"] { background: #fdecec; border: 1px solid #f1b3b3; border-radius: 6px; }
+QFrame#runBanner[state="warning"] { background: #fff4e0; border: 1px solid #f3cf8f; border-radius: 6px; }
+QFrame#runBanner[state="error"] QLabel#bannerMessage { color: #a61e1e; font-weight: 600; }
+QFrame#runBanner[state="warning"] QLabel#bannerMessage { color: #8a4b00; font-weight: 600; }
+QFrame#runBanner QLabel { background: transparent; }
+QFrame#runBanner QToolButton { border: none; background: transparent; font-size: 12pt; }
+"""
+
+
+class EventBanner(QFrame):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("runBanner")
+        self.setStyleSheet(STYLE)
+        self.kind = ""
+        self.message = label("", wrap=True)
+        self.message.setObjectName("bannerMessage")
+        self.hint = label("", wrap=True)
+        self.close_button = QToolButton(text="✕")
+        self.close_button.setToolTip("Dismiss")
+        self.close_button.clicked.connect(self.dismiss)
+        text = QVBoxLayout()
+        text.setSpacing(2)
+        text.addWidget(self.message)
+        text.addWidget(self.hint)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(12, 8, 8, 8)
+        row.addLayout(text, 1)
+        row.addWidget(self.close_button)
+        self.hide()
+
+    def show_event(self, kind: str, message: str, hint: str) -> None:
+        if kind == "warning" and self.kind == "error" and not self.isHidden():
+            return
+        self.kind = kind
+        set_state(self, kind)
+        self.message.setText(("Error: " if kind == "error" else "Warning: ") + message)
+        self.hint.setText(hint)
+        self.hint.setVisible(bool(hint))
+        self.show()
+
+    def show_rpc_error(self, err: RpcError) -> None:
+        if err.code in (NOT_CONNECTED, CONNECTION_LOST):
+            return  # the window's connection banner already says so
+        self.show_event("error", err.message, str(err.data.get("hint") or ""))
+
+    def dismiss(self) -> None:
+        self.kind = ""
+        self.hide()

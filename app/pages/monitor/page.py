@@ -1,0 +1,395 @@
+"""Monitor: one fine-tune, live: charts, progress, its log, and Stop / Cancel / Resume.
+
+The run's events come from a ``run/<id>/*`` subscription made with ``since=0``:
+the engine replays the stored history first and then carries on live, so a
+window opened in the middle of a run (or after closing the last one) shows the
+whole run. The job record (state, error) comes from ``jobs.list`` / ``jobs.get``
+and then the ``jobs`` topic. The log has no events: it is re-read every second
+while the run is active and once more when it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import format as fmt
+from app.engine_client import Subscription
+from app.engine_process import EngineProcess
+from app.jobs_model import ACTIVE_STATES, STATE_COLOURS
+from app.pages.monitor.banner import EventBanner
+from app.pages.monitor.run_charts import RunCharts
+from app.widgets.common import label
+from app.widgets.log_pane import LogPane
+
+KIND = "train.finetune"
+LOG_TAIL = 2000
+POLL_MS = 1000
+STATUS_MS = 150  # progress labels follow the events at most this often
+RESUMABLE = ("stopped", "cancelled", "failed")  # what jobs.resume accepts
+
+
+class MonitorPage(QWidget):
+    title = "Monitor"
+
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = engine.client
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._job_id: str | None = None
+        self._auto = True  # pick the run to show until the user (or another page) picks one
+        self._events: Subscription | None = None
+        self._info: dict[str, Any] = {}
+        self._last_train: dict[str, Any] = {}
+        self.run_facts: dict[str, str] = {}
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(28, 24, 28, 16)
+        outer.setSpacing(10)
+        header = QHBoxLayout()
+        titles = QVBoxLayout()
+        titles.addWidget(label("Monitor", "h1"))
+        titles.addWidget(label("A fine-tune as it trains. Closing Ember never stops a run; "
+                               "coming back shows its whole history.", "muted", wrap=True))
+        header.addLayout(titles, 1)
+        self.run_combo = QComboBox()
+        self.run_combo.setMinimumWidth(220)
+        self.run_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.run_combo.setMinimumContentsLength(24)
+        self.run_combo.setToolTip("The run to watch: running fine-tunes first, then the newest")
+        self.run_combo.activated.connect(self._on_combo)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Finish the current step, save a checkpoint and stop; "
+                                    "Resume continues from there")
+        self.stop_button.clicked.connect(lambda: self._act("jobs.stop"))
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setProperty("role", "danger")
+        self.cancel_button.setToolTip("Kill the run at once, without a checkpoint")
+        self.cancel_button.clicked.connect(lambda: self.cancel_run(ask=True))
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setProperty("role", "primary")
+        self.resume_button.setToolTip("Continue a stopped or failed run from its last checkpoint")
+        self.resume_button.clicked.connect(lambda: self._act("jobs.resume"))
+        header.addWidget(self.run_combo, 0, Qt.AlignmentFlag.AlignBottom)
+        for button in (self.stop_button, self.cancel_button, self.resume_button):
+            header.addWidget(button, 0, Qt.AlignmentFlag.AlignBottom)
+        outer.addLayout(header)
+
+        self.banner = EventBanner()
+        outer.addWidget(self.banner)
+
+        status = QHBoxLayout()
+        self.state_label = label("", "h2")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress.setFixedHeight(8)
+        self.step_label = label("", "muted")
+        self.eta_label = label("", "muted")
+        status.addWidget(self.state_label)
+        status.addWidget(self.progress, 1)
+        status.addWidget(self.step_label)
+        status.addSpacing(12)
+        status.addWidget(self.eta_label)
+        self.facts_label = label("", "muted", wrap=True)
+        self.facts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.charts = RunCharts()
+        self.loss_chart = self.charts.loss_chart
+        self.log_pane = LogPane()
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.charts)
+        splitter.addWidget(self.log_pane)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([460, 150])
+        splitter.setChildrenCollapsible(False)
+        content = QWidget()
+        column = QVBoxLayout(content)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(8)
+        column.addLayout(status)
+        column.addWidget(self.facts_label)
+        column.addWidget(splitter, 1)
+
+        self.empty = label("No fine-tune to watch yet. Start one on the New fine-tune page, or "
+                           "pick a run on the Runs page: its loss, learning rate, throughput "
+                           "and memory appear here while it trains.", "muted", wrap=True)
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.body = QStackedWidget()
+        self.body.addWidget(self.empty)
+        self.body.addWidget(content)
+        self.content = content
+        outer.addWidget(self.body, 1)
+
+        self._poll = QTimer(self, interval=POLL_MS)
+        self._poll.timeout.connect(self._on_poll)
+        self._poll.start()
+        self._status_timer = QTimer(self, singleShot=True, interval=STATUS_MS)
+        self._status_timer.timeout.connect(self._show_progress)
+
+        self._client.subscribe(["jobs"], self._on_job_event)
+        self._client.connected.connect(self.reload)
+        self._client.disconnected.connect(self._update_controls)
+        if self._client.is_connected:
+            self.reload()
+        self._update_controls()
+
+    # -- which run -------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> str | None:
+        return self._job_id
+
+    def job(self) -> dict[str, Any]:
+        return self._jobs.get(self._job_id or "", {})
+
+    def show_run(self, job_id: str) -> None:
+        """Watch ``job_id`` (other pages call this through MainWindow.open_run)."""
+        self._auto = False
+        self._switch(job_id)
+
+    def reload(self) -> None:
+        self._client.request("jobs.list", {"kind": KIND, "limit": 200}, self._on_list,
+                             self.banner.show_rpc_error)
+        if self._job_id:
+            self._fetch_record(self._job_id)
+
+    def _on_list(self, reply: dict[str, Any]) -> None:
+        for job in reply.get("jobs", []):
+            self._jobs[job["id"]] = {**self._jobs.get(job["id"], {}), **job}
+        self._fill_combo()
+        if self._auto and self._job_id is None:
+            default = self._default_run()
+            if default:
+                self._switch(default)
+
+    def _default_run(self) -> str | None:
+        ordered = self._ordered()
+        return ordered[0]["id"] if ordered else None
+
+    def _ordered(self) -> list[dict[str, Any]]:
+        jobs = [j for j in self._jobs.values() if j.get("kind") == KIND or j["id"] == self._job_id]
+        newest = sorted(jobs, key=lambda j: fmt.to_epoch(j.get("created_at")) or 0, reverse=True)
+        return sorted(newest, key=lambda j: j.get("state") not in ACTIVE_STATES)
+
+    def _fill_combo(self) -> None:
+        self.run_combo.blockSignals(True)
+        self.run_combo.clear()
+        for job in self._ordered():
+            name = job.get("name") or (job.get("summary") or {}).get("model") or ""
+            text = f"{job['id']}  {name}  ({job.get('state', '?')})".replace("    ", "  ")
+            self.run_combo.addItem(text, job["id"])
+        index = self.run_combo.findData(self._job_id) if self._job_id else -1
+        self.run_combo.setCurrentIndex(index)
+        self.run_combo.blockSignals(False)
+
+    def _on_combo(self, index: int) -> None:
+        job_id = self.run_combo.itemData(index)
+        if job_id:
+            self.show_run(job_id)
+
+    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
+        job_id = data.get("id")
+        if not job_id:
+            return
+        if data.get("deleted"):
+            self._jobs.pop(job_id, None)
+            self._fill_combo()
+            return
+        if data.get("kind") != KIND and job_id != self._job_id:
+            return
+        before = self._jobs.get(job_id, {}).get("state")
+        self._jobs[job_id] = {**self._jobs.get(job_id, {}), **data}
+        self._fill_combo()
+        if job_id == self._job_id:
+            self._on_state(before)
+        elif self._auto and data.get("state") == "running" and \
+                self.job().get("state") not in ACTIVE_STATES:
+            self._switch(job_id)  # nothing chosen by hand: follow the run that just started
+        elif self._job_id is None:
+            self._switch(job_id)
+
+    # -- switching -------------------------------------------------------------------
+
+    def _switch(self, job_id: str) -> None:
+        if job_id == self._job_id and self._events is not None:
+            return
+        if self._events is not None:
+            self._client.unsubscribe(self._events)
+        self._job_id = job_id
+        self._info, self._last_train, self.run_facts = {}, {}, {}
+        self.charts.clear()
+        self.log_pane.clear()
+        self.banner.dismiss()
+        self.facts_label.clear()
+        self._events = self._client.subscribe([f"run/{job_id}/*"], self._on_run_event, since=0)
+        self._fetch_record(job_id)
+        self._fill_combo()
+        self.body.setCurrentWidget(self.content)
+        self._fetch_log()
+        self._show_progress()
+        self._update_controls()
+
+    def _fetch_record(self, job_id: str) -> None:
+        def done(record: dict[str, Any]) -> None:
+            before = self._jobs.get(job_id, {}).get("state")
+            self._jobs[job_id] = {**self._jobs.get(job_id, {}),
+                                  **{k: v for k, v in record.items() if k != "result"}}
+            self._fill_combo()
+            if job_id == self._job_id:
+                self._on_state(before)
+
+        self._client.request("jobs.get", {"id": job_id}, done, self.banner.show_rpc_error)
+
+    # -- events ----------------------------------------------------------------------
+
+    def _on_run_event(self, topic: str, _seq: int, data: dict[str, Any]) -> None:
+        prefix = f"run/{self._job_id}/"
+        if not topic.startswith(prefix):
+            return  # from the run shown before, still on its way
+        kind = topic[len(prefix):]
+        self.charts.add_event(kind, data)
+        if kind == "train":
+            self._last_train = data
+            if not self._status_timer.isActive():
+                self._status_timer.start()
+        elif kind == "run_info":
+            self._info = data
+            self._show_facts()
+            self._show_progress()
+        elif kind in ("error", "warning"):
+            self.banner.show_event(kind, data.get("message") or "", data.get("hint") or "")
+
+    def _on_state(self, before: str | None) -> None:
+        job = self.job()
+        state = job.get("state")
+        if before in RESUMABLE and state in ACTIVE_STATES:
+            self.banner.dismiss()  # resumed: the old failure is history
+        if state == "failed" and not self.banner.isVisible() and job.get("error"):
+            error = job["error"]
+            self.banner.show_event("error", error.get("message") or "", error.get("hint") or "")
+        if before in ACTIVE_STATES and state not in ACTIVE_STATES:
+            self._fetch_log()  # the last lines, once
+        self._show_progress()
+        self._update_controls()
+
+    # -- status, facts, log ------------------------------------------------------------
+
+    def _show_progress(self) -> None:
+        job = self.job()
+        state = job.get("state") or ""
+        self.state_label.setText(state or "—")
+        colour = STATE_COLOURS.get(state)
+        self.state_label.setStyleSheet(f"color: {colour};" if colour else "")
+        train = self._last_train
+        total = self._info.get("total_steps")
+        step = train.get("step")
+        progress = train.get("progress")
+        if state == "succeeded":
+            progress = 1.0
+        self.progress.setValue(int(1000 * min(1.0, progress or 0.0)))
+        if step is not None:
+            self.step_label.setText(f"step {step:,} / {total:,}" if total else f"step {step:,}")
+        else:
+            self.step_label.setText(f"{total:,} steps" if total else "")
+        eta = train.get("eta_s")
+        if state in ("running", "stopping") and eta is not None:
+            left = max(0.0, float(eta) - max(0.0, time.time() - float(train.get("t") or time.time())))
+            self.eta_label.setText(f"ETA {fmt.duration(left)}")
+        elif state == "queued":
+            self.eta_label.setText("waiting to start")
+        elif job.get("started_at"):
+            self.eta_label.setText(f"ran {fmt.job_duration(job)}")
+        else:
+            self.eta_label.clear()
+
+    def _show_facts(self) -> None:
+        info = self._info
+        facts = {
+            "task": str(info.get("task", "")),
+            "model": str(info.get("model", "")),
+            "method": str(info.get("method", "")),
+            "strategy": str(info.get("strategy", "")),
+            "world size": str(info.get("world_size", "")),
+            "device": str(info.get("device", "")),
+        }
+        trainable, total = info.get("trainable_params"), info.get("total_params")
+        if isinstance(trainable, int):
+            share = f" ({100 * trainable / total:.2f}%)" if isinstance(total, int) and total else ""
+            facts["trainable params"] = f"{trainable:,} of {total:,}{share}" if total else f"{trainable:,}"
+        self.run_facts = {k: v for k, v in facts.items() if v}
+        world = info.get("world_size")
+        procs = f"{world} process{'es' if world != 1 else ''} on {info.get('device', '?')}"
+        parts = [facts["task"], facts["model"], facts["method"], facts["strategy"], procs]
+        if "trainable params" in self.run_facts:
+            parts.append(f"{self.run_facts['trainable params']} parameters train")
+        self.facts_label.setText("  ·  ".join(p for p in parts if p))
+
+    def _on_poll(self) -> None:
+        if not self.isVisible() or not self._job_id:
+            return
+        if self.job().get("state") in ACTIVE_STATES:
+            self._fetch_log()
+            self._show_progress()
+
+    def _fetch_log(self) -> None:
+        job_id = self._job_id
+        if not job_id or not self._client.is_connected:
+            return
+
+        def done(reply: dict[str, Any]) -> None:
+            if job_id == self._job_id:
+                self.log_pane.set_lines(reply.get("lines", []))
+
+        self._client.request("jobs.logs", {"id": job_id, "tail": LOG_TAIL}, done, lambda _e: None)
+
+    # -- actions ---------------------------------------------------------------------
+
+    def cancel_run(self, ask: bool = True) -> None:
+        if ask:
+            answer = QMessageBox.question(
+                self, "Cancel this run?",
+                "Cancel kills the run at once: the steps since its last checkpoint are lost. "
+                "Stop instead finishes the step and saves a checkpoint to resume from.",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No)
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self._act("jobs.cancel")
+
+    def _act(self, method: str) -> None:
+        job_id = self._job_id
+        if not job_id:
+            return
+
+        def done(record: dict[str, Any]) -> None:
+            before = self._jobs.get(job_id, {}).get("state")
+            self._jobs[job_id] = {**self._jobs.get(job_id, {}), **record}
+            if job_id == self._job_id:
+                self._on_state(before)
+
+        self._client.request(method, {"id": job_id}, done, self.banner.show_rpc_error)
+
+    def _update_controls(self) -> None:
+        state = self.job().get("state")
+        connected = self._client.is_connected
+        self.stop_button.setEnabled(connected and state == "running")
+        self.cancel_button.setEnabled(connected and state in ACTIVE_STATES)
+        self.resume_button.setEnabled(connected and state in RESUMABLE)
+        self.run_combo.setEnabled(connected or self.run_combo.count() > 0)
+        if self._job_id is None:
+            self.body.setCurrentWidget(self.empty)
