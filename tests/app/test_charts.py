@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QImage
 
-from app.widgets.charts import LiveChart, SeriesBuffer, redraw_clock
+from app.widgets.charts import LiveChart, redraw_clock
+from app.widgets.series_buffer import SeriesBuffer
 
 
 def test_buffer_grows_and_keeps_every_point():
