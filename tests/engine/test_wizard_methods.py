@@ -77,6 +77,14 @@ def test_finished_run_has_summary_checkpoints_and_can_be_deleted(engine_proc):
         best = max(evals, key=lambda m: (m["value"], -m["step"]))
         assert summary["best"] == {"metric": "accuracy", "value": best["value"], "step": best["step"]}
         assert summary["measured_peak"] > 100 * 2**20  # a CPU run's peak RSS, from its memory events
+        # The fit estimate made at jobs.start is stored with the run (it may land after the run ends).
+        summary = wait_for(lambda: (s := c.call("jobs.get", id=job["id"])["summary"])["estimated_peak"] and s,
+                           timeout=120, what="the stored estimate")
+        ratio = summary["estimated_peak"] / summary["measured_peak"]
+        print(f"\nMiniLM LoRA CPU run: estimated peak {summary['estimated_peak'] / 2**20:.0f} MiB, "
+              f"measured {summary['measured_peak'] / 2**20:.0f} MiB, ratio {ratio:.3f}")
+        assert 0.85 <= ratio <= 1.15
+        assert (Path(done["run_dir"]) / "estimate.json").is_file()
         listed = c.call("jobs.list")["jobs"][0]
         assert listed["id"] == job["id"] and listed["summary"] == summary
 
