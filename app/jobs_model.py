@@ -1,18 +1,37 @@
-"""The table of jobs behind the Runs page: engine job records, newest first."""
+"""The table of jobs behind the Runs page, and the proxy that filters and sorts it.
+
+Rows are engine job records (``jobs.list`` and the ``jobs`` topic). Fine-tune
+columns come from the record's ``summary``; a record without one (an older
+engine) falls back to what its spec says. Every cell also has a sort value
+(``SORT_ROLE``), so sorting compares numbers and times, not their text.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
 from app import format as fmt
 
-COLUMNS = ("ID", "Kind", "Name", "State", "Created", "Duration")
-STATE_COLUMN = COLUMNS.index("State")
-DURATION_COLUMN = COLUMNS.index("Duration")
+COLUMNS = ("Name", "Task", "Model", "Method", "Strategy", "State", "Best metric", "Duration",
+           "Created")
+(NAME_COLUMN, TASK_COLUMN, MODEL_COLUMN, METHOD_COLUMN, STRATEGY_COLUMN, STATE_COLUMN,
+ BEST_COLUMN, DURATION_COLUMN, CREATED_COLUMN) = range(len(COLUMNS))
 ACTIVE_STATES = ("queued", "running", "stopping")
+# stopped: ended on request with a checkpoint (resumable); cancelled: killed, or never started.
+FINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
+FINETUNE = "train.finetune"
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+NONE = "—"
 
 # Same meaning as the status dot: green done, blue busy, amber winding down, red failed.
 STATE_COLOURS = {
@@ -21,18 +40,132 @@ STATE_COLOURS = {
     "stopping": "#a35f00",
     "succeeded": "#2b8a3e",
     "failed": "#c92a2a",
+    "stopped": "#a35f00",
     "cancelled": "#5a6472",
 }
+# The state filter on the Runs page: label -> states it keeps (None keeps all).
+STATE_GROUPS: dict[str, tuple[str, ...] | None] = {
+    "All states": None,
+    "Active": ACTIVE_STATES,
+    "Succeeded": ("succeeded",),
+    "Failed": ("failed",),
+    "Stopped": ("stopped",),
+    "Cancelled": ("cancelled",),
+}
+_STATE_ORDER = {state: i for i, state in enumerate(ACTIVE_STATES + FINAL_STATES)}
 
 Index = QModelIndex | QPersistentModelIndex
 
+
+# -- reading a record ---------------------------------------------------------------------
+
+def summary(job: dict[str, Any]) -> dict[str, Any]:
+    """task, model, method, strategy, nproc, best, estimated_peak, measured_peak of a fine-tune.
+
+    The engine's ``summary`` wins; without one, the spec says what it can.
+    """
+    found = dict(job.get("summary") or {})
+    spec = job.get("spec") or {}
+    if job.get("kind") == FINETUNE and isinstance(spec, dict):
+        model = spec.get("model") or {}
+        dist = spec.get("distributed") or {}
+        path = str(model.get("path") or "").rstrip("/")
+        fallback = {
+            "task": spec.get("task"),
+            "model": model.get("builtin") or model.get("arch")
+            or (path.rsplit("/", 1)[-1] if path else None)
+            or "built-in",  # the engine's summary names it; older records do not
+            "method": (spec.get("method") or {}).get("kind", "lora"),
+            "strategy": dist.get("strategy", "single"),
+            "nproc": dist.get("nproc", 1),
+        }
+        for key, value in fallback.items():
+            if found.get(key) is None:
+                found[key] = value
+    return found
+
+
+def display_name(job: dict[str, Any]) -> str:
+    return str(job.get("name") or job.get("id") or "")
+
+
+def strategy_text(info: dict[str, Any]) -> str:
+    strategy = info.get("strategy")
+    if not strategy:
+        return NONE
+    nproc = info.get("nproc") or 1
+    return f"{strategy} × {nproc}" if nproc > 1 else str(strategy)
+
+
+def metric_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def best_text(best: dict[str, Any] | None) -> str:
+    """{metric, value, step} -> 'accuracy 0.91 @ step 40'."""
+    if not best or best.get("value") is None:
+        return NONE
+    text = f"{best.get('metric', '')} {metric_value(best['value'])}".strip()
+    return f"{text} @ step {best['step']}" if best.get("step") is not None else text
+
+
+def peak_text(estimated: Any, measured: Any) -> str:
+    """'estimated 1.2 GiB, measured 1.0 GiB (error +20%)': how far off the fit estimate was."""
+    est = estimated if isinstance(estimated, (int, float)) and estimated > 0 else None
+    meas = measured if isinstance(measured, (int, float)) and measured > 0 else None
+    if est and meas:
+        return f"estimated {fmt.size(est)}, measured {fmt.size(meas)} " \
+               f"(error {(est - meas) / meas * 100:+.0f}%)"
+    if meas:
+        return f"measured {fmt.size(meas)}; no estimate was recorded"
+    if est:
+        return f"estimated {fmt.size(est)}; not measured yet"
+    return "—"
+
+
+def metrics_text(metrics: dict[str, Any]) -> str:
+    return " · ".join(f"{k} {metric_value(v)}" for k, v in metrics.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)) or "—"
+
+
+def duration_seconds(job: dict[str, Any], now: float | None = None) -> float | None:
+    start = fmt.to_epoch(job.get("started_at"))
+    if start is None:
+        return None
+    end = fmt.to_epoch(job.get("ended_at"))
+    if end is None:
+        if job.get("state") not in ("running", "stopping"):
+            return None
+        end = time.time() if now is None else now
+    return max(0.0, end - start)
+
+
+def state_dot(state: str, size: int = 10) -> QIcon:
+    """A filled circle in the state's colour (cached: the table asks for it on every paint)."""
+    if state not in _DOTS:
+        pixmap = QPixmap(size, size)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(STATE_COLOURS.get(state, "#8a94a0")))
+        painter.drawEllipse(1, 1, size - 2, size - 2)
+        painter.end()
+        _DOTS[state] = QIcon(pixmap)
+    return _DOTS[state]
+
+
+_DOTS: dict[str, QIcon] = {}
+
+
+# -- the model --------------------------------------------------------------------------------
 
 class JobsModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._jobs: list[dict[str, Any]] = []
-
-    # -- reading ---------------------------------------------------------------------
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
         return 0 if parent.isValid() else len(self._jobs)
@@ -53,31 +186,62 @@ class JobsModel(QAbstractTableModel):
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             return self._text(job, column)
-        if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN:
-            return QColor(STATE_COLOURS.get(job.get("state", ""), "#1f2328"))
+        if role == SORT_ROLE:
+            return self._sort_value(job, column)
+        if column == STATE_COLUMN:
+            if role == Qt.ItemDataRole.ForegroundRole:
+                return QColor(STATE_COLOURS.get(job.get("state", ""), "#1f2328"))
+            if role == Qt.ItemDataRole.DecorationRole:
+                return state_dot(job.get("state", ""))
         if role == Qt.ItemDataRole.ToolTipRole:
             error = job.get("error") or {}
             if error:
                 return "\n".join(filter(None, [error.get("message"), error.get("hint")]))
-            return job.get("id")
+            return f"{job.get('id')} ({job.get('kind')})"
         return None
 
     @staticmethod
     def _text(job: dict[str, Any], column: int) -> str:
-        if column == 0:
-            return str(job.get("id", ""))
-        if column == 1:
-            return str(job.get("kind", ""))
-        if column == 2:
-            return str(job.get("name") or "")
-        if column == 3:
+        if column == NAME_COLUMN:
+            return display_name(job)
+        if column == STATE_COLUMN:
             return str(job.get("state", ""))
-        if column == 4:
+        if column == DURATION_COLUMN:
+            return fmt.job_duration(job)
+        if column == CREATED_COLUMN:
             return fmt.timestamp(job.get("created_at"))
-        return fmt.job_duration(job)
+        info = summary(job)
+        if column == STRATEGY_COLUMN:
+            return strategy_text(info)
+        if column == BEST_COLUMN:
+            return best_text(info.get("best"))
+        key = {TASK_COLUMN: "task", MODEL_COLUMN: "model", METHOD_COLUMN: "method"}[column]
+        return str(info.get(key) or NONE)
+
+    @classmethod
+    def _sort_value(cls, job: dict[str, Any], column: int) -> Any:
+        """A value of one type per column (None sorts last), so sorting is by meaning."""
+        if column == STATE_COLUMN:
+            return _STATE_ORDER.get(job.get("state", ""), len(_STATE_ORDER))
+        if column == DURATION_COLUMN:
+            return duration_seconds(job)
+        if column == CREATED_COLUMN:
+            return fmt.to_epoch(job.get("created_at"))
+        if column == BEST_COLUMN:
+            best = summary(job).get("best") or {}
+            value = best.get("value")
+            return float(value) if isinstance(value, (int, float)) else None
+        if column == STRATEGY_COLUMN:
+            info = summary(job)
+            return f"{info.get('strategy') or '~'} {int(info.get('nproc') or 1):05d}"
+        text = cls._text(job, column)
+        return None if text == NONE else text.lower()
 
     def job(self, row: int) -> dict[str, Any] | None:
         return self._jobs[row] if 0 <= row < len(self._jobs) else None
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return list(self._jobs)
 
     def row_of(self, job_id: str) -> int:
         for row, job in enumerate(self._jobs):
@@ -107,9 +271,70 @@ class JobsModel(QAbstractTableModel):
         self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
         return row
 
+    def remove(self, job_id: str) -> bool:
+        row = self.row_of(job_id)
+        if row < 0:
+            return False
+        self.beginRemoveRows(QModelIndex(), row, row)
+        del self._jobs[row]
+        self.endRemoveRows()
+        return True
+
     def refresh_durations(self) -> None:
         """Let running jobs' durations tick without touching anything else."""
         for row, job in enumerate(self._jobs):
             if job.get("state") in ("running", "stopping"):
                 index = self.index(row, DURATION_COLUMN)
                 self.dataChanged.emit(index, index)
+
+
+class JobsFilter(QSortFilterProxyModel):
+    """Text and state filters over JobsModel; sorts by SORT_ROLE with empty values last."""
+
+    FILTER_COLUMNS = (NAME_COLUMN, TASK_COLUMN, MODEL_COLUMN, METHOD_COLUMN, STATE_COLUMN)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._text = ""
+        self._states: tuple[str, ...] | None = None
+        self.setSortRole(SORT_ROLE)
+        self.setDynamicSortFilter(True)
+
+    def set_text(self, text: str) -> None:
+        self._refilter(lambda: setattr(self, "_text", text.strip().lower()))
+
+    def set_state_group(self, group: str) -> None:
+        self._refilter(lambda: setattr(self, "_states", STATE_GROUPS.get(group)))
+
+    def _refilter(self, change) -> None:
+        if hasattr(self, "endFilterChange"):  # Qt 6.10+; invalidateFilter is deprecated there
+            self.beginFilterChange()
+            change()
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:
+            change()
+            self.invalidateFilter()
+
+    def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:  # noqa: N802
+        model = self.sourceModel()
+        job = model.job(source_row) if isinstance(model, JobsModel) else None
+        if job is None:
+            return True
+        if self._states is not None and job.get("state") not in self._states:
+            return False
+        if not self._text:
+            return True
+        haystack = " ".join([str(job.get("id", "")), str(job.get("kind", ""))] + [
+            str(model.index(source_row, c).data() or "") for c in self.FILTER_COLUMNS]).lower()
+        return all(word in haystack for word in self._text.split())
+
+    def lessThan(self, left: Index, right: Index) -> bool:  # noqa: N802 - Qt override
+        a, b = left.data(SORT_ROLE), right.data(SORT_ROLE)
+        if a is None or b is None:
+            # Empty cells go to the bottom whichever way the column is sorted.
+            descending = self.sortOrder() == Qt.SortOrder.DescendingOrder
+            return (a is not None) != descending if (a is None) != (b is None) else False
+        try:
+            return a < b
+        except TypeError:
+            return str(a) < str(b)

@@ -1,20 +1,26 @@
-"""Runs: every job the engine knows, live, with its log.
+"""Runs: every job the engine knows, live, to filter, sort, open, compare and clean up.
 
 The list comes from ``jobs.list`` whenever the connection (re)opens, and stays
-current through the ``jobs`` topic, so jobs started by the CLI or another
-window show up here too. The selected job's log and events (RunDetails) are
-re-read every couple of seconds while it runs.
+current through the ``jobs`` topic (each event is the whole record; a
+``{id, deleted: true}`` event removes the row), so jobs started by the CLI or
+another window show up here too. The current row's details (RunDetails) are
+re-read every couple of seconds while it runs; the selected rows are what the
+actions act on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
+    QLineEdit,
+    QMessageBox,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -24,11 +30,23 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine_process import EngineProcess
-from app.jobs_model import ACTIVE_STATES, JobsModel
+from app.jobs_model import (
+    ACTIVE_STATES,
+    CREATED_COLUMN,
+    FINETUNE,
+    NAME_COLUMN,
+    STATE_GROUPS,
+    JobsFilter,
+    JobsModel,
+    display_name,
+)
 from app.widgets.common import label
 from app.widgets.run_details import RunDetails
 
 POLL_MS = 2000
+LIST_LIMIT = 1000
+RESUMABLE = ("stopped", "cancelled", "failed")
+NAME_MIN_WIDTH = 170
 
 
 class RunsPage(QWidget):
@@ -38,68 +56,120 @@ class RunsPage(QWidget):
         super().__init__(parent)
         self._client = engine.client
         self.model = JobsModel(self)
-        self._selected_id: str | None = None
+        self.proxy = JobsFilter(self)
+        self.proxy.setSourceModel(self.model)
+        self._selected_id: str | None = None  # the current row, shown in the details
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(28, 24, 28, 20)
-        outer.setSpacing(12)
+        outer.setSpacing(10)
+        outer.addWidget(label("Runs", "h1"))
+        outer.addWidget(label("Every job the engine is running or has run. Closing Ember never "
+                              "stops a job. Select several runs to compare them.", "muted"))
 
-        header = QHBoxLayout()
-        titles = QVBoxLayout()
-        titles.addWidget(label("Runs", "h1"))
-        titles.addWidget(label("Every job the engine is running or has run. Closing Ember "
-                               "never stops a job.", "muted"))
-        header.addLayout(titles, 1)
-        self.refresh_button = QPushButton("Refresh")
-        self.refresh_button.clicked.connect(self.reload)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setToolTip("Ask the job to finish cleanly (SIGTERM, then SIGKILL "
-                                    "after a timeout)")
-        self.stop_button.clicked.connect(lambda: self._act("jobs.stop"))
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setProperty("role", "danger")
-        self.cancel_button.setToolTip("Kill the job at once; a queued job never starts")
-        self.cancel_button.clicked.connect(lambda: self._act("jobs.cancel"))
-        for button in (self.refresh_button, self.stop_button, self.cancel_button):
-            header.addWidget(button, 0, Qt.AlignmentFlag.AlignBottom)
-        outer.addLayout(header)
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter by name, task, model, method or state")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.setMinimumWidth(300)
+        self.filter_edit.textChanged.connect(self._on_filter)
+        self.state_combo = QComboBox()
+        self.state_combo.addItems(list(STATE_GROUPS))
+        self.state_combo.currentTextChanged.connect(self._on_filter)
+
+        self.open_button = self._button("Open in Monitor", "Follow this run's charts live "
+                                        "(double-click a row does the same)", self.open_selected)
+        self.compare_button = self._button("Compare", "Overlay the curves and specs of the "
+                                           "selected runs (select two or more)", self.compare_selected)
+        self.duplicate_button = self._button("Duplicate", "Open New fine-tune with this run's "
+                                             "spec, to change it and start a new run",
+                                             self.duplicate_selected)
+        self.resume_button = self._button("Resume", "Continue a stopped or failed fine-tune "
+                                          "from its latest checkpoint", lambda: self._act("jobs.resume"))
+        self.stop_button = self._button("Stop", "Ask the job to finish cleanly (a checkpoint "
+                                        "is written; SIGKILL after a timeout)",
+                                        lambda: self._act("jobs.stop"))
+        self.cancel_button = self._button("Cancel", "Kill the job at once; a queued job never "
+                                          "starts", lambda: self._act("jobs.cancel"), "danger")
+        self.delete_button = self._button("Delete…", "Delete the run and its files "
+                                          "(checkpoints, model)", self.delete_selected, "danger")
+        self.refresh_button = self._button("Refresh", "Read the list again", self.reload)
+
+        # Two rows, so the page fits the window's default width: what to show, what to do.
+        tools = QHBoxLayout()
+        tools.addWidget(self.filter_edit, 1)
+        tools.addWidget(self.state_combo)
+        tools.addStretch(1)
+        tools.addWidget(self.refresh_button)
+        outer.addLayout(tools)
+        actions = QHBoxLayout()
+        for button in (self.open_button, self.compare_button, self.duplicate_button,
+                       self.resume_button):
+            actions.addWidget(button)
+        actions.addStretch(1)
+        for button in (self.stop_button, self.cancel_button, self.delete_button):
+            actions.addWidget(button)
+        outer.addLayout(actions)
 
         self.table = QTableView()
-        self.table.setModel(self.model)
+        self.table.setModel(self.proxy)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.setAlternatingRowColors(True)
         self.table.setShowGrid(False)
         self.table.verticalHeader().hide()
         self.table.setWordWrap(False)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(CREATED_COLUMN, Qt.SortOrder.DescendingOrder)
         head = self.table.horizontalHeader()
         head.setHighlightSections(False)
+        head.setSortIndicatorShown(True)
         head.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        head.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        # Name takes what the other columns leave, but never less than NAME_MIN_WIDTH (the
+        # table scrolls sideways instead): a Stretch column could shrink to nothing.
+        head.setSectionResizeMode(NAME_COLUMN, QHeaderView.ResizeMode.Interactive)
+        self._fit_timer = QTimer(self, singleShot=True, interval=0)
+        self._fit_timer.timeout.connect(self._fit_name_column)
+        for signal in (self.proxy.modelReset, self.proxy.rowsInserted, self.proxy.dataChanged,
+                       self.proxy.layoutChanged):
+            signal.connect(lambda *_: self._fit_timer.start())
         self.table.selectionModel().currentRowChanged.connect(self._on_row_changed)
-        self.empty = label("No runs yet. Probe this machine from Settings, or start a job "
-                           "with the ember command; it will appear here.", "muted", wrap=True)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        self.table.doubleClicked.connect(lambda _index: self.open_selected())
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        self._menu_actions: dict[QPushButton, QAction] = {}
+        for button in (self.open_button, self.compare_button, self.duplicate_button,
+                       self.resume_button, self.stop_button, self.cancel_button,
+                       self.delete_button):
+            action = QAction(button.text(), self.table)
+            action.triggered.connect(button.click)
+            self.table.addAction(action)
+            self._menu_actions[button] = action  # enabled like its button
+
+        self.empty = label("No runs yet. Start a fine-tune from New fine-tune, probe this "
+                           "machine from Settings, or start a job with the ember command; it "
+                           "will appear here.", "muted", wrap=True)
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.empty)
         self.list_stack.addWidget(self.table)
 
         self.details = RunDetails(self._client)
+        self.details.run_link_activated.connect(self.select_run)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.list_stack)
         splitter.addWidget(self.details)
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([320, 320])  # half and half to start; the user can drag
+        splitter.setSizes([300, 340])  # about half and half to start; the user can drag
         splitter.setChildrenCollapsible(False)
         outer.addWidget(splitter, 1)
         self.message = label("", "error", wrap=True)
         self.message.hide()
         outer.addWidget(self.message)
 
-        # One timer ticks running durations and re-reads the selected job's log and events.
+        # One timer ticks running durations and re-reads the current job's log.
         self._tick = QTimer(self, interval=POLL_MS)
         self._tick.timeout.connect(self._on_tick)
         self._tick.start()
@@ -111,28 +181,47 @@ class RunsPage(QWidget):
             self.reload()
         self._update_buttons()
 
+    def _button(self, text: str, tip: str, slot, role: str = "") -> QPushButton:
+        button = QPushButton(text)
+        button.setToolTip(tip)
+        if role:
+            button.setProperty("role", role)
+        button.clicked.connect(slot)
+        return button
+
+    def _fit_name_column(self) -> None:
+        head = self.table.horizontalHeader()
+        others = sum(head.sectionSize(c) for c in range(head.count()) if c != NAME_COLUMN)
+        head.resizeSection(NAME_COLUMN,
+                           max(NAME_MIN_WIDTH, self.table.viewport().width() - others - 2))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit_timer.start()
+
     # -- loading ---------------------------------------------------------------------
 
     def reload(self) -> None:
-        self._client.request("jobs.list", {"limit": 200}, self._on_list, self._show_error)
+        self._client.request("jobs.list", {"limit": LIST_LIMIT}, self._on_list, self._show_error)
 
     def _on_list(self, reply: dict[str, Any]) -> None:
         self.message.hide()
         selected = self._selected_id
         self.model.set_jobs(reply.get("jobs", []))
         self.list_stack.setCurrentWidget(self.table if self.model.rowCount() else self.empty)
-        row = self.model.row_of(selected) if selected else -1
-        if row < 0 and self.model.rowCount():
-            row = 0
-        if row >= 0:
-            self.table.selectRow(row)
+        if not (selected and self.select_run(selected)) and self.proxy.rowCount():
+            self.table.selectRow(0)
         self._update_buttons()
 
     def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        if not data.get("id"):
+        job_id = data.get("id")
+        if not job_id:
             return
-        is_new = self.model.row_of(data["id"]) < 0
-        # The event carries the whole public record (state, times, exit code, error).
+        if data.get("deleted"):
+            self._forget(job_id)
+            return
+        is_new = self.model.row_of(job_id) < 0
+        # The event carries the whole public record (state, times, exit code, error, summary).
         self._on_job_record(data)
         self.list_stack.setCurrentWidget(self.table)
         if is_new and self._selected_id is None:
@@ -145,16 +234,57 @@ class RunsPage(QWidget):
             self.details.show_job(self.model.job(row))
         self._update_buttons()
 
-    # -- selection, log and actions ----------------------------------------------------------
+    def _forget(self, job_id: str) -> None:
+        if job_id == self._selected_id:
+            self._selected_id = None
+            self.details.show_job(None)
+        self.model.remove(job_id)
+        if not self.model.rowCount():
+            self.list_stack.setCurrentWidget(self.empty)
+        self._update_buttons()
+
+    # -- selection ---------------------------------------------------------------------
+
+    def _job_at(self, proxy_index: QModelIndex) -> dict[str, Any] | None:
+        if not proxy_index.isValid():
+            return None
+        return self.model.job(self.proxy.mapToSource(proxy_index).row())
 
     def selected_job(self) -> dict[str, Any] | None:
+        """The current row's job (the one the details show)."""
         row = self.model.row_of(self._selected_id) if self._selected_id else -1
         return self.model.job(row)
 
-    def _on_row_changed(self, current, _previous) -> None:
-        job = self.model.job(current.row())
+    def selected_jobs(self) -> list[dict[str, Any]]:
+        """Every selected row's job, top to bottom as shown."""
+        rows = sorted(self.table.selectionModel().selectedRows(), key=lambda i: i.row())
+        return [job for job in (self._job_at(index) for index in rows) if job]
+
+    def select_run(self, job_id: str) -> bool:
+        """Make ``job_id`` the only selected row (clearing filters that hide it)."""
+        row = self.model.row_of(job_id)
+        if row < 0:
+            return False
+        index = self.proxy.mapFromSource(self.model.index(row, 0))
+        if not index.isValid():
+            self.filter_edit.clear()
+            self.state_combo.setCurrentIndex(0)
+            index = self.proxy.mapFromSource(self.model.index(row, 0))
+        self.table.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.scrollTo(index)
+        return True
+
+    def _on_row_changed(self, current: QModelIndex, _previous) -> None:
+        job = self._job_at(current)
         self._selected_id = job.get("id") if job else None
         self.details.show_job(job)
+        self._update_buttons()
+
+    def _on_filter(self, *_args) -> None:
+        self.proxy.set_text(self.filter_edit.text())
+        self.proxy.set_state_group(self.state_combo.currentText())
         self._update_buttons()
 
     def _on_tick(self) -> None:
@@ -164,20 +294,76 @@ class RunsPage(QWidget):
         if self.details.is_active():
             self.details.refresh()
 
-    def _act(self, method: str) -> None:
+    # -- actions -----------------------------------------------------------------------
+
+    def _window_call(self, name: str, *args: Any) -> None:
+        target = getattr(self.window(), name, None)
+        if callable(target):
+            target(*args)
+
+    def open_selected(self) -> None:
         job = self.selected_job()
-        if job is None:
+        if job is not None:
+            self._window_call("open_run", job["id"])
+
+    def compare_selected(self) -> None:
+        ids = [job["id"] for job in self.selected_jobs() if job.get("kind") == FINETUNE]
+        if len(ids) >= 2:
+            self._window_call("compare_runs", ids)
+
+    def duplicate_selected(self) -> None:
+        job = self.selected_job()
+        if job is not None and job.get("kind") == FINETUNE:
+            self._window_call("duplicate_run", dict(job.get("spec") or {}),
+                              f"{display_name(job)} copy")
+
+    def _act(self, method: str) -> None:
+        self.message.hide()
+        for job in self.selected_jobs() or ([self.selected_job()] if self.selected_job() else []):
+            self._client.request(method, {"id": job["id"]}, self._on_job_record, self._show_error)
+
+    def delete_selected(self) -> None:
+        jobs = self.selected_jobs()
+        if not jobs:
+            return
+        names = ", ".join(display_name(job) for job in jobs[:5])
+        if len(jobs) > 5:
+            names += f" and {len(jobs) - 5} more"
+        what = f"the run {names}" if len(jobs) == 1 else f"{len(jobs)} runs ({names})"
+        answer = QMessageBox.question(
+            self, "Delete runs",
+            f"Delete {what}?\n\nIts files are deleted too: checkpoints, the trained model, "
+            "logs and events. This cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No)
+        if answer != QMessageBox.StandardButton.Yes:
             return
         self.message.hide()
-        self._client.request(method, {"id": job["id"]}, self._on_job_record, self._show_error)
+        for job in jobs:
+            job_id = job["id"]
+            self._client.request("jobs.delete", {"id": job_id, "files": True},
+                                 lambda _reply, job_id=job_id: self._forget(job_id),
+                                 self._show_error)
 
     def _update_buttons(self) -> None:
         job = self.selected_job()
-        state = job.get("state") if job else None
+        jobs = self.selected_jobs() or ([job] if job else [])
+        states = {j.get("state") for j in jobs}
         connected = self._client.is_connected
-        self.stop_button.setEnabled(connected and state == "running")
-        self.cancel_button.setEnabled(connected and state in ACTIVE_STATES)
+        finetunes = [j for j in jobs if j.get("kind") == FINETUNE]
+        is_finetune = job is not None and job.get("kind") == FINETUNE
+        self.open_button.setEnabled(job is not None)
+        self.compare_button.setEnabled(len(finetunes) >= 2)
+        self.duplicate_button.setEnabled(is_finetune)
+        self.resume_button.setEnabled(connected and bool(finetunes) and all(
+            j.get("state") in RESUMABLE for j in finetunes) and len(finetunes) == len(jobs))
+        self.stop_button.setEnabled(connected and "running" in states)
+        self.cancel_button.setEnabled(connected and bool(states & set(ACTIVE_STATES)))
+        # Active runs too: the engine refuses those and says why.
+        self.delete_button.setEnabled(connected and bool(jobs))
         self.refresh_button.setEnabled(connected)
+        for button, action in self._menu_actions.items():
+            action.setEnabled(button.isEnabled())
 
     def _show_error(self, err) -> None:
         self.message.setText(str(err))

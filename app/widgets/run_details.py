@@ -1,10 +1,12 @@
-"""The lower half of the Runs page: one job's facts, its log and its events.
+"""The lower half of the Runs page: one job's overview, spec, log, events, checkpoints, lineage.
 
 The events are what the job wrote to events.jsonl, replayed from the start and
 then followed live through a ``run/<id>/*`` subscription (events can arrive
 after the job's final state, while the engine catches up with the file). The
 log is the job's stdout.log (``jobs.logs``), which has no event, so the Runs
-page calls ``refresh`` on a timer while the job is active.
+page calls ``refresh`` on a timer while the job is active. The record with its
+``result`` (``jobs.get``) and the files (``jobs.artifacts``) are read when the
+job is shown, when its state changes and after a checkpoint or artifact event.
 """
 
 from __future__ import annotations
@@ -12,18 +14,42 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QPlainTextEdit, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app import format as fmt
 from app.engine_client import EngineClient, Subscription
-from app.widgets.common import label
+from app.jobs_model import (
+    ACTIVE_STATES,
+    FINETUNE,
+    best_text,
+    metrics_text,
+    peak_text,
+    strategy_text,
+    summary,
+)
+from app.widgets.common import FactsView, label
 
 LOG_TAIL = 500
 MAX_EVENT_LINES = 5000  # older lines scroll away; the Monitor page is for long histories
 FLUSH_MS = 100
 EVENT_LINE_CHARS = 200
-ACTIVE_STATES = ("queued", "running", "stopping")
+FILES_DEBOUNCE_MS = 500
+FILE_EVENTS = ("checkpoint", "artifact", "status")
 
 
 def event_line(topic: str, event: dict[str, Any]) -> str:
@@ -36,6 +62,12 @@ def event_line(topic: str, event: dict[str, Any]) -> str:
     return f"{fmt.timestamp(event.get('t'))}  {kind:<10} {text}"
 
 
+def _yaml(spec: dict[str, Any]) -> str:
+    import yaml  # here, not at the top: the Runs page is built at startup
+
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
 def _text_view(placeholder: str) -> QPlainTextEdit:
     view = QPlainTextEdit()
     view.setObjectName("log")
@@ -45,43 +77,133 @@ def _text_view(placeholder: str) -> QPlainTextEdit:
     return view
 
 
+def _table(headers: list[str]) -> QTableWidget:
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(headers)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.verticalHeader().hide()
+    table.setShowGrid(False)
+    table.setAlternatingRowColors(True)
+    head = table.horizontalHeader()
+    head.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+    head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    head.setStretchLastSection(True)
+    return table
+
+
+def _checkpoint_note(ckpt: dict[str, Any]) -> str:
+    if ckpt.get("complete") is False:
+        return "incomplete"  # no manifest: a resume skips it
+    return "latest" if ckpt.get("latest") else ""
+
+
+def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
+    table.setRowCount(len(rows))
+    for r, row in enumerate(rows):
+        for c, text in enumerate(row):
+            item = QTableWidgetItem(text)
+            item.setToolTip(text)
+            table.setItem(r, c, item)
+
+
 class RunDetails(QWidget):
+    run_link_activated = Signal(str)  # a parent/child run was clicked: select it
+
     def __init__(self, client: EngineClient, parent: QWidget | None = None):
         super().__init__(parent)
         self._client = client
         self._job: dict[str, Any] | None = None
+        self._full: dict[str, Any] = {}  # jobs.get of the shown job (has `result`)
+        self._files: dict[str, Any] | None = None  # jobs.artifacts of the shown job
+        self._files_error = ""
+        self._final_metrics: dict[str, Any] = {}
         self._events: Subscription | None = None
         self._pending_lines: list[str] = []
         self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
         self._flush.timeout.connect(self._flush_events)
+        self._files_timer = QTimer(self, singleShot=True, interval=FILES_DEBOUNCE_MS)
+        self._files_timer.timeout.connect(self._fetch_files)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 8, 0, 0)
         self.title = label("Details", "h2")
         self.meta = label("", "muted", wrap=True)
         self.meta.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error = label("", "error", wrap=True)
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error.hide()
+
+        # Two columns of facts: the job (left) and, for a fine-tune, what it trained (right).
+        self.facts = FactsView()
+        self.training_facts = FactsView()
+        self._fact_rows_shown: tuple[list, list] = ([], [])
+        facts_body = QWidget()
+        facts_body.setObjectName("pageBody")
+        columns = QHBoxLayout(facts_body)
+        columns.setSpacing(32)
+        for view in (self.facts, self.training_facts):
+            column = QVBoxLayout()
+            column.addWidget(view)
+            column.addStretch(1)
+            columns.addLayout(column, 1)
+        overview = QScrollArea()
+        overview.setObjectName("pageScroll")
+        overview.setWidgetResizable(True)
+        overview.setFrameShape(QScrollArea.Shape.NoFrame)
+        overview.setWidget(facts_body)
+
+        self.spec_view = _text_view("This job has no spec.")
+        self.copy_spec_button = QPushButton("Copy spec")
+        self.copy_spec_button.setToolTip("Copy the spec as YAML, ready for a job file")
+        self.copy_spec_button.clicked.connect(
+            lambda: QApplication.clipboard().setText(self.spec_view.toPlainText()))
+        spec_tab = QWidget()
+        spec_box = QVBoxLayout(spec_tab)
+        spec_box.addWidget(self.spec_view, 1)
+        spec_box.addWidget(self.copy_spec_button, 0, Qt.AlignmentFlag.AlignRight)
+
         self.log_view = _text_view("Select a run to see its log.")
         self.events_view = _text_view("Select a run to see its events.")
         self.events_view.setMaximumBlockCount(MAX_EVENT_LINES)
+
+        self.checkpoints_note = label("", "muted", wrap=True)
+        self.checkpoints = _table(["Step", "Size", "Created", "Latest", "Path"])
+        ckpt_tab = QWidget()
+        ckpt_box = QVBoxLayout(ckpt_tab)
+        ckpt_box.addWidget(self.checkpoints_note)
+        ckpt_box.addWidget(self.checkpoints, 1)
+
+        self.lineage = label("", wrap=True)
+        self.lineage.setTextFormat(Qt.TextFormat.RichText)
+        self.lineage.linkActivated.connect(self.run_link_activated.emit)
+        self.artifacts_note = label("", "muted", wrap=True)
+        self.artifacts = _table(["Type", "Step", "Size", "Written", "Path"])
+        art_tab = QWidget()
+        art_box = QVBoxLayout(art_tab)
+        art_box.addWidget(self.lineage)
+        art_box.addWidget(self.artifacts_note)
+        art_box.addWidget(self.artifacts, 1)
+
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
+        self.tabs.addTab(overview, "Overview")
+        self.tabs.addTab(spec_tab, "Spec")
         self.tabs.addTab(self.log_view, "Log")
         self.tabs.addTab(self.events_view, "Events")
-        # Until the user picks a tab, show the log when there is one, else the events.
-        self._tab_chosen = False
-        self.tabs.tabBarClicked.connect(lambda _index: setattr(self, "_tab_chosen", True))
+        self.tabs.addTab(ckpt_tab, "Checkpoints")
+        self.tabs.addTab(art_tab, "Artifacts && lineage")
         layout.addWidget(self.title)
         layout.addWidget(self.meta)
         layout.addWidget(self.error)
         layout.addWidget(self.tabs, 1)
+        self._show_facts()
 
     @property
     def job_id(self) -> str | None:
         return self._job.get("id") if self._job else None
 
     def show_job(self, job: dict[str, Any] | None) -> None:
-        """Show ``job`` (None: nothing selected); fetches its log and events when it is new."""
+        """Show ``job`` (None: nothing selected); fetches its log, events and files when new."""
         new = (job or {}).get("id") != self.job_id
         previous_state = (self._job or {}).get("state")
         self._job = dict(job) if job else None
@@ -89,26 +211,128 @@ class RunDetails(QWidget):
             self.log_view.clear()
             self.events_view.clear()
             self._pending_lines.clear()
+            self._full, self._files, self._files_error, self._final_metrics = {}, None, "", {}
+            self._show_files()
             if self._events is not None:
                 self._client.unsubscribe(self._events)
                 self._events = None
             if job is not None:
                 self._events = self._client.subscribe([f"run/{job['id']}/*"], self._add_event,
                                                       since=0)
+            spec = (job or {}).get("spec")
+            self.spec_view.setPlainText(_yaml(spec) if spec else "")
+            self.copy_spec_button.setEnabled(bool(spec))
         self._show_facts()
         if job is not None and (new or job.get("state") != previous_state):
             self.refresh()
+            self._fetch_record()
+            self._fetch_files()
 
     def refresh(self) -> None:
-        """Fetch the log of the shown job again."""
+        """Fetch the log of the shown job again (and let its running duration tick)."""
         job_id = self.job_id
         if job_id is None or not self._client.is_connected:
             return
+        if self.is_active():
+            self._show_facts()
         self._client.request("jobs.logs", {"id": job_id, "tail": LOG_TAIL},
                              lambda reply: self._show_log(job_id, reply), lambda _err: None)
 
     def is_active(self) -> bool:
         return bool(self._job) and self._job.get("state") in ACTIVE_STATES
+
+    # -- the record and its files ------------------------------------------------------------
+
+    def _fetch_record(self) -> None:
+        job_id = self.job_id
+        if job_id is None or not self._client.is_connected:
+            return
+
+        def got(reply: dict[str, Any]) -> None:
+            if job_id != self.job_id:
+                return  # the user moved on while the request was out
+            self._full = reply
+            result = reply.get("result") or {}
+            metrics = result.get("metrics") if isinstance(result, dict) else None
+            if isinstance(metrics, dict):
+                self._final_metrics = metrics
+            elif reply.get("kind") == FINETUNE and reply.get("state") not in ACTIVE_STATES:
+                # No result file: the last evaluation is the final word.
+                self._client.request("jobs.metrics", {"id": job_id, "kind": "eval"},
+                                     lambda r: self._got_eval(job_id, r), lambda _e: None)
+            self._show_facts()
+
+        self._client.request("jobs.get", {"id": job_id}, got, lambda _err: None)
+
+    def _got_eval(self, job_id: str, reply: dict[str, Any]) -> None:
+        rows = reply.get("metrics") or []
+        if job_id != self.job_id or not rows:
+            return
+        last = max(row["step"] for row in rows)
+        self._final_metrics = {row["name"]: row["value"] for row in rows if row["step"] == last}
+        self._show_facts()
+
+    def _fetch_files(self) -> None:
+        job_id = self.job_id
+        if job_id is None or not self._client.is_connected:
+            return
+
+        def got(reply: dict[str, Any]) -> None:
+            if job_id == self.job_id:
+                self._files, self._files_error = reply, ""
+                self._show_files()
+                self._show_facts()
+
+        def failed(err) -> None:
+            if job_id == self.job_id:
+                self._files, self._files_error = None, str(err)
+                self._show_files()
+
+        self._client.request("jobs.artifacts", {"id": job_id}, got, failed)
+
+    def _show_files(self) -> None:
+        files = self._files or {}
+        checkpoints = sorted(files.get("checkpoints") or [], key=lambda c: c.get("step") or 0)
+        _fill(self.checkpoints, [[str(c.get("step", "")), fmt.size(c.get("bytes")),
+                                  fmt.timestamp(c.get("created")), _checkpoint_note(c),
+                                  str(c.get("path", ""))] for c in checkpoints])
+        artifacts = files.get("artifacts") or []
+        _fill(self.artifacts, [[str(a.get("type", "")), str(a.get("step", "") or ""),
+                                "deleted" if a.get("exists") is False else
+                                fmt.size(a["bytes"]) if a.get("bytes") is not None else "—",
+                                fmt.timestamp(a.get("t")), str(a.get("path", ""))]
+                               for a in artifacts])
+        if self._files_error:
+            note = f"Could not list this run's files: {self._files_error}"
+            self.checkpoints_note.setText(note)
+            self.artifacts_note.setText(note)
+        elif self._files is None:
+            self.checkpoints_note.setText("")
+            self.artifacts_note.setText("")
+        else:
+            self.checkpoints_note.setText(
+                f"{len(checkpoints)} checkpoint(s); a stopped or failed run resumes from the "
+                "latest intact one." if checkpoints else "This run has written no checkpoints.")
+            self.artifacts_note.setText("" if artifacts else "This run has recorded no artifacts.")
+        self._show_lineage()
+
+    def _show_lineage(self) -> None:
+        if self._job is None:
+            self.lineage.clear()
+            return
+        files = self._files or {}
+        parent = files.get("parent") or self._job.get("parent_id")
+        children = files.get("children") or []
+
+        def link(run_id: str) -> str:
+            return f'<a href="{run_id}">{run_id}</a>'
+
+        lines = [f"<b>Parent run:</b> {link(parent) if parent else 'none (started from scratch)'}",
+                 "<b>Runs made from this one:</b> "
+                 + (", ".join(link(c) for c in children) if children else "none")]
+        self.lineage.setText("<br>".join(lines))
+
+    # -- facts ----------------------------------------------------------------------------
 
     def _show_facts(self) -> None:
         job = self._job
@@ -116,27 +340,80 @@ class RunDetails(QWidget):
             self.title.setText("Details")
             self.meta.clear()
             self.error.hide()
+            self._set_facts([("Run", "Select a run in the table above.")])
+            self.spec_view.clear()
+            self.copy_spec_button.setEnabled(False)
             self.log_view.setPlaceholderText("Select a run to see its log.")
             self.events_view.setPlaceholderText("Select a run to see its events.")
+            self._show_lineage()
             return
-        self.title.setText(f"{job.get('id')}  ({job.get('kind')}, {job.get('state')})")
-        facts = [f"started {fmt.timestamp(job.get('started_at'))}"]
+        name = job.get("name") or job.get("id")
+        self.title.setText(f"{name}  ({job.get('state')})")
+        facts = [str(job.get("id")), str(job.get("kind")),
+                 f"started {fmt.timestamp(job.get('started_at'))}"]
         if job.get("ended_at"):
             facts.append(f"ended {fmt.timestamp(job.get('ended_at'))}")
         if job.get("exit_code") is not None:
             facts.append(f"exit code {job['exit_code']}")
-        if job.get("run_dir"):
-            facts.append(str(job["run_dir"]))
         self.meta.setText("  ·  ".join(facts))
         error = job.get("error") or {}
         text = " ".join(filter(None, [error.get("message"), error.get("hint")]))
         self.error.setText(text)
         self.error.setVisible(bool(text))
+        self._set_facts(self._fact_rows(job), self._training_rows(job))
         active = job.get("state") in ACTIVE_STATES
         self.log_view.setPlaceholderText("Nothing in this run's log yet." if active else
                                          "This run wrote nothing to its log (stdout.log).")
         self.events_view.setPlaceholderText("No events from this run yet." if active else
                                             "This run recorded no events.")
+
+    def fact(self, key: str) -> str:
+        """The overview's text for ``key`` in either column ('' when absent)."""
+        return self.facts.value(key) or self.training_facts.value(key)
+
+    def _set_facts(self, rows: list[tuple[str, str]],
+                   training: list[tuple[str, str]] | None = None) -> None:
+        shown = (rows, training or [])
+        if shown == self._fact_rows_shown:
+            return  # the running-duration tick: nothing else changed
+        self._fact_rows_shown = shown
+        for view, view_rows in zip((self.facts, self.training_facts), shown, strict=True):
+            for old in view.findChildren(QLabel):
+                old.hide()  # set_facts deletes them later; never paint old and new together
+            view.set_facts(view_rows)
+
+    def _fact_rows(self, job: dict[str, Any]) -> list[tuple[str, str]]:
+        rows = [("State", str(job.get("state", ""))),
+                ("Kind", str(job.get("kind", ""))),
+                ("Created", fmt.timestamp(job.get("created_at"))),
+                ("Started", fmt.timestamp(job.get("started_at"))),
+                ("Ended", fmt.timestamp(job.get("ended_at"))),
+                ("Duration", fmt.job_duration(job)),
+                ("Exit code", "—" if job.get("exit_code") is None else str(job["exit_code"]))]
+        error = job.get("error") or {}
+        if error:
+            rows.append(("Error", error.get("message") or "—"))
+            if error.get("hint"):
+                rows.append(("What to try", error["hint"]))
+        rows.append(("Run folder", str(job.get("run_dir") or "—")))
+        return rows
+
+    def _training_rows(self, job: dict[str, Any]) -> list[tuple[str, str]]:
+        if job.get("kind") != FINETUNE:
+            return []
+        info = summary({**job, **self._full})
+        memory = (self._files or {}).get("memory") or {}
+        return [("Task", str(info.get("task") or "—")),
+                ("Model", str(info.get("model") or "—")),
+                ("Method", str(info.get("method") or "—")),
+                ("Strategy", strategy_text(info)),
+                ("Best metric", best_text(info.get("best"))),
+                ("Final metrics", metrics_text(self._final_metrics)),
+                # How far the fit estimate made before the run was from what it used.
+                ("Peak memory", peak_text(info.get("estimated_peak") or memory.get("estimated"),
+                                          info.get("measured_peak") or memory.get("measured")))]
+
+    # -- log and events -------------------------------------------------------------------
 
     def _show_log(self, job_id: str, reply: dict[str, Any]) -> None:
         if job_id != self.job_id:
@@ -144,14 +421,14 @@ class RunDetails(QWidget):
         text = "\n".join(reply.get("lines", []))
         if text != self.log_view.toPlainText():
             _replace_keeping_end(self.log_view, text)
-        if not self._tab_chosen:
-            self.tabs.setCurrentWidget(self.log_view if text else self.events_view)
 
     def _add_event(self, topic: str, _seq: int, data: dict[str, Any]) -> None:
         # A replay can bring thousands of events at once: add them in batches.
         self._pending_lines.append(event_line(topic, data))
         if not self._flush.isActive():
             self._flush.start()
+        if topic.rsplit("/", 1)[-1] in FILE_EVENTS and self._files is not None:
+            self._files_timer.start()  # a new checkpoint or artifact: list the files again
 
     def _flush_events(self) -> None:
         lines, self._pending_lines = self._pending_lines, []

@@ -123,7 +123,7 @@ def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, 
 
     qtbot.mouseClick(runs.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: runs_state(runs, job["id"]) in FINAL, timeout=40_000)
-    assert job["id"] in details.title.text()
+    assert details.job_id == job["id"] and job["id"] in details.meta.text()
     # What the job printed and recorded is what the two tabs show. The engine may still be
     # reading the job's last events when its state turns final; they arrive live.
     check = EngineClient.connect(gui_home, client="check", timeout=30)

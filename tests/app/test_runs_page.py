@@ -1,0 +1,141 @@
+"""The Runs page against real fine-tunes: columns, sorting, filtering, checkpoints, delete."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QMessageBox
+
+from app.jobs_model import (
+    BEST_COLUMN,
+    CREATED_COLUMN,
+    DURATION_COLUMN,
+    METHOD_COLUMN,
+    MODEL_COLUMN,
+    NAME_COLUMN,
+    STATE_COLUMN,
+    STRATEGY_COLUMN,
+    TASK_COLUMN,
+)
+from engine.client import EngineClient
+from tests.app.conftest import wait_connected
+
+pytestmark = pytest.mark.slow
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
+TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
+        "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2}
+RUN_TIMEOUT_MS = 240_000  # two tiny fine-tunes side by side on a 2-core machine
+
+
+def start_two_runs(home) -> tuple[dict, dict]:
+    """Two tiny LoRA fine-tunes that differ only in lora_r, started by another client."""
+    variant = copy.deepcopy(TINY)
+    variant["method"]["lora_r"] = 4
+    with EngineClient.connect(home, client="test-runs", timeout=30) as other:
+        r8 = other.call("jobs.start", kind="train.finetune", spec=TINY, name="lora r8")
+        r4 = other.call("jobs.start", kind="train.finetune", spec=variant, name="lora r4")
+    return r8, r4
+
+
+def cell(runs, job_id: str, column: int) -> str:
+    row = runs.model.row_of(job_id)
+    return runs.model.index(row, column).data() if row >= 0 else ""
+
+
+def shown_names(runs) -> list[str]:
+    return [runs.proxy.index(row, NAME_COLUMN).data() for row in range(runs.proxy.rowCount())]
+
+
+def click_header(qtbot, runs, column: int) -> None:
+    head = runs.table.horizontalHeader()
+    x = head.sectionViewportPosition(column) + head.sectionSize(column) // 2
+    qtbot.mouseClick(head.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, head.height() // 2))
+
+
+def test_runs_table_sort_filter_checkpoints_and_delete(qtbot, make_window, gui_home, monkeypatch):
+    window = make_window(page="runs")
+    wait_connected(qtbot, window)
+    runs = window.page("runs")
+    r8, r4 = start_two_runs(gui_home)
+    qtbot.waitUntil(lambda: cell(runs, r8["id"], STATE_COLUMN) in FINAL
+                    and cell(runs, r4["id"], STATE_COLUMN) in FINAL, timeout=RUN_TIMEOUT_MS)
+    # The final record (with its summary) follows the state change.
+    qtbot.waitUntil(lambda: cell(runs, r4["id"], BEST_COLUMN) != "—", timeout=20_000)
+
+    for job in (r8, r4):
+        assert cell(runs, job["id"], STATE_COLUMN) == "succeeded"
+        assert cell(runs, job["id"], TASK_COLUMN) == "text_classification"
+        assert cell(runs, job["id"], MODEL_COLUMN) == "minilm"
+        assert cell(runs, job["id"], METHOD_COLUMN) == "lora"
+        assert cell(runs, job["id"], STRATEGY_COLUMN) == "single"
+        assert re.fullmatch(r"accuracy [\d.]+ @ step [24]", cell(runs, job["id"], BEST_COLUMN))
+        assert cell(runs, job["id"], DURATION_COLUMN).endswith(("s", "min"))
+        assert re.fullmatch(r"\d\d:\d\d:\d\d", cell(runs, job["id"], CREATED_COLUMN))
+    assert cell(runs, r4["id"], NAME_COLUMN) == "lora r4"
+
+    # Sorting by clicking a header: by name, then the other way.
+    click_header(qtbot, runs, NAME_COLUMN)
+    first = shown_names(runs)
+    click_header(qtbot, runs, NAME_COLUMN)
+    assert shown_names(runs) == list(reversed(first))
+    assert sorted(first) in (first, list(reversed(first)))
+    # Durations sort by their seconds, not their text.
+    runs.table.sortByColumn(DURATION_COLUMN, Qt.SortOrder.AscendingOrder)
+    seconds = [runs.proxy.index(r, DURATION_COLUMN).data(runs.proxy.sortRole())
+               for r in range(runs.proxy.rowCount())]
+    assert seconds == sorted(seconds)
+
+    # Filters narrow the rows and clearing them brings the rows back.
+    runs.filter_edit.setText("r4")
+    assert shown_names(runs) == ["lora r4"]
+    runs.filter_edit.setText("minilm lora")
+    assert sorted(shown_names(runs)) == ["lora r4", "lora r8"]
+    runs.filter_edit.clear()
+    runs.state_combo.setCurrentText("Failed")
+    assert shown_names(runs) == []
+    runs.state_combo.setCurrentText("Succeeded")
+    assert sorted(shown_names(runs)) == ["lora r4", "lora r8"]
+    runs.state_combo.setCurrentText("All states")
+
+    # Two fine-tunes selected: Compare is on; one selected: Duplicate and Delete are.
+    runs.table.selectAll()
+    assert runs.compare_button.isEnabled()
+    assert runs.select_run(r8["id"])
+    assert not runs.compare_button.isEnabled() and runs.duplicate_button.isEnabled()
+
+    # The details: overview facts, the spec, and the run's checkpoints.
+    details = runs.details
+    assert details.job_id == r8["id"]
+    qtbot.waitUntil(lambda: details.checkpoints.rowCount() >= 1, timeout=20_000)
+    steps = [details.checkpoints.item(r, 0).text() for r in range(details.checkpoints.rowCount())]
+    assert "4" in steps
+    latest = [details.checkpoints.item(r, 3).text() for r in range(details.checkpoints.rowCount())]
+    assert latest[steps.index("4")] == "latest"
+    assert details.fact("Best metric").startswith("accuracy ")
+    qtbot.waitUntil(lambda: details.fact("Final metrics").startswith("accuracy"),
+                    timeout=20_000)
+    assert "measured" in details.fact("Peak memory")
+    assert "lora_r: 8" in details.spec_view.toPlainText()
+
+    # Delete, with the confirmation answered Yes: the row and the run's folder are gone.
+    asked: list[str] = []
+
+    def answer_yes(_parent, _title, text, *_args, **_kwargs):
+        asked.append(text)
+        return QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", answer_yes)
+    run_dir = Path(r4["run_dir"])
+    assert run_dir.is_dir()
+    runs.select_run(r4["id"])
+    assert runs.delete_button.isEnabled()
+    qtbot.mouseClick(runs.delete_button, Qt.MouseButton.LeftButton)
+    assert len(asked) == 1 and "lora r4" in asked[0] and "checkpoints" in asked[0]
+    qtbot.waitUntil(lambda: runs.model.row_of(r4["id"]) < 0, timeout=20_000)
+    assert not run_dir.exists()
+    assert runs.model.row_of(r8["id"]) >= 0 and Path(r8["run_dir"]).is_dir()
+    assert not runs.message.isVisible()
