@@ -86,6 +86,9 @@ class JobId(Params):
 
 class JobsMetrics(JobId):
     kind: str | None = None
+    names: list[str] | None = Field(None, max_length=200)
+    # Per series; keeps a long run's reply well under the frame limit (a chart needs no more).
+    max_points: int = Field(2000, ge=2, le=100_000)
 
 
 class JobsLogs(JobId):
@@ -378,7 +381,8 @@ class Handlers:
 
     async def jobs_metrics(self, _s: Session, p: JobsMetrics) -> Any:
         self.engine.jobs.get(p.id)
-        return {"metrics": self.engine.store.metrics(p.id, p.kind)}
+        rows = self.engine.store.metrics(p.id, p.kind, p.names, p.max_points)
+        return {"metrics": rows, "max_points": p.max_points}
 
     async def jobs_logs(self, _s: Session, p: JobsLogs) -> Any:
         run = self.engine.jobs.get(p.id)

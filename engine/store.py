@@ -301,13 +301,28 @@ class Store:
         ).fetchall()
         return [tuple(r) for r in rows]
 
-    def metrics(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT kind, name, step, value FROM metrics WHERE run_id=?"
-        args: list[Any] = [run_id]
+    def metrics(self, run_id: str, kind: str | None = None, names: Sequence[str] | None = None,
+                max_points: int | None = None) -> list[dict[str, Any]]:
+        """Metric rows by step; with ``max_points``, each (kind, name) series is thinned to about
+        that many evenly spaced rows, always keeping its first and last."""
+        where, args = "run_id=?", [run_id]
         if kind:
-            sql += " AND kind=?"
+            where += " AND kind=?"
             args.append(kind)
-        return [dict(r) for r in self.db.execute(sql + " ORDER BY step", args)]
+        if names:
+            where += f" AND name IN ({','.join('?' * len(names))})"
+            args += list(names)
+        if not max_points:
+            sql = f"SELECT kind, name, step, value FROM metrics WHERE {where} ORDER BY step"
+            return [dict(r) for r in self.db.execute(sql, args)]
+        sql = f"""SELECT kind, name, step, value FROM (
+                    SELECT kind, name, step, value,
+                           ROW_NUMBER() OVER (PARTITION BY kind, name ORDER BY step) - 1 AS i,
+                           COUNT(*) OVER (PARTITION BY kind, name) AS n
+                    FROM metrics WHERE {where})
+                  WHERE n <= ? OR i = n - 1 OR i % ((n + ? - 1) / ?) = 0
+                  ORDER BY step"""
+        return [dict(r) for r in self.db.execute(sql, [*args, max_points, max_points, max_points])]
 
     # ---- audit
     def audit(self, client: str, action: str, target: str, params: dict[str, Any], ok: bool,

@@ -69,3 +69,21 @@ def test_audit_redacts_secrets(tmp_path):
     rec = s.audit_records()[0]
     assert rec["params"] == {"address": "h", "password": "***", "nested": {"api_token": "***"}}
     assert "hunter2" not in json.dumps(s.audit_records())
+
+
+def test_long_series_are_thinned_to_max_points_keeping_first_and_last(tmp_path):
+    s = Store(tmp_path / "ember.db")
+    s.insert_run(make_run())
+    rows = [(i, "run/r1/train", 0.0, "r1", json.dumps({"kind": "train", "step": i, "loss": 1 / i, "lr": 0.1}))
+            for i in range(1, 10_001)]
+    s.commit_events(rows)
+    s.commit_events([(20_000, "run/r1/eval", 0.0, "r1", json.dumps({"kind": "eval", "step": 10_000,
+                                                                    "metrics": {"accuracy": 0.9}}))])
+    thin = s.metrics("r1", "train", ["loss"], max_points=100)
+    steps = [r["step"] for r in thin]
+    assert {r["name"] for r in thin} == {"loss"}
+    assert 90 <= len(steps) <= 110 and steps[0] == 1 and steps[-1] == 10_000 and steps == sorted(steps)
+    assert len(s.metrics("r1", "train", max_points=100)) == 2 * len(steps)  # loss and lr, each thinned
+    assert len(s.metrics("r1", "train")) == 20_000  # no limit: every row
+    assert s.metrics("r1", names=["accuracy"], max_points=100) == [
+        {"kind": "eval", "name": "accuracy", "step": 10_000, "value": 0.9}]

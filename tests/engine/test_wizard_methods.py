@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,8 +82,8 @@ def test_finished_run_has_summary_checkpoints_and_can_be_deleted(engine_proc):
         summary = wait_for(lambda: (s := c.call("jobs.get", id=job["id"])["summary"])["estimated_peak"] and s,
                            timeout=120, what="the stored estimate")
         ratio = summary["estimated_peak"] / summary["measured_peak"]
-        print(f"\nMiniLM LoRA CPU run: estimated peak {summary['estimated_peak'] / 2**20:.0f} MiB, "
-              f"measured {summary['measured_peak'] / 2**20:.0f} MiB, ratio {ratio:.3f}")
+        sys.stdout.write(f"\nMiniLM LoRA CPU run: estimated peak {summary['estimated_peak'] / 2**20:.0f} MiB, "
+                         f"measured {summary['measured_peak'] / 2**20:.0f} MiB, ratio {ratio:.3f}\n")
         assert 0.85 <= ratio <= 1.15
         assert (Path(done["run_dir"]) / "estimate.json").is_file()
         listed = c.call("jobs.list")["jobs"][0]
