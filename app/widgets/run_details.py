@@ -6,7 +6,8 @@ after the job's final state, while the engine catches up with the file). The
 log is the job's stdout.log (``jobs.logs``), which has no event, so the Runs
 page calls ``refresh`` on a timer while the job is active. The record with its
 ``result`` (``jobs.get``) and the files (``jobs.artifacts``) are read when the
-job is shown, when its state changes and after a checkpoint or artifact event.
+job is shown, when its state changes and after a checkpoint or artifact event;
+the files and their two tabs are app/widgets/run_outputs.py.
 """
 
 from __future__ import annotations
@@ -16,16 +17,13 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QApplication,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -43,13 +41,12 @@ from app.jobs_model import (
     summary,
 )
 from app.widgets.common import FactsView, label
+from app.widgets.run_outputs import RunOutputs
 
 LOG_TAIL = 500
 MAX_EVENT_LINES = 5000  # older lines scroll away; the Monitor page is for long histories
 FLUSH_MS = 100
 EVENT_LINE_CHARS = 200
-FILES_DEBOUNCE_MS = 500
-FILE_EVENTS = ("checkpoint", "artifact", "status")
 
 
 def event_line(topic: str, event: dict[str, Any]) -> str:
@@ -77,36 +74,6 @@ def _text_view(placeholder: str) -> QPlainTextEdit:
     return view
 
 
-def _table(headers: list[str]) -> QTableWidget:
-    table = QTableWidget(0, len(headers))
-    table.setHorizontalHeaderLabels(headers)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    table.verticalHeader().hide()
-    table.setShowGrid(False)
-    table.setAlternatingRowColors(True)
-    head = table.horizontalHeader()
-    head.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-    head.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    head.setStretchLastSection(True)
-    return table
-
-
-def _checkpoint_note(ckpt: dict[str, Any]) -> str:
-    if ckpt.get("complete") is False:
-        return "incomplete"  # no manifest: a resume skips it
-    return "latest" if ckpt.get("latest") else ""
-
-
-def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
-    table.setRowCount(len(rows))
-    for r, row in enumerate(rows):
-        for c, text in enumerate(row):
-            item = QTableWidgetItem(text)
-            item.setToolTip(text)
-            table.setItem(r, c, item)
-
-
 class RunDetails(QWidget):
     run_link_activated = Signal(str)  # a parent/child run was clicked: select it
 
@@ -115,15 +82,15 @@ class RunDetails(QWidget):
         self._client = client
         self._job: dict[str, Any] | None = None
         self._full: dict[str, Any] = {}  # jobs.get of the shown job (has `result`)
-        self._files: dict[str, Any] | None = None  # jobs.artifacts of the shown job
-        self._files_error = ""
         self._final_metrics: dict[str, Any] = {}
         self._events: Subscription | None = None
         self._pending_lines: list[str] = []
         self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
         self._flush.timeout.connect(self._flush_events)
-        self._files_timer = QTimer(self, singleShot=True, interval=FILES_DEBOUNCE_MS)
-        self._files_timer.timeout.connect(self._fetch_files)
+        # The Checkpoints and Artifacts & lineage tabs, and the jobs.artifacts reply behind them.
+        self.outputs = RunOutputs(client, self)
+        self.outputs.run_link_activated.connect(self.run_link_activated.emit)
+        self.outputs.files_changed.connect(self._show_facts)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 8, 0, 0)
         self.title = label("Details", "h2")
@@ -166,32 +133,14 @@ class RunDetails(QWidget):
         self.events_view = _text_view("Select a run to see its events.")
         self.events_view.setMaximumBlockCount(MAX_EVENT_LINES)
 
-        self.checkpoints_note = label("", "muted", wrap=True)
-        self.checkpoints = _table(["Step", "Size", "Created", "Latest", "Path"])
-        ckpt_tab = QWidget()
-        ckpt_box = QVBoxLayout(ckpt_tab)
-        ckpt_box.addWidget(self.checkpoints_note)
-        ckpt_box.addWidget(self.checkpoints, 1)
-
-        self.lineage = label("", wrap=True)
-        self.lineage.setTextFormat(Qt.TextFormat.RichText)
-        self.lineage.linkActivated.connect(self.run_link_activated.emit)
-        self.artifacts_note = label("", "muted", wrap=True)
-        self.artifacts = _table(["Type", "Step", "Size", "Written", "Path"])
-        art_tab = QWidget()
-        art_box = QVBoxLayout(art_tab)
-        art_box.addWidget(self.lineage)
-        art_box.addWidget(self.artifacts_note)
-        art_box.addWidget(self.artifacts, 1)
-
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(overview, "Overview")
         self.tabs.addTab(spec_tab, "Spec")
         self.tabs.addTab(self.log_view, "Log")
         self.tabs.addTab(self.events_view, "Events")
-        self.tabs.addTab(ckpt_tab, "Checkpoints")
-        self.tabs.addTab(art_tab, "Artifacts && lineage")
+        self.tabs.addTab(self.outputs.checkpoints_tab, "Checkpoints")
+        self.tabs.addTab(self.outputs.artifacts_tab, "Artifacts && lineage")
         layout.addWidget(self.title)
         layout.addWidget(self.meta)
         layout.addWidget(self.error)
@@ -202,17 +151,39 @@ class RunDetails(QWidget):
     def job_id(self) -> str | None:
         return self._job.get("id") if self._job else None
 
+    # The widgets of the Checkpoints and Artifacts & lineage tabs (they live in RunOutputs).
+
+    @property
+    def checkpoints(self) -> QTableWidget:
+        return self.outputs.checkpoints
+
+    @property
+    def checkpoints_note(self) -> QLabel:
+        return self.outputs.checkpoints_note
+
+    @property
+    def artifacts(self) -> QTableWidget:
+        return self.outputs.artifacts
+
+    @property
+    def artifacts_note(self) -> QLabel:
+        return self.outputs.artifacts_note
+
+    @property
+    def lineage(self) -> QLabel:
+        return self.outputs.lineage
+
     def show_job(self, job: dict[str, Any] | None) -> None:
         """Show ``job`` (None: nothing selected); fetches its log, events and files when new."""
         new = (job or {}).get("id") != self.job_id
         previous_state = (self._job or {}).get("state")
         self._job = dict(job) if job else None
+        self.outputs.set_job(self._job, new)
         if new:
             self.log_view.clear()
             self.events_view.clear()
             self._pending_lines.clear()
-            self._full, self._files, self._files_error, self._final_metrics = {}, None, "", {}
-            self._show_files()
+            self._full, self._final_metrics = {}, {}
             if self._events is not None:
                 self._client.unsubscribe(self._events)
                 self._events = None
@@ -226,7 +197,7 @@ class RunDetails(QWidget):
         if job is not None and (new or job.get("state") != previous_state):
             self.refresh()
             self._fetch_record()
-            self._fetch_files()
+            self.outputs.fetch()
 
     def refresh(self) -> None:
         """Fetch the log of the shown job again (and let its running duration tick)."""
@@ -241,7 +212,7 @@ class RunDetails(QWidget):
     def is_active(self) -> bool:
         return bool(self._job) and self._job.get("state") in ACTIVE_STATES
 
-    # -- the record and its files ------------------------------------------------------------
+    # -- the record ------------------------------------------------------------
 
     def _fetch_record(self) -> None:
         job_id = self.job_id
@@ -272,66 +243,6 @@ class RunDetails(QWidget):
         self._final_metrics = {row["name"]: row["value"] for row in rows if row["step"] == last}
         self._show_facts()
 
-    def _fetch_files(self) -> None:
-        job_id = self.job_id
-        if job_id is None or not self._client.is_connected:
-            return
-
-        def got(reply: dict[str, Any]) -> None:
-            if job_id == self.job_id:
-                self._files, self._files_error = reply, ""
-                self._show_files()
-                self._show_facts()
-
-        def failed(err) -> None:
-            if job_id == self.job_id:
-                self._files, self._files_error = None, str(err)
-                self._show_files()
-
-        self._client.request("jobs.artifacts", {"id": job_id}, got, failed)
-
-    def _show_files(self) -> None:
-        files = self._files or {}
-        checkpoints = sorted(files.get("checkpoints") or [], key=lambda c: c.get("step") or 0)
-        _fill(self.checkpoints, [[str(c.get("step", "")), fmt.size(c.get("bytes")),
-                                  fmt.timestamp(c.get("created")), _checkpoint_note(c),
-                                  str(c.get("path", ""))] for c in checkpoints])
-        artifacts = files.get("artifacts") or []
-        _fill(self.artifacts, [[str(a.get("type", "")), str(a.get("step", "") or ""),
-                                "deleted" if a.get("exists") is False else
-                                fmt.size(a["bytes"]) if a.get("bytes") is not None else "—",
-                                fmt.timestamp(a.get("t")), str(a.get("path", ""))]
-                               for a in artifacts])
-        if self._files_error:
-            note = f"Could not list this run's files: {self._files_error}"
-            self.checkpoints_note.setText(note)
-            self.artifacts_note.setText(note)
-        elif self._files is None:
-            self.checkpoints_note.setText("")
-            self.artifacts_note.setText("")
-        else:
-            self.checkpoints_note.setText(
-                f"{len(checkpoints)} checkpoint(s); a stopped or failed run resumes from the "
-                "latest intact one." if checkpoints else "This run has written no checkpoints.")
-            self.artifacts_note.setText("" if artifacts else "This run has recorded no artifacts.")
-        self._show_lineage()
-
-    def _show_lineage(self) -> None:
-        if self._job is None:
-            self.lineage.clear()
-            return
-        files = self._files or {}
-        parent = files.get("parent") or self._job.get("parent_id")
-        children = files.get("children") or []
-
-        def link(run_id: str) -> str:
-            return f'<a href="{run_id}">{run_id}</a>'
-
-        lines = [f"<b>Parent run:</b> {link(parent) if parent else 'none (started from scratch)'}",
-                 "<b>Runs made from this one:</b> "
-                 + (", ".join(link(c) for c in children) if children else "none")]
-        self.lineage.setText("<br>".join(lines))
-
     # -- facts ----------------------------------------------------------------------------
 
     def _show_facts(self) -> None:
@@ -345,7 +256,7 @@ class RunDetails(QWidget):
             self.copy_spec_button.setEnabled(False)
             self.log_view.setPlaceholderText("Select a run to see its log.")
             self.events_view.setPlaceholderText("Select a run to see its events.")
-            self._show_lineage()
+            self.outputs.show_lineage()
             return
         name = job.get("name") or job.get("id")
         self.title.setText(f"{name}  ({job.get('state')})")
@@ -402,7 +313,7 @@ class RunDetails(QWidget):
         if job.get("kind") != FINETUNE:
             return []
         info = summary({**job, **self._full})
-        memory = (self._files or {}).get("memory") or {}
+        memory = (self.outputs.files or {}).get("memory") or {}
         return [("Task", str(info.get("task") or "—")),
                 ("Model", str(info.get("model") or "—")),
                 ("Method", str(info.get("method") or "—")),
@@ -427,8 +338,7 @@ class RunDetails(QWidget):
         self._pending_lines.append(event_line(topic, data))
         if not self._flush.isActive():
             self._flush.start()
-        if topic.rsplit("/", 1)[-1] in FILE_EVENTS and self._files is not None:
-            self._files_timer.start()  # a new checkpoint or artifact: list the files again
+        self.outputs.event_seen(topic.rsplit("/", 1)[-1])  # a new checkpoint: list the files again
 
     def _flush_events(self) -> None:
         lines, self._pending_lines = self._pending_lines, []
