@@ -21,7 +21,7 @@ GPU_TTL_S = 60.0
 _gpu_cache: tuple[float, list[dict[str, Any]]] | None = None
 
 
-def _cpu_name() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -56,7 +56,7 @@ def info(data_dir: Path) -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {
         "hostname": socket.gethostname(),
-        "cpu": {"cores": psutil.cpu_count(logical=True) or 1, "name": _cpu_name()},
+        "cpu": {"cores": psutil.cpu_count(logical=True) or 1, "name": cpu_model()},
         "ram": {"total": mem.total, "available": mem.available},
         "gpus": gpus(),
         "disk_free": shutil.disk_usage(data_dir).free,

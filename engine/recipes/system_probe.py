@@ -23,20 +23,11 @@ from typing import Any
 import psutil
 
 from engine.jobctx import JobContext, run_job
+from engine.machine import cpu_model
 from engine.specs import ProbeSpec
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "deepspeed", "onnxruntime",
             "onnx", "tensorrt", "torchao", "torch-pruning")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def package_versions() -> dict[str, str | None]:
