@@ -24,8 +24,9 @@ from engine.client import EngineClient
 from engine.paths import resolve
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
-TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, "batch_size": 8,
-        "data": {"max_length": 32}, "max_steps": 30, "eval_every": 10, "checkpoint_every": 30}
+TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, "batch_size": 16,
+        "data": {"max_length": 48}, "max_steps": 40, "eval_every": 10, "checkpoint_every": 40,
+        "optim": {"lr": 0.003}}
 LONG = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 32, "max_steps": 2000,
         "eval_every": 100, "checkpoint_every": 500, "optim": {"lr": 0.002, "schedule": "cosine", "warmup_steps": 20}}
 STEPS = ("task", "model", "data", "method", "hardware", "review")
@@ -98,6 +99,8 @@ def main() -> int:
             wait(app, lambda: not wizard.busy(), 120, "the data preview")
         if step == "hardware":
             wait(app, lambda: wizard.hardware_step.fit.verdict != "", 180, "the fit estimate")
+        if step == "review":
+            wait(app, wizard.launch_button.isEnabled, 180, "the final check")
         shoot(app, window, f"wizard-{i + 1}-{step}.png")
 
     monitor = window.show_page("monitor")

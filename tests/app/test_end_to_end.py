@@ -1,4 +1,5 @@
-"""A newcomer's path through the GUI: wizard defaults -> Launch -> live monitor -> Stop -> Resume -> done.
+"""A newcomer's path through the GUI: wizard defaults -> Launch -> live monitor -> Stop -> Resume ->
+close and reopen the window mid-run -> done, with the whole history.
 
 Everything is real: the engine the window starts, torchrun with two gloo processes on
 this machine, the built-in MiniLM and the built-in support-ticket dataset.
@@ -13,7 +14,7 @@ from tests.app.conftest import wait_connected
 
 pytestmark = pytest.mark.slow
 
-STEPS = 24
+STEPS = 40  # enough that the run is still going when the window is reopened
 
 
 def click(qtbot, button) -> None:
@@ -61,6 +62,17 @@ def test_wizard_defaults_launch_a_two_process_run_watched_stopped_and_resumed(qt
     assert "stopped" in monitor.state_label.text().lower()
 
     click(qtbot, monitor.resume_button)
+    qtbot.waitUntil(lambda: monitor.loss_chart.count("train loss") > stopped_at, timeout=180_000)
+
+    # Close the window mid-run and open a new one: the run goes on, and its whole history is back.
+    window.close()
+    window = make_window(page="monitor")
+    wait_connected(qtbot, window)
+    monitor = window.page("monitor")
+    monitor.show_run(job_id)
+    qtbot.waitUntil(lambda: monitor.loss_chart.count("train loss") > stopped_at, timeout=60_000)
+    assert list(monitor.loss_chart.series("train loss").x[:stopped_at]) == list(range(1, stopped_at + 1))
+
     qtbot.waitUntil(lambda: monitor.job().get("state") == "succeeded", timeout=240_000)
     # One point per step, across the stop: the resumed run carries on from its checkpoint.
     qtbot.waitUntil(lambda: monitor.loss_chart.count("train loss") == STEPS, timeout=20_000)
