@@ -169,3 +169,15 @@ def test_load_spec_fills_every_step_and_round_trips(qtbot, make_window):
     message = page.hardware_step.field_messages["optim"]
     assert message.isVisible() and "lr" in message.text()
     assert not page.launch_button.isEnabled()
+
+
+def test_learning_rate_follows_the_method_until_the_user_sets_one(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot, start=False)  # no engine needed: the form alone
+    lr = lambda: page.current_spec()["optim"]["lr"]  # noqa: E731
+    assert lr() == 2e-3  # LoRA adapters start from zero and want a large rate
+    page.method_step.method_radios["full"].click()
+    assert lr() == 5e-5  # a full fine-tune of pretrained MiniLM: small, or it forgets what it knows
+    page.hardware_step.lr_edit.setText("0.0001")
+    page.method_step.method_radios["lora"].click()
+    assert lr() == 1e-4  # the user's choice stays
+    assert page.spec_for_launch()["optim"]["lr"] == 1e-4

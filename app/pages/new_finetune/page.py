@@ -29,6 +29,7 @@ from app.pages.new_finetune.spec_tools import (
     defaults_for,
     launch_spec,
     route_issue,
+    suggested_lr,
     validate,
 )
 from app.pages.new_finetune.step_data import DataStep
@@ -50,6 +51,9 @@ class NewFinetunePage(QWidget):
         self._client = engine.client
         self._task = "text_classification"
         self._base = defaults_for(self._task)  # fields no step edits survive (load_spec)
+        # The learning rate the wizard chose; it follows the task and method until the user
+        # sets one (then it is theirs), and never changes a loaded spec's.
+        self._auto_lr: float | None = self._base["optim"]["lr"]
         self._launching = False
         self.errors: dict[str, list[str]] = {}
         self.last_job_id: str | None = None
@@ -167,6 +171,7 @@ class NewFinetunePage(QWidget):
         """Fill every step from ``spec`` (Duplicate run, a template) and open Review."""
         task = spec.get("task") or "text_classification"
         self._base = deep_merge(defaults_for(task), spec)
+        self._auto_lr = None
         self._load_all(self._base)
         self.review_step.set_name(name or None)
         self.refresh()
@@ -196,6 +201,12 @@ class NewFinetunePage(QWidget):
             self.model_step.load(fresh)
             self.data_step.load(fresh)
             self.method_step.set_task(task)
+        spec = self.current_spec()
+        wanted = suggested_lr(spec["task"], spec["method"]["kind"])
+        if self._auto_lr is not None and spec["optim"]["lr"] == self._auto_lr and wanted != self._auto_lr:
+            self._auto_lr = wanted
+            self.apply_patch({"optim": {"lr": wanted}})
+            return
         self.refresh()
 
     def refresh(self) -> None:

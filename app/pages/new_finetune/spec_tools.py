@@ -31,9 +31,24 @@ _ROOT_FIELDS = (
 )
 
 
+def suggested_lr(task: str, method: str) -> float:
+    """A learning rate that works for this task and method on the built-in data.
+
+    Adapters and prompts start from scratch and want a large rate; a full fine-tune of a
+    pretrained text model a small one (more would wreck what it knows); the image models
+    start from random weights.
+    """
+    if method == "prompt_tuning":
+        return 1e-2
+    if method == "full":
+        return 2e-3 if task == "image_classification" else 5e-5
+    return 2e-3  # lora, qlora
+
+
 def defaults_for(task: str) -> dict[str, Any]:
     spec = copy.deepcopy(DEFAULTS)
     spec["task"] = task
+    spec["optim"]["lr"] = suggested_lr(task, spec["method"]["kind"])
     return spec
 
 
