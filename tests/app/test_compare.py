@@ -10,7 +10,8 @@ from engine.client import EngineClient
 from tests.app.conftest import wait_connected
 from tests.app.test_runs_page import FINAL, RUN_TIMEOUT_MS, cell, start_two_runs
 
-pytestmark = pytest.mark.slow
+# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_compare_overlays_two_runs_and_diffs_their_specs(qtbot, make_window, gui_home):

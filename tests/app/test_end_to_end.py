@@ -12,7 +12,8 @@ from PySide6.QtCore import Qt
 
 from tests.app.conftest import wait_connected
 
-pytestmark = pytest.mark.slow
+# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 STEPS = 40  # enough that the run is still going when the window is reopened
 

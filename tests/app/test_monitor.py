@@ -9,7 +9,8 @@ from PySide6.QtCore import Qt
 from engine.client import EngineClient
 from tests.app.conftest import wait_connected
 
-pytestmark = pytest.mark.slow
+# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 RUN_TIMEOUT_MS = 180_000  # a tiny run, but the CI machines have two cores
 
 

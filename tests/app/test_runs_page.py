@@ -24,7 +24,8 @@ from app.jobs_model import (
 from engine.client import EngineClient
 from tests.app.conftest import wait_connected
 
-pytestmark = pytest.mark.slow
+# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
 TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
         "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2}

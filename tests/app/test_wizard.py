@@ -9,7 +9,8 @@ from PySide6.QtCore import Qt
 from engine.train_spec import TrainSpec
 from tests.app.conftest import wait_connected
 
-pytestmark = pytest.mark.slow
+# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 CHECK_MS = 90_000  # the first look at a model imports torch in a subprocess (~20 s on 2 cores)
 
 

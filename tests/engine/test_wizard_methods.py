@@ -12,6 +12,9 @@ import yaml
 from engine.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from tests.conftest import wait_for
 
+# Real fine-tunes on two shared cores: minutes when the machine is busy.
+pytestmark = pytest.mark.timeout(600)
+
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
 TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
         "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "memory_every": 1}
