@@ -93,6 +93,10 @@ class JobManager:
         return run
 
     def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
+        parent = getattr(spec, "source_run", None)  # a job that works on another run's output
+        if parent is not None and self.store.get_run(parent) is None:
+            raise RpcError(NOT_FOUND, f"No run with id {parent!r} (source_run)",
+                           {"hint": "Pick a run from jobs.list (or `ember jobs`)."})
         run_id = new_run_id()
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True)
@@ -100,6 +104,7 @@ class JobManager:
         self.store.insert_run({
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
+            "parent_id": parent,
         })
         self.bus.publish("jobs", record(self.store, self.get(run_id)))
         self.schedule()

@@ -29,6 +29,15 @@ class ProbeSpec(Spec):
     interval_s: float = Field(1.0, gt=0, le=3600, description="seconds between samples")
 
 
+class LoraMergeSpec(Spec):
+    """compress.lora_merge: fold a LoRA fine-tune's adapters into its base weights."""
+
+    source_run: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                            description="id of a finished train.finetune run with method lora")
+    parity_samples: int = Field(64, ge=1, le=100_000,
+                                description="validation examples on which the merged model must match the adapters")
+
+
 @dataclass(frozen=True)
 class JobKind:
     name: str
@@ -57,6 +66,14 @@ JOB_KINDS: dict[str, JobKind] = {
             "CPU, memory, disk, GPUs, Python, torch and CUDA facts of the machine the job runs on.",
             "engine.recipes.system_probe",
             ProbeSpec,
+        ),
+        JobKind(
+            "compress.lora_merge",
+            "Merge LoRA",
+            "Fold a LoRA fine-tune's adapters into its base weights: a plain model, checked to give the same "
+            "outputs on validation examples.",
+            "engine.recipes.lora_merge",
+            LoraMergeSpec,
         ),
     ]
 }
@@ -87,6 +104,8 @@ _HINTS = {
     "float_parsing": "write a number, such as 0.5",
     "literal_error": "use one of the values listed",
     "value_error": "change the values named in the message",
+    "string_pattern_mismatch": "use an id from the runs list (letters, digits, '.', '_', '-')",
+    "string_too_short": "fill it in",
 }
 
 
