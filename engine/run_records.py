@@ -86,14 +86,10 @@ def artifacts(store: Store, run: dict[str, Any]) -> dict[str, Any]:
 
 def measured_peak(store: Store, run_id: str) -> int | None:
     """The highest per-rank peak the run's memory events recorded."""
-    best = None
-    for _seq, _topic, _t, data in store.query_events([f"run/{run_id}/memory"], 0, None, 100_000):
-        for rank in json.loads(data).get("ranks", []):
-            # CUDA: the allocator's peak; CPU: the process's peak resident set.
-            value = rank.get("peak") if rank.get("peak") is not None else rank.get("peak_rss")
-            if isinstance(value, (int, float)):
-                best = max(best or 0, int(value))
-    return best
+    from engine.estimate.memory import measured_peak as peak_of  # pure Python, no torch
+
+    return peak_of([json.loads(data) for _seq, _topic, _t, data in
+                    store.query_events([f"run/{run_id}/memory"], 0, None, 100_000)])
 
 
 def delete_files(runs_root: Path, run_dir: Path) -> int:
