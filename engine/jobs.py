@@ -183,7 +183,8 @@ class JobManager:
         run = self.get(run_id)
         code = exit_code if isinstance(exit_code, int) else None
         reported = follower.reported_state
-        error = run.get("error")
+        # The follower's own error is the fresh one: its batched store update may not be flushed yet.
+        error = follower.last_error or run.get("error")
         if reported:
             state = reported
         elif run.get("stop_requested"):

@@ -141,3 +141,16 @@ def test_logs_and_unknown_job(engine_proc):
         with pytest.raises(RpcError) as exc:
             c.call("jobs.get", id="r-nope")
         assert exc.value.code == NOT_FOUND and "jobs.list" in exc.value.hint
+
+
+def test_a_job_that_fails_at_once_keeps_its_own_error(engine_proc):
+    # A job that reports its failure and exits between two polls: the error it wrote must
+    # reach the final record, not be overwritten by the store's not-yet-flushed copy.
+    with engine_proc.client() as c:
+        probe = wait_state(c, c.call("jobs.start", kind="system.probe", spec={})["id"], FINAL)
+        ids = [c.call("jobs.start", kind="compress.lora_merge", spec={"source_run": probe["id"]})["id"]
+               for _ in range(4)]
+        for job_id in ids:
+            done = wait_state(c, job_id, FINAL, timeout=120)
+            assert done["state"] == "failed", done
+            assert done["error"] and "resume or finish the run first" in done["error"]["hint"], done
