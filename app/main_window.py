@@ -140,6 +140,18 @@ class MainWindow(QMainWindow):
     def compare_runs(self, ids: list[str]) -> None:
         self.show_page("compare").set_runs(ids)
 
+    def compress_run(self, run_id: str) -> None:
+        """Open the Compress wizard on the finished fine-tune ``run_id``."""
+        self.show_page("compress").set_source(run_id)
+
+    def show_variants(self, parent_id: str) -> None:
+        """Open Compare › Variants on ``parent_id`` and its compressed variants."""
+        self.show_page("compare").show_variants(parent_id)
+
+    def export_variant(self, run_id: str, record: dict | None = None) -> None:
+        """Open Export with the run (a variant or a parent) chosen to be exported."""
+        self.show_page("export").set_variant(run_id, record)
+
     def _show_row(self, row: int) -> None:
         if 0 <= row < len(PAGES):
             self.stack.setCurrentWidget(self.page(PAGES[row].key))

@@ -23,7 +23,7 @@ from engine.protocol import (
     NOT_FOUND,
     RpcError,
 )
-from engine.run_records import artifacts, delete_files, record
+from engine.run_records import artifacts, delete_files, record, variants
 from engine.specs import JOB_KINDS, SpecError, validate_spec
 
 if TYPE_CHECKING:
@@ -188,6 +188,7 @@ class Handlers:
             "jobs.resume": (JobId, self.jobs_resume),
             "jobs.delete": (JobsDelete, self.jobs_delete),
             "jobs.artifacts": (JobId, self.jobs_artifacts),
+            "compress.variants": (JobId, self.compress_variants),
             "jobs.metrics": (JobsMetrics, self.jobs_metrics),
             "jobs.logs": (JobsLogs, self.jobs_logs),
             "subscribe": (Subscribe, self.subscribe),
@@ -358,6 +359,9 @@ class Handlers:
 
     async def jobs_artifacts(self, _s: Session, p: JobId) -> Any:
         return artifacts(self.engine.store, self.engine.jobs.get(p.id))
+
+    async def compress_variants(self, _s: Session, p: JobId) -> Any:
+        return variants(self.engine.store, self.engine.jobs.get(p.id))
 
     async def jobs_list(self, _s: Session, p: JobsList) -> Any:
         store = self.engine.store

@@ -22,6 +22,7 @@ from typing import Any
 import psutil
 
 import engine
+from engine.evaluate import EVAL_ENV
 from engine.eventbus import EventBus
 from engine.follower import Follower
 from engine.launch import local
@@ -94,8 +95,11 @@ class JobManager:
 
     def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
         parent = getattr(spec, "source_run", None)  # a job that works on another run's output
+        field = "source_run"
+        if getattr(spec, "distill", None) is not None:  # a student's parent is its teacher
+            parent, field = spec.distill.teacher_run, "distill.teacher_run"
         if parent is not None and self.store.get_run(parent) is None:
-            raise RpcError(NOT_FOUND, f"No run with id {parent!r} (source_run)",
+            raise RpcError(NOT_FOUND, f"No run with id {parent!r} ({field})",
                            {"hint": "Pick a run from jobs.list (or `ember jobs`)."})
         run_id = new_run_id()
         run_dir = self.paths.run_dir(run_id)
@@ -126,6 +130,10 @@ class JobManager:
         spec = kind.spec_model.model_validate(run["spec"])
         argv = local.command(kind.module, spec, run_dir)
         env = job_env(EMBER_RUN_ID=run["id"])
+        if run["kind"].startswith("compress."):
+            # Timing jobs: OpenMP threads that spin between calls distort interleaved latencies.
+            for key, value in EVAL_ENV.items():
+                env.setdefault(key, value)
         nproc = getattr(getattr(spec, "distributed", None), "nproc", 1)
         if nproc > 1 and "OMP_NUM_THREADS" not in env:
             # torchrun gives each worker one thread; on CPU, share the cores instead.

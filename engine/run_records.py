@@ -84,6 +84,27 @@ def artifacts(store: Store, run: dict[str, Any]) -> dict[str, Any]:
             "memory": {"estimated": run.get("estimated_peak"), "measured": run.get("measured_peak")}}
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def variants(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    """A run and every job made from it, each with its evaluation.json (None until it is written)."""
+    out = []
+    for child_id in store.child_runs(run["id"]):
+        child = store.get_run(child_id)
+        if child is not None:
+            out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json")})
+    # The parent as measured most recently beside one of its variants.
+    latest = max((v for v in out if v["evaluation"]), key=lambda v: v["job"].get("ended_at") or 0, default=None)
+    return {"parent": record(store, run), "variants": out,
+            "parent_evaluation": latest["evaluation"]["parent"] if latest else None}
+
+
 def measured_peak(store: Store, run_id: str) -> int | None:
     """The highest per-rank peak the run's memory events recorded."""
     from engine.estimate.memory import measured_peak as peak_of  # pure Python, no torch

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,13 +29,68 @@ class ProbeSpec(Spec):
     interval_s: float = Field(1.0, gt=0, le=3600, description="seconds between samples")
 
 
-class LoraMergeSpec(Spec):
+RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class EvalSpec(Spec):
+    """How a variant is scored next to its parent (docs/compression.md)."""
+
+    samples: int = Field(200, ge=0, le=1_000_000, description="held-out examples to score; 0 = the whole split")
+    batch_size: int = Field(16, ge=1, le=4096, description="the batch N of the second latency figure")
+    warmup: int = Field(3, ge=0, le=1000, description="untimed runs before timing")
+    repeats: int = Field(20, ge=3, le=100_000, description="timed runs per batch size")
+    threads: int = Field(0, ge=0, le=1024, description="CPU threads for both models; 0 = every core")
+    runtime: Literal["auto", "onnxruntime-cpu", "onnxruntime-cuda", "torch"] = Field(
+        "auto", description="auto: ONNX Runtime (CUDA where present) for every model that exports")
+
+
+class CalibrationSpec(Spec):
+    samples: int = Field(64, ge=1, le=100_000, description="validation examples the activation ranges come from")
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+
+
+class CompressSpec(Spec):
+    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
+                            description="id of a finished train.finetune run (the parent)")
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+
+
+class LoraMergeSpec(CompressSpec):
     """compress.lora_merge: fold a LoRA fine-tune's adapters into its base weights."""
 
-    source_run: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-                            description="id of a finished train.finetune run with method lora")
     parity_samples: int = Field(64, ge=1, le=100_000,
                                 description="validation examples on which the merged model must match the adapters")
+
+
+class QuantizeSpec(CompressSpec):
+    """compress.quantize: ONNX Runtime post-training quantization of the parent's ONNX export."""
+
+    mode: Literal["dynamic", "static", "fp16"] = Field(
+        "dynamic", description="dynamic int8 (CPU servers), static int8 QDQ (calibrated; TensorRT), fp16 (GPU/Jetson)")
+    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
+    per_channel: bool = Field(True, description="one int8 scale per output channel of each weight")
+    exclude_nodes: list[str] = Field(default_factory=list, description="ONNX node names kept in float")
+    exclude_op_types: list[str] = Field(default_factory=list, description="ONNX op types kept in float (e.g. Gemm)")
+
+
+class QatSpec(CompressSpec):
+    """compress.qat: fake-quant fine-tune (torchao), then static int8 QDQ ONNX."""
+
+    steps: int = Field(50, ge=1, le=1_000_000, description="fine-tuning steps with fake quantization")
+    lr: float = Field(2e-5, gt=0, le=1)
+    batch_size: int = Field(16, ge=1, le=4096)
+    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
+
+
+class PruneSpec(CompressSpec):
+    """compress.prune: structured pruning (torch-pruning), then a recovery fine-tune."""
+
+    target: Literal["params", "macs"] = Field("params", description="what the ratio is a share of")
+    ratio: float = Field(0.3, gt=0, lt=1, description="share of parameters (or MACs) to remove")
+    iterative_steps: int = Field(1, ge=1, le=100, description="prune in this many steps, recovering between them")
+    recovery_steps: int = Field(50, ge=0, le=1_000_000, description="fine-tuning steps after pruning; 0 = none")
+    lr: float = Field(5e-5, gt=0, le=1)
+    batch_size: int = Field(16, ge=1, le=4096)
 
 
 @dataclass(frozen=True)
@@ -74,6 +129,29 @@ JOB_KINDS: dict[str, JobKind] = {
             "outputs on validation examples.",
             "engine.recipes.lora_merge",
             LoraMergeSpec,
+        ),
+        JobKind(
+            "compress.quantize",
+            "Quantize",
+            "Post-training quantization with ONNX Runtime: dynamic int8, static int8 (QDQ, calibrated on the "
+            "run's data) or fp16, evaluated next to the parent.",
+            "engine.recipes.compress",
+            QuantizeSpec,
+        ),
+        JobKind(
+            "compress.qat",
+            "Quantization-aware training",
+            "Fine-tune with fake int8 quantization (torchao), then export static int8 QDQ ONNX.",
+            "engine.recipes.compress",
+            QatSpec,
+        ),
+        JobKind(
+            "compress.prune",
+            "Prune",
+            "Remove attention heads, FFN width or CNN channels (torch-pruning) to a target ratio, then "
+            "recover with a short fine-tune.",
+            "engine.recipes.compress",
+            PruneSpec,
         ),
     ]
 }

@@ -95,8 +95,16 @@ def _scalar(x: Any) -> float:
 
 
 class Trainer:
-    def __init__(self, spec: TrainSpec, world: dist.World, rc: Any, run_dir: Path):
+    """One fine-tune. ``initial_model`` (a plain module trained in full) replaces the task's model, and
+    ``save_model=False`` / ``checkpoints=False`` leave the output to the caller: how a compression job
+    (pruning recovery, QAT) trains in its own process with the same loop and the same live events."""
+
+    def __init__(self, spec: TrainSpec, world: dist.World, rc: Any, run_dir: Path, initial_model: Any = None,
+                 save_model: bool = True, checkpoints: bool = True):
         self.spec, self.world, self.rc, self.run_dir = spec, world, rc, Path(run_dir)
+        self.initial_model, self.save_model, self.checkpoints = initial_model, save_model, checkpoints
+        self.teacher: Any = None
+        self.student_info: dict[str, Any] | None = None
         self.ckpt_root = self.run_dir / "checkpoints"
         self.step = 0
         self.position = (0, 0)  # (epoch, micro-batch) of the next batch
@@ -115,8 +123,13 @@ class Trainer:
         if issues:
             raise InputError(issues)
         self.data = self.task.load_data(spec)
-        model = self.task.build_model(spec, self.data)
-        model = methods.apply(model, spec, self.task)
+        if self.initial_model is not None:
+            model = methods.apply(self.initial_model, spec, self.task)
+        elif spec.distill is not None:
+            model = self._student()
+        else:
+            model = self.task.build_model(spec, self.data)
+            model = methods.apply(model, spec, self.task)
         self.trainable, self.total_params = methods.count_parameters(model)
         if spec.activation_checkpointing:
             self._checkpoint_activations(model)
@@ -140,6 +153,45 @@ class Trainer:
         self.trainable_only = spec.method.kind != "full"
         self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
+
+    def _student(self) -> Any:
+        """The student of ``spec.distill``: the teacher's blocks thinned out, or the spec's own model."""
+        from engine.compress import source
+
+        d = self.spec.distill
+        teacher_src = source.open_source(self.run_dir.resolve().parent / d.teacher_run)
+        if teacher_src.spec.task != self.spec.task:
+            raise JobFailed(f"The teacher run {d.teacher_run} is a {teacher_src.spec.task} model, this run trains "
+                            f"{self.spec.task}", "Pick a teacher fine-tuned for the same task.")
+        teacher = source.load_model(teacher_src, self.data)
+        if d.student_layers is not None:
+            from engine.compress.distill import build_student
+
+            student, self.student_info = build_student(teacher, self.spec.task, d.student_layers)
+        else:
+            student = self.task.build_model(self.spec, self.data)
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        self.teacher = teacher.to(self.world.device).eval()
+        return methods.apply(student, self.spec, self.task)
+
+    def _forward(self, batch: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+        if self.teacher is None:
+            return self.task.forward(self.model, batch)
+        import torch
+
+        from engine.compress import kd
+
+        d = self.spec.distill
+        with torch.no_grad():
+            teacher_logits = kd.logits(self.spec.task, self.teacher, batch)
+        student_logits = kd.logits(self.spec.task, self.model, batch)
+        loss, _parts = kd.task_loss(self.spec.task, student_logits, teacher_logits, batch,
+                                           d.temperature, d.alpha)
+        stats = {"samples": float(next(iter(batch.values())).shape[0])}
+        if "attention_mask" in batch:
+            stats["tokens"] = float(batch["attention_mask"].sum())
+        return loss, stats
 
     def _checkpoint_activations(self, model: Any) -> None:
         if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
@@ -216,7 +268,7 @@ class Trainer:
                 epoch, index, _ = next(positions)
                 self.position = (epoch, index + 1)  # where a resumed run picks up
                 with self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast():
-                    loss, stats = self.task.forward(self.model, batch)
+                    loss, stats = self._forward(batch)
                 if self.deepspeed:
                     # DeepSpeed divides by grad_accum itself and steps on the accumulation boundary.
                     self.model.backward(loss)
@@ -276,9 +328,9 @@ class Trainer:
                 rc.log(f"stopped at step {self.step}; checkpoint {path.name}")
                 outcome = "stopped"
                 break
-            if self.step % spec.checkpoint_every == 0 or self.step == self.steps:
+            if self.checkpoints and (self.step % spec.checkpoint_every == 0 or self.step == self.steps):
                 self._checkpoint()
-        if outcome == "succeeded":
+        if outcome == "succeeded" and self.save_model:
             self._save_model()
         return outcome
 
@@ -365,6 +417,8 @@ class Trainer:
         return self.bad_evals >= es.patience
 
     def _checkpoint(self) -> Path:
+        if not self.checkpoints:
+            return self.ckpt_root  # the caller keeps no checkpoints (a compression job's short fine-tune)
         t0 = time.perf_counter()
         path = checkpoint.save(
             self.ckpt_root, self.step, self.model, self.optimizer,
@@ -397,6 +451,9 @@ class Trainer:
             meta = {"task": self.spec.task, "model": self.spec.model.model_dump(), "method": self.spec.method.model_dump(),
                     "data_info": {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list))},
                     "metrics": self.last_metrics, "step": self.step}
+            if self.student_info is not None:
+                meta["student"] = self.student_info
+                meta["teacher_run"] = self.spec.distill.teacher_run
             (out / "ember_model.json").write_text(json.dumps(meta, indent=1))
             self.rc.emit("artifact", type="model", path=str(out), step=self.step)
         dist.barrier(self.world)

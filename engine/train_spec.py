@@ -89,6 +89,17 @@ class EarlyStopSpec(_Part):
     patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
 
 
+class DistillSpec(_Part):
+    """Knowledge distillation: the model trained here is a student of a finished run (the teacher)."""
+
+    teacher_run: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                             description="id of a finished train.finetune run")
+    student_layers: int | None = Field(3, ge=1, le=1024, description="transformer blocks the student keeps, "
+                                       "initialised from the teacher's; None: the student is `model` as given")
+    temperature: float = Field(2.0, gt=0, le=100, description="softens both distributions in the KL term")
+    alpha: float = Field(0.5, ge=0, le=1, description="weight of the KL term; 1 - alpha weighs the task loss")
+
+
 class TrainSpec(_Part):
     """train.finetune: fine-tune a model for one of the tasks."""
 
@@ -114,6 +125,7 @@ class TrainSpec(_Part):
     early_stopping: EarlyStopSpec | None = None
     nan_policy: Literal["skip", "stop"] = "stop"
     resume: bool = Field(True, description="continue from the latest complete checkpoint in the run dir")
+    distill: DistillSpec | None = Field(None, description="train a student of a finished run")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSpec:
@@ -126,6 +138,8 @@ class TrainSpec(_Part):
             problems.append("distributed.nproc > 1 needs strategy ddp, fsdp or deepspeed")
         if self.method.kind == "qlora" and self.device == "cpu":
             problems.append("method qlora needs a CUDA GPU (bitsandbytes 4-bit); use lora on CPU")
+        if self.distill is not None and self.method.kind != "full":
+            problems.append("distill trains the whole student: use method full")
         if self.precision == "fp16" and self.device == "cpu":
             problems.append("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
         if self.task == "image_classification" and self.method.kind == "prompt_tuning":

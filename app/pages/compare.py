@@ -5,6 +5,9 @@ the left (finished fine-tunes, kept current by the ``jobs`` topic). For each
 run the page reads its record (``jobs.get``) and its metrics (``jobs.metrics``),
 then draws train loss, eval loss and the task's metric against step, one
 colour per run, a summary row per run and the specs side by side.
+
+A second tab, Variants (``app/pages/variants``), shows one parent run and its
+compressed variants measured side by side (``show_variants``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from PySide6.QtWidgets import (
     QStackedWidget,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +35,7 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.engine_process import EngineProcess
 from app.jobs_model import FINAL_STATES, FINETUNE, best_text, display_name, peak_text, summary
+from app.pages.variants import VariantsView
 from app.widgets.common import label
 from app.widgets.overlay_chart import OverlayChart, run_colour
 from app.widgets.spec_diff import SpecDiff
@@ -69,7 +74,12 @@ class ComparePage(QWidget):
         outer.setContentsMargins(28, 24, 28, 20)
         outer.setSpacing(10)
         outer.addWidget(label("Compare", "h1"))
-        outer.addWidget(label(
+        # Two tabs: fine-tuning runs side by side, and a parent with its compressed variants.
+        runs_tab = QWidget()
+        runs_layout = QVBoxLayout(runs_tab)
+        runs_layout.setContentsMargins(0, 8, 0, 0)
+        runs_layout.setSpacing(10)
+        runs_layout.addWidget(label(
             "Select two or more runs on the Runs page and press Compare, or tick finished "
             "fine-tunes in the list. Their curves are overlaid and their specs set side by "
             "side, with what differs highlighted.", "muted", wrap=True))
@@ -132,10 +142,18 @@ class ComparePage(QWidget):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([240, 900])
         splitter.setChildrenCollapsible(False)
-        outer.addWidget(splitter, 1)
+        runs_layout.addWidget(splitter, 1)
         self.message = label("", "error", wrap=True)
         self.message.hide()
-        outer.addWidget(self.message)
+        runs_layout.addWidget(self.message)
+
+        self.variants = VariantsView(self._client)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(runs_tab, "Runs")
+        self.tabs.addTab(self.variants, "Variants")
+        self.tabs.setTabToolTip(1, "A parent run and its compressed variants: accuracy, latency, size")
+        outer.addWidget(self.tabs, 1)
 
         self._client.subscribe(["jobs"], self._on_job_event)
         self._client.connected.connect(self.reload)
@@ -148,8 +166,14 @@ class ComparePage(QWidget):
     def run_ids(self) -> list[str]:
         return list(self._ids)
 
+    def show_variants(self, parent_id: str) -> None:
+        """Open the Variants tab on ``parent_id`` and its compressed variants."""
+        self.tabs.setCurrentWidget(self.variants)
+        self.variants.show_parent(parent_id)
+
     def set_runs(self, ids: list[str]) -> None:
         """Compare exactly ``ids`` (in this order)."""
+        self.tabs.setCurrentIndex(0)
         self._ids = list(dict.fromkeys(ids))
         for job_id in self._ids:
             self._load(job_id)

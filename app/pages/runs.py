@@ -83,6 +83,9 @@ class RunsPage(QWidget):
         self.duplicate_button = self._button("Duplicate", "Open New fine-tune with this run's "
                                              "spec, to change it and start a new run",
                                              self.duplicate_selected)
+        self.compress_button = self._button("Compress…", "Make smaller, faster variants of this "
+                                            "finished fine-tune (quantize, prune, distil)",
+                                            self.compress_selected)
         self.resume_button = self._button("Resume", "Continue a stopped or failed fine-tune "
                                           "from its latest checkpoint", lambda: self._act("jobs.resume"))
         self.stop_button = self._button("Stop", "Ask the job to finish cleanly (a checkpoint "
@@ -103,7 +106,7 @@ class RunsPage(QWidget):
         outer.addLayout(tools)
         actions = QHBoxLayout()
         for button in (self.open_button, self.compare_button, self.duplicate_button,
-                       self.resume_button):
+                       self.compress_button, self.resume_button):
             actions.addWidget(button)
         actions.addStretch(1)
         for button in (self.stop_button, self.cancel_button, self.delete_button):
@@ -139,8 +142,8 @@ class RunsPage(QWidget):
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         self._menu_actions: dict[QPushButton, QAction] = {}
         for button in (self.open_button, self.compare_button, self.duplicate_button,
-                       self.resume_button, self.stop_button, self.cancel_button,
-                       self.delete_button):
+                       self.compress_button, self.resume_button, self.stop_button,
+                       self.cancel_button, self.delete_button):
             action = QAction(button.text(), self.table)
             action.triggered.connect(button.click)
             self.table.addAction(action)
@@ -317,6 +320,11 @@ class RunsPage(QWidget):
             self._window_call("duplicate_run", dict(job.get("spec") or {}),
                               f"{display_name(job)} copy")
 
+    def compress_selected(self) -> None:
+        job = self.selected_job()
+        if job is not None and job.get("kind") == FINETUNE and job.get("state") == "succeeded":
+            self._window_call("compress_run", job["id"])
+
     def _act(self, method: str) -> None:
         self.message.hide()
         for job in self.selected_jobs() or ([self.selected_job()] if self.selected_job() else []):
@@ -355,6 +363,7 @@ class RunsPage(QWidget):
         self.open_button.setEnabled(job is not None)
         self.compare_button.setEnabled(len(finetunes) >= 2)
         self.duplicate_button.setEnabled(is_finetune)
+        self.compress_button.setEnabled(is_finetune and job.get("state") == "succeeded")
         self.resume_button.setEnabled(connected and bool(finetunes) and all(
             j.get("state") in RESUMABLE for j in finetunes) and len(finetunes) == len(jobs))
         self.stop_button.setEnabled(connected and "running" in states)

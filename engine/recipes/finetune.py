@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         rc.status("running", pid=os.getpid(), world_size=world.size, restart=restarts)
         final = Trainer(spec, world, rc, run_dir).run()
+        if final == "succeeded" and spec.distill is not None and world.is_main:
+            from engine.compress.variant import evaluate_student
+
+            evaluate_student(rc.ctx, run_dir, spec)
         rc.status(final)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure reaches the user as an event

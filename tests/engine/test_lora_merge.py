@@ -49,8 +49,9 @@ def test_lora_merge_writes_a_plain_model_with_parity_and_lineage(engine_proc):
         assert finish(c, lora["id"])["state"] == "succeeded"
         source_model = Path(lora["run_dir"]) / "model"
         before = {p.name: p.stat().st_mtime_ns for p in source_model.iterdir()}
-        merge = c.call("jobs.start", kind="compress.lora_merge",
-                       spec={"source_run": lora["id"], "parity_samples": 16}, name="merge")
+        merge = c.call("jobs.start", kind="compress.lora_merge", name="merge",
+                       spec={"source_run": lora["id"], "parity_samples": 16,
+                             "eval": {"samples": 32, "batch_size": 8, "warmup": 1, "repeats": 3}})
         assert merge["parent_id"] == lora["id"]
         done = finish(c, merge["id"], timeout=120)
         assert done["state"] == "succeeded", done
@@ -72,6 +73,11 @@ def test_lora_merge_writes_a_plain_model_with_parity_and_lineage(engine_proc):
         assert {p.name: p.stat().st_mtime_ns for p in source_model.iterdir()} == before  # source untouched
 
         arts = c.call("jobs.artifacts", id=merge["id"])
-        assert [(a["type"], a["path"], a["exists"]) for a in arts["artifacts"]] == [("model", str(out), True)]
+        evaluation = Path(done["run_dir"]) / "evaluation.json"
+        assert [(a["type"], a["path"], a["exists"]) for a in arts["artifacts"]] == [
+            ("model", str(out), True), ("evaluation", str(evaluation), True)]
+        doc = json.loads(evaluation.read_text())
+        # In ONNX Runtime the merged model and the parent (merged in memory) are one graph.
+        assert doc["agreement"] == 1.0 and doc["variant"]["metrics"] == doc["parent"]["metrics"]
         assert arts["parent"] == lora["id"]
         assert merge["id"] in c.call("jobs.artifacts", id=lora["id"])["children"]

@@ -1,0 +1,353 @@
+"""Compress: a five-step wizard that turns one finished fine-tune into several variants.
+
+Source run → techniques → their settings → review (the YAML of every job) → run
+(one row per job with its state, progress and Cancel). Each ticked technique is
+one engine job (docs/compression.md); every spec is validated with the engine's
+pydantic model as the form changes, and what Start sends is exactly the YAML
+shown. Finished variants are compared on Compare › Variants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QPushButton,
+    QScrollArea,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine_process import EngineProcess
+from app.jobs_model import FINAL_STATES, FINETUNE
+from app.pages.compress.step_review import ReviewStep
+from app.pages.compress.step_run import JobRow, RunStep
+from app.pages.compress.step_settings import SettingsStep
+from app.pages.compress.step_source import SourceStep
+from app.pages.compress.step_techniques import TechniquesStep
+from app.pages.compress.techniques import build_jobs, default_settings, field_errors
+from app.pages.new_finetune.parts import Step, error_text
+from app.style import set_role
+from app.widgets.common import label
+
+LIST_LIMIT = 1000
+SOURCE, TECHNIQUES, SETTINGS, REVIEW, RUN = range(5)
+
+
+class CompressPage(QWidget):
+    title = "Compress"
+    started = Signal(list)  # the ids of the jobs just started
+
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = engine.client
+        self._wanted_source: str | None = None  # set_source before the list arrived
+        self._source_id: str | None = None
+        self._starting = 0  # jobs.start requests in flight
+        self.batch_source: str | None = None  # the source run of the jobs on the Run step
+        self.errors: dict[str, list[str]] = {}
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(28, 24, 28, 16)
+        outer.setSpacing(12)
+        outer.addWidget(label("Compress", "h1"))
+        outer.addWidget(label("Make a trained model smaller and faster: merge LoRA adapters, quantize "
+                              "to int8 or fp16, prune, or distil into a smaller student. Every variant "
+                              "is measured next to its source run, so you see what it costs.",
+                              "muted", wrap=True))
+
+        self.source_step = SourceStep()
+        self.techniques_step = TechniquesStep()
+        self.settings_step = SettingsStep()
+        self.review_step = ReviewStep()
+        self.run_step = RunStep()
+        self.steps: list[Step] = [self.source_step, self.techniques_step, self.settings_step,
+                                  self.review_step, self.run_step]
+        # What tests and the end-to-end test drive.
+        self.source_list = self.source_step.source_list
+        self.technique_checks = self.techniques_step.technique_checks
+        self.review_view = self.review_step.review_view
+        self.job_rows: list[JobRow] = self.run_step.job_rows
+
+        indicator = QHBoxLayout()
+        indicator.setSpacing(6)
+        self.step_buttons: list[QPushButton] = []
+        for i, step in enumerate(self.steps):
+            button = QPushButton(f"{i + 1}  {step.title}")
+            button.setToolTip(f"Go to step {i + 1}: {step.title}")
+            button.clicked.connect(lambda _c=False, i=i: self.go_to(i))
+            self.step_buttons.append(button)
+            indicator.addWidget(button)
+            if i < len(self.steps) - 1:
+                indicator.addWidget(label("›", "muted"))
+        indicator.addStretch(1)
+        outer.addLayout(indicator)
+
+        self.stack = QStackedWidget()
+        for step in self.steps:
+            scroll = QScrollArea()
+            scroll.setObjectName("pageScroll")
+            scroll.setWidgetResizable(True)
+            scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+            body = QWidget()
+            body.setObjectName("pageBody")
+            column = QVBoxLayout(body)
+            column.setContentsMargins(0, 4, 8, 4)
+            column.addWidget(step)
+            scroll.setWidget(body)
+            self.stack.addWidget(scroll)
+        outer.addWidget(self.stack, 1)
+
+        footer = QHBoxLayout()
+        self.status_label = label("", "muted", wrap=True)
+        footer.addWidget(self.status_label, 1)
+        self.back_button = QPushButton("Back")
+        self.back_button.clicked.connect(lambda: self.go_to(self.current_step() - 1))
+        self.next_button = QPushButton("Next")
+        self.next_button.clicked.connect(lambda: self.go_to(self.current_step() + 1))
+        self.run_button = QPushButton("Start")
+        self.run_button.setProperty("role", "primary")
+        self.run_button.setToolTip("Start one job per ticked technique, as shown on Review")
+        self.run_button.clicked.connect(self.start)
+        for button in (self.back_button, self.next_button, self.run_button):
+            footer.addWidget(button)
+        outer.addLayout(footer)
+
+        for step in self.steps:
+            step.changed.connect(self._on_changed)
+        self.run_step.compare_requested.connect(self.compare_variants)
+
+        self._client.subscribe(["jobs"], self._on_job_event)
+        self._client.connected.connect(self.reload)
+        self._client.disconnected.connect(self._update_buttons)
+        self.go_to(SOURCE)
+        self._on_changed()
+        if self._client.is_connected:
+            self.reload()
+
+    # -- navigation -------------------------------------------------------------------------
+
+    def current_step(self) -> int:
+        return self.stack.currentIndex()
+
+    def step_blockers(self, index: int) -> list[str]:
+        """What keeps the user on step ``index`` (Next stays disabled while there is any)."""
+        if index == SETTINGS:
+            titles = self.settings_step.titles
+            return [f"{titles.get(path, path) + ': ' if path else ''}{m}"
+                    for path, msgs in self.errors.items() for m in msgs]
+        if index in (SOURCE, TECHNIQUES):
+            return self.steps[index].blocking()
+        return []
+
+    def can_go_to(self, index: int) -> bool:
+        if index == RUN:
+            return bool(self.job_rows)
+        return all(not self.step_blockers(i) for i in range(min(index, REVIEW)))
+
+    def go_to(self, index: int) -> None:
+        index = max(0, min(index, len(self.steps) - 1))
+        if index > self.current_step() and not self.can_go_to(index):
+            return
+        self.stack.setCurrentIndex(index)
+        for i, button in enumerate(self.step_buttons):
+            set_role(button, "primary" if i == index else "")
+            button.style().unpolish(button)
+            button.style().polish(button)
+        self._update_buttons()
+
+    # -- the jobs ---------------------------------------------------------------------------
+
+    def set_source(self, run_id: str) -> None:
+        """Compress ``run_id``: select it (once the list has it) and open Techniques."""
+        self._wanted_source = run_id
+        if self.source_step.select(run_id):
+            self._wanted_source = None
+            self.go_to(TECHNIQUES)
+        elif self._client.is_connected:
+            self._client.request("jobs.get", {"id": run_id}, self._on_wanted_record,
+                                 lambda err: self._set_status(f"Run {run_id}: {error_text(err)}", "error"))
+
+    def source(self) -> dict[str, Any] | None:
+        return self.source_step.source()
+
+    def specs(self) -> list[tuple[str, dict[str, Any], str]]:
+        """(kind, spec, name) of every job Start sends, in order: what Review shows."""
+        return build_jobs(self.source(), self.techniques_step.checked(), self.settings_step.values())
+
+    def _on_changed(self) -> None:
+        record = self.source()
+        source_id = record.get("id") if record else None
+        if source_id != self._source_id:
+            self._source_id = source_id
+            self.techniques_step.set_source(record)
+            if record is not None:
+                self.settings_step.set_distill_lr(default_settings(record)["distill"]["lr"])
+        self.settings_step.set_techniques(self.techniques_step.checked())
+        self.refresh()
+
+    def refresh(self) -> None:
+        keys = self.techniques_step.checked()
+        settings = self.settings_step.values()
+        self.errors = field_errors(self.source(), keys, settings)
+        self.settings_step.show_errors(self.errors)
+        self.review_step.set_jobs(self.specs())
+        self._update_buttons()
+
+    def blockers(self) -> list[str]:
+        return [p for i in (SOURCE, TECHNIQUES, SETTINGS) for p in self.step_blockers(i)]
+
+    def _update_buttons(self) -> None:
+        index = self.current_step()
+        problems = self.blockers()
+        connected = self._client.is_connected
+        count = len(self.specs())
+        self.back_button.setEnabled(index > 0)
+        self.next_button.setVisible(index < REVIEW)
+        self.next_button.setEnabled(index < REVIEW and self.can_go_to(index + 1))
+        self.run_button.setText(f"Start {count} job{'s' if count != 1 else ''}" if count else "Start")
+        self.run_button.setEnabled(connected and not problems and not self._starting and index != RUN)
+        self.run_button.setVisible(index != RUN)
+        self.review_step.set_blockers(problems)
+        for i, (step, button) in enumerate(zip(self.steps, self.step_buttons, strict=True)):
+            button.setEnabled(i <= index or self.can_go_to(i))
+            flagged = bool(self.step_blockers(i)) and i == SETTINGS
+            button.setText(f"{i + 1}  {step.title}" + ("  ⚠" if flagged else ""))
+        if self._starting:
+            return
+        here = self.step_blockers(index) if index < REVIEW else problems
+        if index == RUN:
+            self._set_status("")
+        elif not connected:
+            self._set_status("Waiting for the engine: Start is possible once it is connected.")
+        elif here:
+            more = f" (and {len(here) - 1} more)" if len(here) > 1 else ""
+            self._set_status(f"Before going on: {here[0]}{more}", "error" if index == SETTINGS else "muted")
+        elif problems:
+            self._set_status(f"Before starting: {problems[0]}", "muted")
+        else:
+            self._set_status(f"Ready: Start sends {count} job{'s' if count != 1 else ''} to the engine.")
+
+    def _set_status(self, text: str, role: str = "muted") -> None:
+        self.status_label.setText(text)
+        if self.status_label.property("role") != role:
+            set_role(self.status_label, role)
+            self.status_label.style().unpolish(self.status_label)
+            self.status_label.style().polish(self.status_label)
+
+    # -- starting and following -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Send one jobs.start per job shown on Review, then follow them on the Run step."""
+        if not self.run_button.isEnabled():
+            return
+        jobs = self.specs()
+        self.batch_source = self._source_id
+        for kind, spec, name in jobs:
+            row = self.run_step.add_row(kind, name)
+            row.cancel_requested.connect(self.cancel_job)
+            self._starting += 1
+            self._client.request("jobs.start", {"kind": kind, "spec": spec, "name": name},
+                                 lambda record, row=row: self._started(row, record),
+                                 lambda err, row=row: self._refused(row, err))
+        self.run_step.update_summary()
+        self.go_to(RUN)
+
+    def _started(self, row: JobRow, record: dict[str, Any]) -> None:
+        self._starting -= 1
+        row.set_record(record)
+        if row.job_id and row.state not in FINAL_STATES:
+            row.subscription = self._client.subscribe(
+                [f"run/{row.job_id}/*"], lambda topic, _seq, data, row=row: self._on_run_event(row, topic, data),
+                since=0)
+        self.run_step.update_summary()
+        self._update_buttons()
+        if not self._starting:
+            self.started.emit([r.job_id for r in self.job_rows if r.job_id])
+
+    def _refused(self, row: JobRow, err: Any) -> None:
+        self._starting -= 1
+        row.refused(f"Not started: {error_text(err)}")
+        self.run_step.update_summary()
+        self._update_buttons()
+
+    def cancel_job(self, job_id: str) -> None:
+        row = self.run_step.row_for(job_id)
+        self._client.request("jobs.cancel", {"id": job_id},
+                             lambda record: row and self._on_record(record),
+                             lambda err: row and row.set_detail(f"Cancel failed: {error_text(err)}", "error"))
+
+    def _on_run_event(self, row: JobRow, topic: str, data: dict[str, Any]) -> None:
+        kind = topic.rsplit("/", 1)[-1]
+        # A compression job says {stage, fraction, message} on run/<id>/progress; a fine-tune
+        # (distillation) carries ``progress`` on its train events.
+        fraction = data.get("fraction") if kind == "progress" else data.get("progress")
+        if isinstance(fraction, (int, float)) and row.state not in FINAL_STATES:
+            row.set_progress(fraction)
+        if kind == "progress" and data.get("message") and row.state not in FINAL_STATES:
+            row.set_detail(str(data["message"]))
+        elif kind == "status" and data.get("state") and row.state == "running":
+            row.set_detail(str(data["state"]).replace("_", " "))
+        elif kind == "error" and data.get("message"):
+            row.set_detail(str(data["message"]), "error")
+
+    def _on_record(self, record: dict[str, Any]) -> None:
+        row = self.run_step.row_for(str(record.get("id")))
+        if row is None:
+            return
+        row.set_record(record)
+        if row.state in FINAL_STATES and row.subscription is not None:
+            self._client.unsubscribe(row.subscription)
+            row.subscription = None
+        self.run_step.update_summary()
+
+    def compare_variants(self) -> None:
+        """Open Compare › Variants for the source run of the jobs started here."""
+        parent_id = self.batch_source or self._source_id
+        show = getattr(self.window(), "show_variants", None)
+        if parent_id and callable(show):
+            show(parent_id)
+
+    # -- engine -----------------------------------------------------------------------------
+
+    def reload(self, _hello: Any = None) -> None:
+        self._client.request("jobs.list", {"kind": FINETUNE, "state": "succeeded", "limit": LIST_LIMIT},
+                             self._on_list, lambda err: self._set_status(error_text(err), "error"))
+        for row in self.job_rows:  # events missed while disconnected
+            if row.job_id:
+                self._client.request("jobs.get", {"id": row.job_id}, self._on_record, lambda _e: None)
+        self._update_buttons()
+
+    def _on_list(self, reply: dict[str, Any]) -> None:
+        self.source_step.set_runs([j for j in reply.get("jobs", []) if j.get("state") == "succeeded"])
+        if self._wanted_source:
+            self.set_source(self._wanted_source)
+        self._on_changed()
+
+    def _on_wanted_record(self, record: dict[str, Any]) -> None:
+        run_id = record.get("id")
+        if run_id != self._wanted_source:
+            return
+        if record.get("kind") == FINETUNE and record.get("state") == "succeeded":
+            self.source_step.upsert(record)
+            self.set_source(run_id)
+            return
+        self._wanted_source = None
+        what = "a fine-tune" if record.get("kind") == FINETUNE else f"a {record.get('kind')} job"
+        self._set_status(f"Run {record.get('name') or run_id} is {what} in state {record.get('state')}: "
+                         "only a finished (succeeded) fine-tune can be compressed.", "error")
+
+    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
+        job_id = data.get("id")
+        if not job_id:
+            return
+        if data.get("deleted"):
+            self.source_step.remove(job_id)
+            return
+        self._on_record(data)
+        if data.get("kind") == FINETUNE and data.get("state") == "succeeded":
+            self.source_step.upsert(data)
+            self.source_step.empty_note.hide()

@@ -1,0 +1,226 @@
+"""The Variants view as data: rows from ``compress.variants``, the Pareto front, the recommendation.
+
+Plain Python (no Qt, no numpy), so every figure the table, the chart, the CSV
+and the recommendation show comes from one place and is easy to test.
+
+Each variant's deltas (metric, speed-up, compression) are taken against the
+parent entry measured *in that variant's own job* (same process, inputs,
+threads and runtime; docs/compression.md); the parent row shows the parent's
+own evaluation (``parent_evaluation``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LATENCY_BASES = {"b1": "batch 1", "bN": "batch N"}
+
+
+@dataclass
+class Row:
+    run_id: str
+    name: str
+    technique: str
+    state: str
+    is_parent: bool = False
+    metric_name: str = "accuracy"
+    higher_is_better: bool = True
+    metric: float | None = None
+    delta: float | None = None  # variant - its own parent: points for accuracy, raw for perplexity
+    agreement: float | None = None
+    b1_ms: float | None = None
+    bn_ms: float | None = None
+    batch_n: int | None = None
+    speedup: float | None = None  # own parent p50 / variant p50 at batch N
+    size_bytes: int | None = None
+    compression: float | None = None  # own parent size / variant size
+    params: int | None = None
+    peak_bytes: int | None = None
+    entry: dict[str, Any] | None = None  # this row's ENTRY
+    parent_entry: dict[str, Any] | None = None  # the parent as measured in this variant's job
+    record: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    def latency(self, basis: str) -> float | None:
+        return self.b1_ms if basis == "b1" else self.bn_ms
+
+    def drop(self) -> float | None:
+        """How much worse than the parent (positive = worse): accuracy points, or perplexity."""
+        if self.delta is None:
+            return None
+        return -self.delta if self.higher_is_better else self.delta
+
+    def has_figures(self) -> bool:
+        return self.metric is not None and self.b1_ms is not None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def headline(task: str | None, entry: dict[str, Any] | None) -> tuple[str, float | None, bool]:
+    """(metric name, value, higher is better): accuracy, or perplexity for a causal LM."""
+    metrics = (entry or {}).get("metrics") or {}
+    if task == "causal_lm" or ("accuracy" not in metrics and "perplexity" in metrics):
+        return "perplexity", _num(metrics.get("perplexity")), False
+    return "accuracy", _num(metrics.get("accuracy")), True
+
+
+def technique_label(record: dict[str, Any], evaluation: dict[str, Any] | None = None) -> str:
+    """'int8 dynamic', 'pruned 30% params', 'distilled (3 layers)' ... from the job's kind and spec."""
+    kind = record.get("kind") or ""
+    spec = record.get("spec") or {}
+    if kind == "compress.quantize":
+        mode = spec.get("mode", "dynamic")
+        return "fp16" if mode == "fp16" else f"int8 {mode}"
+    if kind == "compress.qat":
+        return "QAT int8"
+    if kind == "compress.prune":
+        ratio = spec.get("ratio")
+        target = spec.get("target", "params")
+        return f"pruned {ratio:.0%} {target}" if isinstance(ratio, (int, float)) else "pruned"
+    if kind == "compress.lora_merge":
+        return "LoRA merged"
+    if spec.get("distill"):
+        layers = (spec.get("distill") or {}).get("student_layers")
+        return f"distilled ({layers} layers)" if layers else "distilled"
+    label = ((evaluation or {}).get("variant") or {}).get("label")
+    return str(label or kind or "variant")
+
+
+def _fill(row: Row, entry: dict[str, Any] | None, task: str | None) -> None:
+    row.entry = entry
+    if not entry:
+        return
+    row.metric_name, row.metric, row.higher_is_better = headline(task, entry)
+    latency = entry.get("latency_ms") or {}
+    row.b1_ms = _num((latency.get("b1") or {}).get("p50"))
+    row.bn_ms = _num((latency.get("bN") or {}).get("p50"))
+    batch = (latency.get("bN") or {}).get("batch")
+    row.batch_n = int(batch) if isinstance(batch, int) else None
+    row.size_bytes = entry.get("size_bytes")
+    row.params = entry.get("params")
+    row.peak_bytes = entry.get("peak_memory_bytes")
+
+
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return top / bottom if top is not None and bottom else None
+
+
+def build_rows(reply: dict[str, Any]) -> list[Row]:
+    """The parent first, then each variant in the engine's order."""
+    parent = reply.get("parent") or {}
+    task = (parent.get("summary") or {}).get("task") or (parent.get("spec") or {}).get("task")
+    prow = Row(run_id=str(parent.get("id") or ""), name=str(parent.get("name") or parent.get("id") or ""),
+               technique="parent", state=str(parent.get("state") or ""), is_parent=True, record=parent)
+    _fill(prow, reply.get("parent_evaluation"), task)
+    if prow.entry:
+        prow.speedup, prow.compression = 1.0, 1.0
+    rows = [prow]
+    for item in reply.get("variants") or []:
+        job = item.get("job") or {}
+        doc = item.get("evaluation")
+        error = (job.get("error") or {}).get("message") or ""
+        row = Row(run_id=str(job.get("id") or ""), name=str(job.get("name") or job.get("id") or ""),
+                  technique=technique_label(job, doc), state=str(job.get("state") or ""), record=job,
+                  error=str(error))
+        if doc:
+            task_here = doc.get("task") or task
+            _fill(row, doc.get("variant"), task_here)
+            own = doc.get("parent")
+            row.parent_entry = own
+            _name, parent_metric, _hib = headline(task_here, own)
+            if row.metric is not None and parent_metric is not None:
+                diff = row.metric - parent_metric
+                row.delta = diff * 100 if row.higher_is_better else diff
+            row.agreement = _num(doc.get("agreement"))
+            own_bn = _num((((own or {}).get("latency_ms") or {}).get("bN") or {}).get("p50"))
+            row.speedup = _ratio(own_bn, row.bn_ms)
+            row.compression = _ratio(_num((own or {}).get("size_bytes")), _num(row.size_bytes))
+        rows.append(row)
+    return rows
+
+
+def pareto_front(rows: list[Row], basis: str = "b1") -> list[str]:
+    """Run ids on the front (no other row is at least as fast and as good, and better in one), by latency."""
+    points = [(r.run_id, r.latency(basis), r.metric if r.higher_is_better else -r.metric)
+              for r in rows if r.metric is not None and r.latency(basis) is not None]
+    front = []
+    for run_id, lat, score in points:
+        dominated = any(o_lat <= lat and o_score >= score and (o_lat < lat or o_score > score)
+                        for o_id, o_lat, o_score in points if o_id != run_id)
+        if not dominated:
+            front.append((lat, -score, run_id))
+    return [run_id for _lat, _s, run_id in sorted(front)]
+
+
+def recommend(rows: list[Row], max_latency_ms: float | None, max_drop: float | None,
+              basis: str = "b1") -> tuple[Row | None, str]:
+    """The smallest file among the variants that meet both limits, and a sentence saying why.
+
+    A limit of None (or 0) is no limit. When none qualifies, the sentence says what
+    each variant misses, so the user sees which limit to loosen.
+    """
+    candidates = [r for r in rows if not r.is_parent and r.has_figures() and r.size_bytes]
+    if not candidates:
+        return None, "No measured variant yet: a variant is listed here once its job has evaluated it."
+    unit = "points" if candidates[0].higher_is_better else "perplexity"
+    what = "accuracy drop" if candidates[0].higher_is_better else "perplexity rise"
+    misses: list[str] = []
+    meeting: list[Row] = []
+    for row in candidates:
+        reasons = []
+        latency = row.latency(basis)
+        if max_latency_ms and (latency is None or latency >= max_latency_ms):
+            reasons.append(f"{latency:.2f} ms ≥ {max_latency_ms:g} ms" if latency is not None else "no latency")
+        drop = row.drop()
+        if max_drop and (drop is None or drop >= max_drop):
+            reasons.append(f"{what} {drop:.2f} ≥ {max_drop:g} {unit}" if drop is not None else f"no {what}")
+        if reasons:
+            misses.append(f"{row.technique}: {', '.join(reasons)}")
+        else:
+            meeting.append(row)
+    if not meeting:
+        return None, "No variant meets both limits:\n" + "\n".join(f"• {m}" for m in misses)
+    best = min(meeting, key=lambda r: (r.size_bytes, r.latency(basis) or 0.0))
+    others = len(meeting) - 1
+    tail = f" ({others} other{'s' if others != 1 else ''} also qualif{'y' if others != 1 else 'ies'})" if others else ""
+    return best, f"Recommended: {best.technique} ({best.name}), the smallest file that meets both limits{tail}."
+
+
+CSV_COLUMNS = ("run_id", "name", "technique", "state", "is_parent", "metric_name", "metric",
+               "delta_vs_parent", "agreement", "latency_b1_p50_ms", "latency_bN_p50_ms", "batch_N",
+               "speedup_bN", "size_bytes", "compression_ratio", "params", "peak_memory_bytes",
+               "pareto", "recommended")
+
+
+def csv_records(rows: list[Row], front: list[str], recommended: str | None) -> list[list[Any]]:
+    """A header and one line per row, with raw numbers (no units, no rounding)."""
+    out: list[list[Any]] = [list(CSV_COLUMNS)]
+    for r in rows:
+        values = [r.run_id, r.name, r.technique, r.state, r.is_parent, r.metric_name, r.metric, r.delta,
+                  r.agreement, r.b1_ms, r.bn_ms, r.batch_n, r.speedup, r.size_bytes, r.compression,
+                  r.params, r.peak_bytes, r.run_id in front, r.run_id == recommended]
+        out.append(["" if v is None else v for v in values])
+    return out
+
+
+def per_class_pair(row: Row) -> tuple[list[dict[str, Any]], list[list[int]] | None, list[str]]:
+    """For a variant: per-class rows {label, parent_f1, variant_f1, delta} and confusion (variant - parent)."""
+    parent = ((row.parent_entry or {}).get("metrics")) or {}
+    mine = ((row.entry or {}).get("metrics")) or {}
+    by_label = {c.get("label"): c for c in parent.get("per_class") or []}
+    classes = []
+    for c in mine.get("per_class") or []:
+        p = by_label.get(c.get("label")) or {}
+        pf, vf = _num(p.get("f1")), _num(c.get("f1"))
+        classes.append({"label": c.get("label"), "parent_f1": pf, "variant_f1": vf,
+                        "delta": vf - pf if pf is not None and vf is not None else None,
+                        "support": c.get("support")})
+    labels = list(mine.get("labels") or parent.get("labels") or [c["label"] for c in classes])
+    a, b = parent.get("confusion"), mine.get("confusion")
+    diff = None
+    if a and b and len(a) == len(b) and all(len(x) == len(y) for x, y in zip(a, b, strict=True)):
+        diff = [[int(y) - int(x) for x, y in zip(ra, rb, strict=True)] for ra, rb in zip(a, b, strict=True)]
+    return classes, diff, labels

@@ -1,0 +1,165 @@
+"""Compression of the built-in MiniLM text classifier: parent vs each variant, one table.
+
+    python benchmarks/compress_bench.py [--steps 150] [--samples 0] [--repeats 30] [--keep DIR]
+
+Runs a real engine (one job at a time, so no two jobs share the cores) in a
+private EMBER_HOME: fine-tunes MiniLM in full on the built-in support tickets,
+then dynamic int8, static int8 (QDQ), fp16, QAT, pruning 30% + recovery and a
+3-layer distilled student. Each variant job measures itself beside the parent in
+the same process: ONNX Runtime on the CPU, the same threads, the same held-out
+inputs, parent and variant timed in alternation. The table prints each variant's
+accuracy, its latency at batch 1 and batch N, its size, and the ratios against the
+parent measured in that same job, then checks the targets from ONNX Runtime's
+published BERT results (4.0x smaller, 2.2x faster, under 1 point lost):
+int8 size <= 0.27x, latency <= 0.6x, accuracy drop <= 1 point; pruned 30% latency
+<= 0.8x with <= 1.5 points lost after recovery. Misses are printed, not hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TARGETS = {  # variant name -> (max size ratio, max latency ratio at batch N, max accuracy drop in points)
+    "int8 dynamic": (0.27, 0.6, 1.0),
+    "int8 static": (0.27, 0.6, 1.0),
+    "pruned 30%": (None, 0.8, 1.5),
+}
+
+
+def start_engine(home: Path) -> subprocess.Popen:
+    from engine import paths
+    from engine.client import EngineClient, EngineNotRunning
+
+    env = dict(os.environ, EMBER_HOME=str(home), PYTHONPATH=str(ROOT))
+    env.pop("EMBER_RUNTIME_DIR", None)
+    home.mkdir(parents=True, exist_ok=True)
+    log = open(home / "engine.log", "ab")  # noqa: SIM115 - kept open for the process
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--max-jobs", "1"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    os.environ["EMBER_HOME"] = str(home)
+    os.environ.pop("EMBER_RUNTIME_DIR", None)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(EngineNotRunning, ConnectionError, FileNotFoundError):
+            EngineClient.connect(paths.resolve(), client="bench", timeout=5).close()
+            return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"the engine did not start; see {home / 'engine.log'}")
+
+
+def wait(c, job_id: str) -> dict:
+    while True:
+        job = c.call("jobs.get", id=job_id)
+        if job["state"] in ("succeeded", "failed", "stopped", "cancelled"):
+            return job
+        time.sleep(1.0)
+
+
+def row(name: str, doc: dict | None, job: dict) -> list[str]:
+    if doc is None:
+        err = (job.get("error") or {}).get("message", job["state"])
+        return [name, f"FAILED: {err[:80]}"]
+    p, v = doc["parent"], doc["variant"]
+    acc, pacc = v["metrics"]["accuracy"], p["metrics"]["accuracy"]
+    lat1 = v["latency_ms"]["b1"]["p50"] / p["latency_ms"]["b1"]["p50"]
+    latn = doc["delta"]["latency_ratio"]
+    size = doc["delta"]["size_ratio"]
+    drop = (pacc - acc) * 100
+    verdict = ""
+    for key, (max_size, max_lat, max_drop) in TARGETS.items():
+        if name.startswith(key):
+            misses = [f"size {size:.2f}x > {max_size}x" for _ in [0] if max_size is not None and size > max_size]
+            misses += [f"latency {latn:.2f}x > {max_lat}x" for _ in [0] if latn > max_lat]
+            misses += [f"drop {drop:.2f} > {max_drop} pt" for _ in [0] if drop > max_drop]
+            verdict = "PASS" if not misses else "MISS: " + "; ".join(misses)
+    return [name, f"{acc:.4f}", f"{-drop:+.2f}", f"{doc['agreement']:.3f}", f"{v['latency_ms']['b1']['p50']:.2f}",
+            f"{lat1:.2f}x", f"{v['latency_ms']['bN']['p50']:.1f}", f"{latn:.2f}x",
+            f"{v['size_bytes'] / 1e6:.1f}", f"{size:.2f}x", verdict]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=150, help="fine-tuning steps of the parent")
+    ap.add_argument("--samples", type=int, default=0, help="held-out examples scored (0 = all 160)")
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=16, help="the batch N of the second latency figure")
+    ap.add_argument("--keep", type=Path, help="keep the runs in this EMBER_HOME instead of a temporary one")
+    args = ap.parse_args()
+
+    from engine import paths
+    from engine.client import EngineClient
+
+    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="ember-compress-bench-")
+    home = args.keep or Path(tmp.name)
+    proc = start_engine(home)
+    t0 = time.monotonic()
+    try:
+        with EngineClient.connect(paths.resolve(), client="bench", timeout=60) as c:
+            spec = {"task": "text_classification", "method": {"kind": "full"}, "batch_size": 16,
+                    "data": {"max_length": 64}, "max_steps": args.steps, "eval_every": args.steps,
+                    "optim": {"lr": 1e-4, "warmup_steps": 10}, "seed": 0}
+            parent = wait(c, c.call("jobs.start", kind="train.finetune", spec=spec, name="minilm parent")["id"])
+            if parent["state"] != "succeeded":
+                raise SystemExit(f"the parent fine-tune {parent['state']}: {parent.get('error')}")
+            pid = parent["id"]
+            ev = {"samples": args.samples, "batch_size": args.batch, "repeats": args.repeats, "warmup": 5}
+            variants = [
+                ("int8 dynamic", "compress.quantize", {"mode": "dynamic"}),
+                ("int8 static (QDQ)", "compress.quantize", {"mode": "static", "calibration": {"samples": 128}}),
+                ("fp16", "compress.quantize", {"mode": "fp16"}),
+                ("QAT int8", "compress.qat", {"steps": 40}),
+                ("pruned 30% + recovery", "compress.prune", {"ratio": 0.3, "recovery_steps": 80}),
+            ]
+            ids = [(name, c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": ev, **s}, name=name)["id"])
+                   for name, kind, s in variants]
+            student = {**parent["spec"], "max_steps": args.steps, "distill": {"teacher_run": pid, "student_layers": 3}}
+            ids.append(("student 3 layers (distilled)",
+                        c.call("jobs.start", kind="train.finetune", spec=student, name="student")["id"]))
+            rows, first = [], None
+            for name, job_id in ids:
+                job = wait(c, job_id)
+                file = Path(job["run_dir"]) / "evaluation.json"
+                doc = json.loads(file.read_text()) if job["state"] == "succeeded" and file.exists() else None
+                rows.append(row(name, doc, job))
+                first = first or doc
+                print(f"  {name}: {job['state']}", file=sys.stderr, flush=True)
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+
+    header = ["variant", "accuracy", "Δacc pt", "agree", "p50 b1 ms", "b1 ratio", f"p50 b{args.batch} ms",
+              f"b{args.batch} ratio", "MB", "size", "target"]
+    if first:
+        p = first["parent"]
+        s = first["settings"]
+        print(f"MiniLM (all-MiniLM-L6-v2) fine-tuned {args.steps} steps on support-tickets; "
+              f"{first['samples']} held-out examples; {s['runtime']}, {s['threads']} threads, "
+              f"{s['warmup']} warm-up + {s['repeats']} timed runs per batch size")
+        rows.insert(0, ["parent (fp32)", f"{p['metrics']['accuracy']:.4f}", "", "", f"{p['latency_ms']['b1']['p50']:.2f}",
+                        "1.00x", f"{p['latency_ms']['bN']['p50']:.1f}", "1.00x", f"{p['size_bytes'] / 1e6:.1f}",
+                        "1.00x", ""])
+    widths = [max(len(str(r[i])) for r in [header, *rows] if i < len(r)) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)))
+    print("Ratios are against the parent as measured in the same job (same process, threads and inputs).")
+    print(f"total {time.monotonic() - t0:.0f} s")
+    if tmp:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

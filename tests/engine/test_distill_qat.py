@@ -1,0 +1,371 @@
+"""Distillation students and losses, and torchao QAT, on the built-in MiniLM (real weights, CPU, tiny batches)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from engine.compress import distill, qat
+from engine.jobctx import JobFailed
+from engine.tasks import get_task
+from engine.train_spec import TrainSpec
+
+TEXT = {"task": "text_classification", "method": {"kind": "full"}, "data": {"max_length": 32}, "device": "cpu"}
+
+
+def _inputs(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+@pytest.fixture(scope="module")
+def mini():
+    """The MiniLM teacher with its head fitted to pooled features, so its logits carry real decisions.
+
+    Training the whole 6-layer model would take most of the time budget; fitting the
+    head alone (features computed once) takes a fraction of a second and turns the
+    random head's near-ties (logits within 0.1) into clear decisions that QAT and
+    distillation can be checked against.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    # One thread: the test machine's two cores are shared, and two busy-waiting
+    # threads on a loaded machine run these tests several times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    spec = TrainSpec.model_validate(TEXT)
+    task = get_task(spec.task)
+    data = task.load_data(spec)
+    model = task.build_model(spec, data).eval()
+    fit = data.collate([data.train[i] for i in range(48)])
+    with torch.no_grad():
+        pooled = model.bert(**_inputs(fit)).pooler_output
+    opt = torch.optim.Adam(model.classifier.parameters(), lr=2e-2)
+    for _ in range(150):
+        opt.zero_grad()
+        F.cross_entropy(model.classifier(pooled), fit["labels"]).backward()
+        opt.step()
+    model.zero_grad(set_to_none=True)
+    train = data.collate([data.train[i] for i in range(8)])
+    val = data.collate([data.val[i] for i in range(16)])
+    yield {"spec": spec, "task": task, "data": data, "teacher": model, "train": train, "val": val}
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- students
+
+
+def test_kept_layers_follow_distilbert():
+    assert distill.kept_layers(12, 6) == [0, 2, 4, 7, 9, 11]  # DistilBERT's own extraction
+    assert distill.kept_layers(6, 3) == [0, 2, 5]
+    assert distill.kept_layers(6, 2) == [0, 5]
+    assert distill.kept_layers(6, 5) == [0, 1, 2, 4, 5]
+    assert distill.kept_layers(6, 1) == [0]
+    for total in range(2, 30):
+        for k in range(1, total):
+            kept = distill.kept_layers(total, k)
+            assert len(kept) == k and kept == sorted(set(kept)) and kept[0] == 0 and kept[-1] <= total - 1
+
+
+def test_build_student_keeps_teacher_layers_and_rebuilds_from_a_fresh_model(mini):
+    import torch
+
+    teacher = mini["teacher"]
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    student, info = distill.build_student(teacher, "text_classification", 3)
+    assert info == {"layers": 3, "kept": [0, 2, 5], "of": 6}
+
+    layers = student.bert.encoder.layer
+    assert len(layers) == 3 and student.config.num_hidden_layers == 3
+    assert [m.attention.self.layer_idx for m in layers] == [0, 1, 2]  # cache slots follow the new order
+    for new, old in enumerate(info["kept"]):
+        s_sd, t_sd = layers[new].state_dict(), teacher.bert.encoder.layer[old].state_dict()
+        assert s_sd.keys() == t_sd.keys() and all(torch.equal(s_sd[k], t_sd[k]) for k in s_sd)
+    assert torch.equal(student.classifier.weight, teacher.classifier.weight)
+    assert student.classifier.weight.data_ptr() != teacher.classifier.weight.data_ptr()  # a copy, not shared
+
+    # The teacher is untouched.
+    assert len(teacher.bert.encoder.layer) == 6 and teacher.config.num_hidden_layers == 6
+    after = teacher.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+
+    inputs = _inputs(mini["val"])
+    with torch.no_grad():
+        logits = student(**inputs).logits
+        assert logits.shape == (16, mini["data"].info["num_labels"]) and torch.isfinite(logits).all()
+        assert not torch.allclose(logits, teacher(**inputs).logits)  # three layers fewer do change the output
+
+    # The saved student loads into the same skeleton cut from a fresh base model.
+    fresh = mini["task"].build_model(mini["spec"], mini["data"]).eval()
+    skeleton, info2 = distill.truncate_layers(fresh, "text_classification", 3)
+    assert skeleton is fresh and info2 == info
+    skeleton.load_state_dict(student.state_dict(), strict=True)
+    with torch.no_grad():
+        assert torch.equal(skeleton(**inputs).logits, logits)
+
+
+def _tiny_models():
+    import transformers as tf
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "vocab_size": 64}
+    return {
+        "gpt2": tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=4, n_embd=32, n_head=2, vocab_size=64, n_positions=64,
+                                                 bos_token_id=0, eos_token_id=0)),
+        "qwen2": tf.Qwen2ForCausalLM(tf.Qwen2Config(num_hidden_layers=4, num_key_value_heads=1, **small)),
+        "llama": tf.LlamaForCausalLM(tf.LlamaConfig(num_hidden_layers=4, num_key_value_heads=1, **small)),
+        "distilbert": tf.DistilBertForSequenceClassification(
+            tf.DistilBertConfig(n_layers=4, dim=32, hidden_dim=64, n_heads=2, vocab_size=64, num_labels=3)),
+        "roberta": tf.RobertaForSequenceClassification(tf.RobertaConfig(num_hidden_layers=4, num_labels=3, **small)),
+    }
+
+
+def test_truncation_finds_the_blocks_of_other_transformers():
+    """Random tiny configs of five architectures: blocks found, config and cache slots follow, outputs sane."""
+    import torch
+
+    torch.manual_seed(0)
+    ids = torch.randint(3, 60, (2, 10))
+    for name, model in _tiny_models().items():
+        causal = name in ("gpt2", "qwen2", "llama")
+        student, info = distill.build_student(model.eval(), "causal_lm" if causal else "text_classification", 2)
+        assert info == {"layers": 2, "kept": [0, 3], "of": 4}, name
+        assert student.config.num_hidden_layers == 2 and model.config.num_hidden_layers == 4, name
+        assert len(distill.find_blocks(student)[1]) == 2 and len(distill.find_blocks(model)[1]) == 4, name
+        with torch.no_grad():
+            logits = student(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        assert logits.shape == ((2, 10, 64) if causal else (2, 3)) and torch.isfinite(logits).all(), name
+        if causal:  # the key/value cache has one slot per kept block, in order
+            with_cache = student.generate(ids[:, :4], max_new_tokens=4, do_sample=False, use_cache=True,
+                                          pad_token_id=0)
+            without = student.generate(ids[:, :4], max_new_tokens=4, do_sample=False, use_cache=False,
+                                       pad_token_id=0)
+            assert torch.equal(with_cache, without), name
+    assert student.config.num_hidden_layers == 2
+    qwen = _tiny_models()["qwen2"]
+    qwen.config.layer_types = ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    distill.truncate_layers(qwen, "causal_lm", 2)
+    assert qwen.config.layer_types == ["full_attention", "sliding_attention"]  # the types of blocks 0 and 3
+    distil = _tiny_models()["distilbert"]
+    distill.truncate_layers(distil, "text_classification", 3)
+    assert distil.distilbert.transformer.n_layers == 3 and distil.config.n_layers == 3
+
+
+# ---------------------------------------------------------------- the loss
+
+
+def test_kd_loss_reduces_to_cross_entropy_and_zero_kd():
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(1)
+    s, t = torch.randn(6, 5), torch.randn(6, 5)
+    y = torch.randint(0, 5, (6,))
+    loss, parts = distill.kd_loss(s, t, y, temperature=3.0, alpha=0.0)
+    assert torch.allclose(loss, F.cross_entropy(s, y)) and parts["task"] == pytest.approx(float(loss), rel=1e-6)
+    assert parts["kd"] > 0
+
+    loss, parts = distill.kd_loss(s, s.clone(), y, temperature=2.0, alpha=0.7)
+    assert abs(parts["kd"]) < 1e-6
+    assert float(loss) == pytest.approx(0.3 * float(F.cross_entropy(s, y)), rel=1e-5)
+
+    # A mask over examples limits the KD term to them; the task term still covers the batch.
+    keep = torch.tensor([True, False, True, True, False, False])
+    _, masked = distill.kd_loss(s, t, y, temperature=3.0, alpha=0.5, mask=keep)
+    _, subset = distill.kd_loss(s[keep], t[keep], y[keep], temperature=3.0, alpha=0.5)
+    assert masked["kd"] == pytest.approx(subset["kd"], rel=1e-6)
+    assert masked["task"] == pytest.approx(float(F.cross_entropy(s, y)), rel=1e-6)
+
+
+def test_kd_loss_t_squared_by_hand():
+    import torch
+    import torch.nn.functional as F
+
+    # One example, two classes: student [0, 0], teacher [2, 0], T = 2, alpha = 1.
+    temp = 2.0
+    e = math.exp(2.0 / temp)
+    p = [e / (e + 1), 1 / (e + 1)]
+    kl = sum(pi * math.log(pi / 0.5) for pi in p)
+    loss, parts = distill.kd_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 0.0]]), torch.tensor([0]),
+                                  temperature=temp, alpha=1.0)
+    assert float(loss) == pytest.approx(temp ** 2 * kl, rel=1e-5)
+    assert parts["kd"] == pytest.approx(temp ** 2 * kl, rel=1e-5)
+    assert parts["task"] == pytest.approx(math.log(2), rel=1e-5)  # reported even with alpha 1
+
+    # A batch: batch-mean KL at temperature T, times T^2; the teacher gets no gradient.
+    torch.manual_seed(2)
+    s = torch.randn(4, 3, requires_grad=True)
+    t = torch.randn(4, 3, requires_grad=True)
+    y = torch.tensor([0, 1, 2, 1])
+    temp, alpha = 4.0, 0.25
+    pt, ps = F.softmax(t.detach() / temp, -1), F.softmax(s.detach() / temp, -1)
+    kl = float((pt * (pt / ps).log()).sum(-1).mean())
+    loss, _ = distill.kd_loss(s, t, y, temperature=temp, alpha=alpha)
+    expected = alpha * temp ** 2 * kl + (1 - alpha) * float(F.cross_entropy(s.detach(), y))
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    assert s.grad is not None and s.grad.abs().sum() > 0 and t.grad is None
+
+
+def test_kd_loss_causal_lm_masked_against_a_direct_computation():
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(3)
+    b, n, v = 2, 6, 7
+    s, t = torch.randn(b, n, v), torch.randn(b, n, v)
+    labels = torch.randint(0, v, (b, n))
+    labels[0, :3] = -100  # prompt tokens
+    labels[1, 4:] = -100  # padding
+    attention = torch.ones(b, n, dtype=torch.long)
+    attention[1, 4:] = 0
+    temp, alpha = 2.0, 0.3
+
+    def direct(keep):
+        kls, ces = [], []
+        for i in range(b):
+            for j in range(n - 1):  # position j predicts token j + 1
+                if keep[i, j + 1]:
+                    pt, ps = F.softmax(t[i, j] / temp, -1), F.softmax(s[i, j] / temp, -1)
+                    kls.append(float((pt * (pt / ps).log()).sum()))
+                if labels[i, j + 1] != -100:
+                    ces.append(-float(F.log_softmax(s[i, j], -1)[labels[i, j + 1]]))
+        kd, ce = temp ** 2 * sum(kls) / len(kls), sum(ces) / len(ces)
+        return alpha * kd + (1 - alpha) * ce, kd, ce
+
+    loss, parts = distill.kd_loss(s, t, labels, temperature=temp, alpha=alpha, mask=attention)
+    want, kd, ce = direct(attention.bool())
+    assert float(loss) == pytest.approx(want, rel=1e-5)
+    assert parts["kd"] == pytest.approx(kd, rel=1e-5) and parts["task"] == pytest.approx(ce, rel=1e-5)
+
+    loss, parts = distill.kd_loss(s, t, labels, temperature=temp, alpha=alpha)  # no mask: the target tokens
+    want, kd, _ = direct(labels != -100)
+    assert float(loss) == pytest.approx(want, rel=1e-5) and parts["kd"] == pytest.approx(kd, rel=1e-5)
+
+
+def test_distillation_steps_reduce_the_kd_loss(mini):
+    import torch
+
+    teacher = mini["teacher"]
+    student, _ = distill.build_student(teacher, "text_classification", 3)
+    batch = mini["train"]
+    inputs = _inputs(batch)
+    with torch.no_grad():
+        target = teacher(**inputs).logits
+    opt = torch.optim.AdamW(student.parameters(), lr=2e-5)
+    history = []
+    for _ in range(5):  # eval mode: no dropout, so the loss on the fixed batch is comparable step to step
+        opt.zero_grad()
+        loss, parts = distill.kd_loss(student(**inputs).logits, target, batch["labels"], temperature=2.0, alpha=0.9)
+        loss.backward()
+        opt.step()
+        history.append(parts["kd"])
+    with torch.no_grad():
+        _, final = distill.kd_loss(student(**inputs).logits, target, batch["labels"], temperature=2.0, alpha=0.9)
+    history.append(final["kd"])
+    assert all(b < a for a, b in zip(history, history[1:], strict=False)), history
+    assert history[-1] < 0.5 * history[0], history
+    assert all(p.grad is None for p in teacher.parameters())
+
+
+# ---------------------------------------------------------------- QAT
+
+
+def test_qat_prepare_train_convert_and_export(mini, tmp_path):
+    import onnxruntime as ort
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    model = copy.deepcopy(mini["teacher"])
+    val, train = mini["val"], mini["train"]
+    with torch.no_grad():
+        ref = model(**_inputs(val)).logits
+
+    assert qat.prepare_qat(model) is model
+    fake = qat.fake_quant_modules(model)
+    assert fake == 6 * 6 + 1  # q, k, v, attention output, intermediate, output per block, and the pooler
+    assert type(model.classifier) is nn.Linear  # the head stays float
+    assert qat.prepare_qat(model) is model and qat.fake_quant_modules(model) == fake  # idempotent
+    with torch.no_grad():
+        faked = model(**_inputs(val)).logits
+    diff = (faked - ref).abs().max()
+    assert 0 < diff < 0.1 * ref.abs().max(), (diff, ref.abs().max())
+    assert (faked.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.85
+
+    query = model.bert.encoder.layer[0].attention.self.query
+    w0 = query.weight.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(**_inputs(train)).logits, train["labels"])
+        loss.backward()
+        assert torch.isfinite(loss)
+        assert query.weight.grad is not None and query.weight.grad.abs().sum() > 0  # straight-through gradients
+        opt.step()
+    assert not torch.equal(query.weight, w0)
+    trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    assert qat.convert_qat(model) is model
+    assert qat.fake_quant_modules(model) == 0
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == fake + 1 and all(type(m) is nn.Linear for m in linears)
+    assert all(type(p) is nn.Parameter and type(p.data) is torch.Tensor for p in model.parameters())
+    state = model.state_dict()
+    assert state.keys() == trained.keys() and all(torch.equal(state[k], trained[k]) for k in state)
+
+    inputs = _inputs(val)
+    with torch.no_grad():
+        plain = model(**inputs).logits
+    path = tmp_path / "qat.onnx"
+    torch.onnx.export(model, (), str(path), kwargs=inputs, input_names=list(inputs), output_names=["logits"],
+                      dynamo=True, opset_version=17, verbose=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+    (out,) = session.run(["logits"], feeds)
+    assert abs(out - plain.numpy()).max() < 1e-4
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_fail_with_hints(mini):
+    import torch
+    from torch import nn
+
+    teacher = mini["teacher"]
+    for layers in (0, 6, 7, -1, True, 2.5):
+        with pytest.raises(JobFailed, match="between 1 and 5") as err:
+            distill.build_student(teacher, "text_classification", layers)
+        assert "from 1 to 5" in err.value.hint
+    assert len(teacher.bert.encoder.layer) == 6
+
+    from engine.tasks import image_models
+
+    spec = TrainSpec.model_validate({"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"})
+    cnn = image_models.build(spec, 10)
+    for fn in (distill.build_student, distill.truncate_layers):
+        with pytest.raises(JobFailed, match="transformer models") as err:
+            fn(cnn, "image_classification", 2)
+        assert "small_cnn" in err.value.hint
+    with pytest.raises(JobFailed, match="no nn.Linear layers outside its head") as err:
+        qat.prepare_qat(cnn)  # the small CNN's only Linear is its head; its convolutions are not QAT's
+    assert "Conv2d" in str(err.value) and "compress.quantize" in err.value.hint
+    with pytest.raises(JobFailed, match="Cannot find the layer count"):
+        distill.build_student(nn.Sequential(nn.Linear(4, 4)), "text_classification", 1)
+
+    s, y = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+    with pytest.raises(JobFailed, match="temperature must be above 0"):
+        distill.kd_loss(s, s, y, temperature=0)
+    with pytest.raises(JobFailed, match="alpha must be between 0 and 1"):
+        distill.kd_loss(s, s, y, alpha=1.5)
+    with pytest.raises(JobFailed, match="labels: the student has 5 outputs, the teacher 3"):
+        distill.kd_loss(s, torch.randn(4, 3), y)
+    with pytest.raises(JobFailed, match="vocabulary: the student has 64 outputs, the teacher 50"):
+        distill.kd_loss(torch.randn(2, 4, 64), torch.randn(2, 4, 50), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(JobFailed, match="needs labels unless alpha is 1"):
+        distill.kd_loss(s, s, None, alpha=0.5)
