@@ -59,8 +59,14 @@ def qat(job: Job, spec: QatSpec) -> str | None:
     float_onnx = job.export(plain, "qat_float.onnx")["path"]
     out = job.model_dir / "model.onnx"
     feeds = job.calibration_feeds(_input_names(float_onnx), spec.calibration.samples)
-    report = q.quantize_static(float_onnx, out, feeds, method=spec.calibration.method, per_channel=True)
-    settings = {"steps": spec.steps, "lr": spec.lr, "calibration": spec.calibration.model_dump()}
+    # The head trained without fake quantization; it stays float in the int8 model too. The
+    # exporter names nodes by module path ("/model/classifier/Gemm").
+    head = [n["name"] for n in q.quantizable_nodes(float_onnx)
+            if fq.is_head(".".join(part for part in n["name"].split("/") if part))]
+    report = q.quantize_static(float_onnx, out, feeds, method=spec.calibration.method, per_channel=True,
+                               exclude_nodes=head)
+    settings = {"steps": spec.steps, "lr": spec.lr, "calibration": spec.calibration.model_dump(),
+                "float_nodes": head}
     job.finish("QAT int8", "qat", out, None, settings, {"quantization": report})
     return None
 

@@ -216,6 +216,8 @@ def test_lora_merge_only_for_lora_runs_and_distillation_only_for_transformers(pa
     assert not checks["lora_merge"].isEnabled() and not checks["lora_merge"].isChecked()
     assert not checks["distill"].isEnabled() and not checks["distill"].isChecked()
     assert "Needs a transformer model" in reasons["distill"].text()
+    assert not checks["qat"].isEnabled() and "Use Static int8 for image models" in reasons["qat"].text()
+    assert all(checks[k].isEnabled() for k in ("dynamic_int8", "static_int8", "fp16", "prune"))
     assert page.specs() == []
 
 

@@ -48,7 +48,7 @@ TECHNIQUES: tuple[Technique, ...] = (
               "About 4× smaller and often 1.5–3× faster on CPUs; accuracy usually within a point.",
               "int8-dynamic"),
     Technique("static_int8", "Static int8 (QDQ)", "compress.quantize",
-              "Weights and activations in int8, activation ranges calibrated on validation examples "
+              "Weights and activations in int8, activation ranges calibrated on training examples "
               "(QDQ, which TensorRT reads).",
               "About 4× smaller and the fastest on int8 hardware; accuracy depends on the calibration.",
               "int8-static"),
@@ -115,6 +115,14 @@ def unavailable_reason(key: str, record: dict[str, Any] | None) -> str:
     if record is None:
         return "Choose a source run first."
     info = source_facts(record)
+    if info.get("method") in ("prompt_tuning", "qlora"):
+        return (f"A {info.get('method')} run cannot be compressed: its weights are not a plain model. "
+                "Fine-tune with LoRA or in full to compress the result.")
+    if key == "qat" and info.get("task") == "image_classification":
+        return ("QAT (torchao) fake-quantizes Linear layers only; a CNN's convolutions would train without it. "
+                "Use Static int8 for image models.")
+    if key == "prune" and info.get("task") == "causal_lm":
+        return "Pruning knows BERT-style encoders and CNNs; causal language models are not supported yet."
     if key == "lora_merge" and info.get("method") != "lora":
         return f"Only for LoRA fine-tunes: this run's method is {info.get('method')}, so there are no adapters to merge."
     if key == "distill" and info.get("task") not in TRANSFORMER_TASKS:

@@ -1,0 +1,79 @@
+"""Screenshots of the Compress wizard and the Variants view, on real runs.
+
+Needs an EMBER_HOME where benchmarks/compress_bench.py left its runs (``--keep``):
+a fine-tuned MiniLM and its variants. Run by scripts/screenshots_compress.sh under
+Xvfb. Writes docs/images/compress-*.png and variants.png.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtWidgets import QApplication
+
+from app.main_window import MainWindow
+from app.style import apply_stylesheet, icon
+from engine.client import EngineClient
+from engine.paths import resolve
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from screenshots import pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
+
+OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
+
+
+def parent_run() -> str:
+    with EngineClient.connect(resolve(), client="screenshots", timeout=60) as c:
+        runs = c.call("jobs.list", kind="train.finetune", limit=50)["jobs"]
+    parents = [r for r in runs if not r.get("parent_id") and r["state"] == "succeeded"]
+    if not parents:
+        raise SystemExit("no finished fine-tune in this EMBER_HOME: run benchmarks/compress_bench.py --keep first")
+    return parents[-1]["id"]
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    pid = parent_run()
+    app = QApplication(["ember"])
+    app.setApplicationName("Ember Studio")
+    app.setWindowIcon(icon("ember"))
+    apply_stylesheet(app)
+    window = MainWindow()
+    window.resize(1180, 760)
+    window.show()
+    window.engine.start()
+    wait(app, lambda: window.engine.client.is_connected, 60, "the engine")
+
+    wizard = window.show_page("compress")
+    wait(app, lambda: pid in wizard.source_step.source_ids(), 30, "the source list")
+    window.compress_run(pid)
+    wizard.go_to(0)
+    pump(app, 1)
+    shoot(app, window, "compress-1-source.png")
+    wizard.go_to(1)
+    for key in ("dynamic_int8", "static_int8", "prune", "distill"):
+        wizard.technique_checks[key].setChecked(True)
+    pump(app, 1)
+    shoot(app, window, "compress-2-techniques.png")
+    wizard.go_to(2)
+    pump(app, 1)
+    shoot(app, window, "compress-3-settings.png")
+    wizard.go_to(3)
+    pump(app, 1)
+    shoot(app, window, "compress-4-review.png")
+
+    window.show_variants(pid)
+    view = window.page("compare").variants
+    wait(app, lambda: len(view.rows()) > 2, 30, "the variants")
+    others = [r for r in view.rows() if not r.is_parent and r.metric is not None]
+    if others:
+        view.select_run(others[0].run_id)
+    pump(app, 3)
+    shoot(app, window, "variants.png")
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
