@@ -18,6 +18,6 @@ export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
   "$py" -c 'import torch, transformers, peft; print("torch", torch.__version__, "cuda", torch.version.cuda, "| transformers", transformers.__version__, "| peft", peft.__version__)'
   echo "== pytest -m gpu"
 } 2>&1 | tee "$out/summary.txt"
-"$py" -m pytest -m gpu tests/engine/test_gpu.py -p no:cacheprovider -o addopts="" -rA -q --timeout 300 \
+"$py" -m pytest -m gpu tests/engine/test_gpu.py tests/engine/test_estimate_gpu.py -p no:cacheprovider -o addopts="" -rA -q --timeout 300 \
   --junitxml "$out/gpu-tests.xml" 2>&1 | tee "$out/pytest.log" | tail -25 | tee -a "$out/summary.txt"
 exit "${PIPESTATUS[0]}"
