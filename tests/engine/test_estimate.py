@@ -243,7 +243,8 @@ def fresh_process(args: list[str], timeout: float, stdin: str | None = None) -> 
     """
     cmd = shlex.join([sys.executable, *args]) + "; exit $?"  # a compound command: the shell forks, never execs
     return subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, input=stdin)
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)},
+                          input=stdin)
 
 
 def facts_in_fresh_process(spec: dict) -> dict:
