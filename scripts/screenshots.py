@@ -73,9 +73,8 @@ def make_runs() -> tuple[list[str], str]:
     return done, long_run
 
 
-def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
-    finished, long_run = make_runs()
+def open_window() -> tuple[QApplication, MainWindow]:
+    """The app as a user opens it, at the size the pictures are taken, connected to the engine."""
     app = QApplication(["ember"])
     app.setApplicationName("Ember Studio")
     app.setWindowIcon(icon("ember"))
@@ -85,6 +84,13 @@ def main() -> int:
     window.show()
     window.engine.start()
     wait(app, lambda: window.engine.client.is_connected, 60, "the engine")
+    return app, window
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    finished, long_run = make_runs()
+    app, window = open_window()
 
     runs = window.show_page("runs")
     wait(app, lambda: runs.model.rowCount() >= 3, 30, "the run list")

@@ -10,15 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from PySide6.QtWidgets import QApplication
-
-from app.main_window import MainWindow
-from app.style import apply_stylesheet, icon
 from engine.client import EngineClient
 from engine.paths import resolve
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from screenshots import pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
+from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 
@@ -35,15 +31,7 @@ def parent_run() -> str:
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     pid = parent_run()
-    app = QApplication(["ember"])
-    app.setApplicationName("Ember Studio")
-    app.setWindowIcon(icon("ember"))
-    apply_stylesheet(app)
-    window = MainWindow()
-    window.resize(1180, 760)
-    window.show()
-    window.engine.start()
-    wait(app, lambda: window.engine.client.is_connected, 60, "the engine")
+    app, window = open_window()
 
     wizard = window.show_page("compress")
     wait(app, lambda: pid in wizard.source_step.source_ids(), 30, "the source list")

@@ -13,10 +13,6 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QPushButton,
-    QScrollArea,
-    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -32,6 +28,7 @@ from app.pages.compress.techniques import build_jobs, default_settings, field_er
 from app.pages.new_finetune.parts import Step, error_text
 from app.style import set_role
 from app.widgets.common import label
+from app.widgets.wizard_frame import build_wizard_frame
 
 LIST_LIMIT = 1000
 SOURCE, TECHNIQUES, SETTINGS, REVIEW, RUN = range(5)
@@ -72,49 +69,11 @@ class CompressPage(QWidget):
         self.review_view = self.review_step.review_view
         self.job_rows: list[JobRow] = self.run_step.job_rows
 
-        indicator = QHBoxLayout()
-        indicator.setSpacing(6)
-        self.step_buttons: list[QPushButton] = []
-        for i, step in enumerate(self.steps):
-            button = QPushButton(f"{i + 1}  {step.title}")
-            button.setToolTip(f"Go to step {i + 1}: {step.title}")
-            button.clicked.connect(lambda _c=False, i=i: self.go_to(i))
-            self.step_buttons.append(button)
-            indicator.addWidget(button)
-            if i < len(self.steps) - 1:
-                indicator.addWidget(label("›", "muted"))
-        indicator.addStretch(1)
-        outer.addLayout(indicator)
-
-        self.stack = QStackedWidget()
-        for step in self.steps:
-            scroll = QScrollArea()
-            scroll.setObjectName("pageScroll")
-            scroll.setWidgetResizable(True)
-            scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-            body = QWidget()
-            body.setObjectName("pageBody")
-            column = QVBoxLayout(body)
-            column.setContentsMargins(0, 4, 8, 4)
-            column.addWidget(step)
-            scroll.setWidget(body)
-            self.stack.addWidget(scroll)
-        outer.addWidget(self.stack, 1)
-
-        footer = QHBoxLayout()
-        self.status_label = label("", "muted", wrap=True)
-        footer.addWidget(self.status_label, 1)
-        self.back_button = QPushButton("Back")
-        self.back_button.clicked.connect(lambda: self.go_to(self.current_step() - 1))
-        self.next_button = QPushButton("Next")
-        self.next_button.clicked.connect(lambda: self.go_to(self.current_step() + 1))
-        self.run_button = QPushButton("Start")
-        self.run_button.setProperty("role", "primary")
-        self.run_button.setToolTip("Start one job per ticked technique, as shown on Review")
-        self.run_button.clicked.connect(self.start)
-        for button in (self.back_button, self.next_button, self.run_button):
-            footer.addWidget(button)
-        outer.addLayout(footer)
+        frame = build_wizard_frame(outer, self.steps, self.go_to, self.current_step,
+                                   ('Start', 'Start one job per ticked technique, as shown on Review', self.start))
+        self.step_buttons, self.stack = frame.step_buttons, frame.stack
+        self.status_label, self.back_button, self.next_button = frame.status_label, frame.back_button, frame.next_button
+        self.run_button = frame.primary_button
 
         for step in self.steps:
             step.changed.connect(self._on_changed)

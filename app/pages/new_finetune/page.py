@@ -13,10 +13,6 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QPushButton,
-    QScrollArea,
-    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -40,6 +36,7 @@ from app.pages.new_finetune.step_review import ReviewStep
 from app.pages.new_finetune.step_task import TaskStep
 from app.style import set_role
 from app.widgets.common import label
+from app.widgets.wizard_frame import build_wizard_frame
 
 
 class NewFinetunePage(QWidget):
@@ -76,49 +73,11 @@ class NewFinetunePage(QWidget):
         self.steps: list[Step] = [self.task_step, self.model_step, self.data_step,
                                   self.method_step, self.hardware_step, self.review_step]
 
-        indicator = QHBoxLayout()
-        indicator.setSpacing(6)
-        self.step_buttons: list[QPushButton] = []
-        for i, step in enumerate(self.steps):
-            button = QPushButton(f"{i + 1}  {step.title}")
-            button.setToolTip(f"Go to step {i + 1}: {step.title}")
-            button.clicked.connect(lambda _c=False, i=i: self.go_to(i))
-            self.step_buttons.append(button)
-            indicator.addWidget(button)
-            if i < len(self.steps) - 1:
-                indicator.addWidget(label("›", "muted"))
-        indicator.addStretch(1)
-        outer.addLayout(indicator)
-
-        self.stack = QStackedWidget()
-        for step in self.steps:
-            scroll = QScrollArea()
-            scroll.setObjectName("pageScroll")
-            scroll.setWidgetResizable(True)
-            scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-            body = QWidget()
-            body.setObjectName("pageBody")
-            column = QVBoxLayout(body)
-            column.setContentsMargins(0, 4, 8, 4)
-            column.addWidget(step)
-            scroll.setWidget(body)
-            self.stack.addWidget(scroll)
-        outer.addWidget(self.stack, 1)
-
-        footer = QHBoxLayout()
-        self.status_label = label("", "muted", wrap=True)
-        footer.addWidget(self.status_label, 1)
-        self.back_button = QPushButton("Back")
-        self.back_button.clicked.connect(lambda: self.go_to(self.current_step() - 1))
-        self.next_button = QPushButton("Next")
-        self.next_button.clicked.connect(lambda: self.go_to(self.current_step() + 1))
-        self.launch_button = QPushButton("Launch")
-        self.launch_button.setProperty("role", "primary")
-        self.launch_button.setToolTip("Check the inputs once more, then start the run")
-        self.launch_button.clicked.connect(self.launch)
-        for button in (self.back_button, self.next_button, self.launch_button):
-            footer.addWidget(button)
-        outer.addLayout(footer)
+        frame = build_wizard_frame(outer, self.steps, self.go_to, self.current_step,
+                                   ('Launch', 'Check the inputs once more, then start the run', self.launch))
+        self.step_buttons, self.stack = frame.step_buttons, frame.stack
+        self.status_label, self.back_button, self.next_button = frame.status_label, frame.back_button, frame.next_button
+        self.launch_button = frame.primary_button
 
         for step in self.steps:
             step.changed.connect(self._on_changed)
