@@ -5,7 +5,8 @@
 Runs a real engine (one job at a time, so no two jobs share the cores) in a
 private EMBER_HOME: fine-tunes MiniLM in full on the built-in support tickets,
 then dynamic int8, static int8 (QDQ), fp16, QAT, pruning 30% + recovery and a
-3-layer distilled student. Each variant job measures itself beside the parent in
+3-layer distilled student. Static int8 runs twice: in the TensorRT form (symmetric
+int8 activations) and in the CPU form (unsigned activations, ONNX Runtime's x86 path). Each variant job measures itself beside the parent in
 the same process: ONNX Runtime on the CPU, the same threads, the same held-out
 inputs, parent and variant timed in alternation. The table prints each variant's
 accuracy, its latency at batch 1 and batch N, its size, and the ratios against the
@@ -117,7 +118,10 @@ def main() -> int:
             ev = {"samples": args.samples, "batch_size": args.batch, "repeats": args.repeats, "warmup": 5}
             variants = [
                 ("int8 dynamic", "compress.quantize", {"mode": "dynamic"}),
-                ("int8 static (QDQ)", "compress.quantize", {"mode": "static", "calibration": {"samples": 128}}),
+                ("int8 static (QDQ, TensorRT form)", "compress.quantize",
+                 {"mode": "static", "calibration": {"samples": 128}}),
+                ("int8 static (QDQ, CPU form)", "compress.quantize",
+                 {"mode": "static", "target": "cpu", "calibration": {"samples": 128}}),
                 ("fp16", "compress.quantize", {"mode": "fp16"}),
                 ("QAT int8", "compress.qat", {"steps": 40}),
                 ("pruned 30% + recovery", "compress.prune", {"ratio": 0.3, "recovery_steps": 80}),

@@ -68,6 +68,9 @@ class QuantizeSpec(CompressSpec):
     mode: Literal["dynamic", "static", "fp16"] = Field(
         "dynamic", description="dynamic int8 (CPU servers), static int8 QDQ (calibrated; TensorRT), fp16 (GPU/Jetson)")
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
+    target: Literal["tensorrt", "cpu"] = Field(
+        "tensorrt", description="static int8's form: tensorrt = symmetric int8 activations (TensorRT, Jetson); "
+                                "cpu = unsigned asymmetric activations, ONNX Runtime's fast path on x86 CPUs")
     per_channel: bool = Field(True, description="one int8 scale per output channel of each weight")
     exclude_nodes: list[str] = Field(default_factory=list, description="ONNX node names kept in float")
     exclude_op_types: list[str] = Field(default_factory=list, description="ONNX op types kept in float (e.g. Gemm)")
@@ -80,6 +83,7 @@ class QatSpec(CompressSpec):
     lr: float = Field(2e-5, gt=0, le=1)
     batch_size: int = Field(16, ge=1, le=4096)
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
+    target: Literal["tensorrt", "cpu"] = Field("tensorrt", description="the int8 form, as in compress.quantize")
 
 
 class PruneSpec(CompressSpec):

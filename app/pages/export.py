@@ -32,7 +32,7 @@ def model_file(record: dict[str, Any]) -> str:
     spec = record.get("spec") or {}
     name = MODEL_FILES.get(str(record.get("kind")))
     if name is None and spec.get("distill"):
-        name = "weights.safetensors (and student.json)"
+        name = "weights.safetensors (the student; ember_model.json names its blocks)"
     folder = PurePath(record["run_dir"]) / "model" if record.get("run_dir") else PurePath("model")
     return f"{folder}/{name}" if name else f"{folder}/ (the fine-tune's saved model)"
 

@@ -394,8 +394,14 @@ def _same_shape(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterable[dict[str, Any]],
                     method: str = "minmax", exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
-                    per_channel: bool = True, reduce_range: bool = True) -> dict[str, Any]:
-    """Calibrated int8 QDQ (symmetric, TensorRT-friendly); ``calibration_feeds`` are ORT feed dicts (batches)."""
+                    per_channel: bool = True, reduce_range: bool = True, target: str = "tensorrt") -> dict[str, Any]:
+    """Calibrated int8 QDQ; ``calibration_feeds`` are ORT feed dicts (batches).
+
+    ``target`` "tensorrt": symmetric int8 activations and weights, the form TensorRT takes (ONNX Runtime
+    on a CPU runs it, slowly). "cpu": unsigned asymmetric activations with signed weights (U8S8), the
+    form ONNX Runtime's x86 kernels fuse; measured on MiniLM here: b1 0.74x fp32 latency against 4.7x
+    for the TensorRT form.
+    """
     import onnx
     from onnxruntime import quantization as ortq
 
@@ -403,6 +409,8 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
     src = Path(src)
     if method not in METHODS:
         raise JobFailed(f"unknown calibration method {method!r}", f"use one of: {', '.join(METHODS)}.")
+    if target not in ("tensorrt", "cpu"):
+        raise JobFailed(f"unknown static int8 target {target!r}", "use tensorrt or cpu.")
     model = _load(src)
     types = _types(model)
     nodes, op_types, candidates = _check_exclusions(model, exclude_nodes, exclude_op_types, types)
@@ -434,15 +442,19 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
         if method != "minmax":
             batches = _same_shape(batches)
         result = out.path("model.onnx")
+        if target == "tensorrt":
+            activations, options = ortq.QuantType.QInt8, dict(TENSORRT_OPTIONS)
+        else:
+            activations, options = ortq.QuantType.QUInt8, {"ActivationSymmetric": False, "WeightSymmetric": True}
         calibrate = {"minmax": ortq.CalibrationMethod.MinMax, "entropy": ortq.CalibrationMethod.Entropy,
                      "percentile": ortq.CalibrationMethod.Percentile}[method]
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the calibrators print progress lines
                 ortq.quantize_static(str(pre), str(result), Reader(batches), quant_format=ortq.QuantFormat.QDQ,
                                      op_types_to_quantize=ops, per_channel=per_channel, reduce_range=reduce_range,
-                                     activation_type=ortq.QuantType.QInt8, weight_type=ortq.QuantType.QInt8,
+                                     activation_type=activations, weight_type=ortq.QuantType.QInt8,
                                      nodes_to_exclude=list(dict.fromkeys([*nodes, *excluded])),
-                                     calibrate_method=calibrate, extra_options=dict(TENSORRT_OPTIONS))
+                                     calibrate_method=calibrate, extra_options=options)
         except Exception as exc:  # ORT raises plain exceptions (and InvalidArgument) for feeds that do not fit
             raise JobFailed(f"static quantization failed: {' '.join(str(exc).split())[:400]}",
                             "check that the calibration batches come from the same task and tokenizer as the "
@@ -453,8 +465,9 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
         size = out.commit(result)
     return _report("static", src, size, counts, excluded, started,
                    calibration={"samples": samples, "batches": len(batches), "method": method},
-                   settings={"format": "QDQ", "weight_type": "QInt8", "activation_type": "QInt8",
-                             "symmetric": True, "per_channel": per_channel, "reduce_range": reduce_range,
+                   settings={"format": "QDQ", "target": target, "weight_type": "QInt8",
+                             "activation_type": "QInt8" if target == "tensorrt" else "QUInt8",
+                             "symmetric": target == "tensorrt", "per_channel": per_channel, "reduce_range": reduce_range,
                              "shape_inference": inference})
 
 

@@ -18,6 +18,7 @@ from engine.jobctx import JobContext, JobFailed, run_job
 from engine.specs import PruneSpec, QatSpec, QuantizeSpec
 
 MODE_LABELS = {"dynamic": "int8 dynamic", "static": "int8 static (QDQ)", "fp16": "fp16"}
+TARGET_LABELS = {"tensorrt": "TensorRT form", "cpu": "CPU form"}
 
 
 def quantize(job: Job, spec: QuantizeSpec) -> str | None:
@@ -33,7 +34,7 @@ def quantize(job: Job, spec: QuantizeSpec) -> str | None:
         names = _input_names(parent_onnx)
         feeds = job.calibration_feeds(names, spec.calibration.samples)
         report = q.quantize_static(parent_onnx, out, feeds, method=spec.calibration.method,
-                                   per_channel=spec.per_channel, **exclude)
+                                   per_channel=spec.per_channel, target=spec.target, **exclude)
     else:
         report = q.convert_fp16(parent_onnx, out, exclude_op_types=spec.exclude_op_types)
     job.ctx.log(f"{report.get('quantized_nodes', '?')} nodes quantized, {report['bytes_before']:,} -> "
@@ -41,7 +42,9 @@ def quantize(job: Job, spec: QuantizeSpec) -> str | None:
     settings = {"mode": spec.mode, "per_channel": spec.per_channel, **exclude}
     if spec.mode == "static":
         settings["calibration"] = spec.calibration.model_dump()
-    job.finish(MODE_LABELS[spec.mode], f"quantize.{spec.mode}", out, None, settings, {"quantization": report})
+        settings["target"] = spec.target
+    label = MODE_LABELS[spec.mode] + (f", {TARGET_LABELS[spec.target]}" if spec.mode == "static" else "")
+    job.finish(label, f"quantize.{spec.mode}", out, None, settings, {"quantization": report})
     return None
 
 
@@ -64,9 +67,9 @@ def qat(job: Job, spec: QatSpec) -> str | None:
     head = [n["name"] for n in q.quantizable_nodes(float_onnx)
             if fq.is_head(".".join(part for part in n["name"].split("/") if part))]
     report = q.quantize_static(float_onnx, out, feeds, method=spec.calibration.method, per_channel=True,
-                               exclude_nodes=head)
+                               exclude_nodes=head, target=spec.target)
     settings = {"steps": spec.steps, "lr": spec.lr, "calibration": spec.calibration.model_dump(),
-                "float_nodes": head}
+                "target": spec.target, "float_nodes": head}
     job.finish("QAT int8", "qat", out, None, settings, {"quantization": report})
     return None
 

@@ -232,10 +232,10 @@ def test_ticking_techniques_shows_only_their_settings(page):
     assert set(settings.visible_fields()) == {"exclude_op_types"} | eval_fields
     tick(page, "static_int8")
     assert set(settings.visible_fields()) == {"per_channel", "exclude_op_types", "calibration.samples",
-                                              "calibration.method"} | eval_fields
+                                              "calibration.method", "int8_target"} | eval_fields
     tick(page, "qat")
     assert set(settings.visible_fields()) == {"qat.steps", "qat.lr", "calibration.samples",
-                                              "calibration.method"} | eval_fields
+                                              "calibration.method", "int8_target"} | eval_fields
     tick(page, "prune")
     assert set(settings.visible_fields()) == {"prune.target", "prune.ratio", "prune.iterative_steps",
                                               "prune.recovery_steps"} | eval_fields

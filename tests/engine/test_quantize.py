@@ -248,6 +248,20 @@ def test_static_int8_digits_with_each_calibration_method(digits, tmp_path, metho
     assert agreement >= 0.8, f"agreement {agreement:.3f}, max |diff| {np.abs(ref - got).max():.4f}"
 
 
+def test_static_int8_cpu_form_has_unsigned_activations(digits, tmp_path):
+    dst = tmp_path / "qdq.onnx"
+    report = qz.quantize_static(digits.src, dst, digits.calib, target="cpu")
+    assert report["settings"]["target"] == "cpu" and report["settings"]["activation_type"] == "QUInt8"
+    model = onnx.load(str(dst))
+    inits = {i.name: i for i in model.graph.initializer}
+    zero_points = {inits[n.input[2]].data_type for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    assert zero_points == {onnx.TensorProto.UINT8}  # activations: u8, the form ORT's x86 kernels fuse
+    agreement = float((digits.ref.argmax(-1) == _logits(dst, digits.eval).argmax(-1)).mean())
+    assert agreement >= 0.8
+    with pytest.raises(JobFailed, match="unknown static int8 target"):
+        qz.quantize_static(digits.src, tmp_path / "x.onnx", digits.calib, target="gpu")
+
+
 def test_static_int8_exclusions_keep_nodes_float(digits, tmp_path):
     first_conv = "/model/stem/stem.0/Conv"
     report = qz.quantize_static(digits.src, tmp_path / "qdq.onnx", digits.calib, exclude_nodes=[first_conv],

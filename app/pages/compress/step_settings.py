@@ -77,7 +77,8 @@ class SettingsStep(Step):
                                     "a good start; the engine checks every value as you type."))
 
         form = self._card("calibration", "Calibration",
-                          "Static int8 and QAT measure activation ranges on validation examples.")
+                          "Static int8 and QAT measure activation ranges on training examples "
+                          "(the held-out ones score the variant).")
         self._add(form, "calibration.samples", "Samples",
                   _spin(0, 100_000, "validation examples the activation ranges come from"))
         method = QComboBox()
@@ -86,6 +87,12 @@ class SettingsStep(Step):
         method.setToolTip("minmax: the full range (fast); entropy and percentile clip outliers, "
                           "often more accurate for activations with long tails")
         self._add(form, "calibration.method", "Method", method)
+        target = QComboBox()
+        target.addItem("TensorRT / Jetson (symmetric int8)", "tensorrt")
+        target.addItem("ONNX Runtime on x86 CPUs (u8 activations)", "cpu")
+        target.setToolTip("The int8 form of static int8 and QAT: TensorRT takes symmetric int8 activations; "
+                          "ONNX Runtime's fast CPU kernels want unsigned activations")
+        self._add(form, "int8_target", "Int8 form", target)
 
         form = self._card("quantization", "Quantization",
                           "Ops you keep in float are left out of int8 or fp16: slower and bigger, "
@@ -195,6 +202,7 @@ class SettingsStep(Step):
     def _load(self, settings: dict[str, Any]) -> None:
         flat = {"calibration.samples": settings["calibration"]["samples"],
                 "calibration.method": settings["calibration"]["method"],
+                "int8_target": settings["int8_target"],
                 "per_channel": settings["per_channel"],
                 "exclude_op_types": settings["exclude_op_types"]}
         for group in ("prune", "qat", "distill", "eval"):
@@ -236,6 +244,7 @@ class SettingsStep(Step):
     def values(self) -> dict[str, Any]:
         out: dict[str, Any] = {"calibration": {"samples": self._value("calibration.samples"),
                                                "method": self._value("calibration.method")},
+                               "int8_target": self._value("int8_target"),
                                "per_channel": self._value("per_channel"),
                                "exclude_op_types": self._value("exclude_op_types")}
         for group in ("prune", "qat", "distill", "eval"):

@@ -89,6 +89,7 @@ def default_settings(source: dict[str, Any] | None = None) -> dict[str, Any]:
     lr = teacher_lr if method == "full" and teacher_lr else suggested_lr(task, "full")
     return {
         "calibration": {"samples": 64, "method": "minmax"},
+        "int8_target": "tensorrt",
         "per_channel": True,
         "exclude_op_types": [],
         "prune": {"target": "params", "ratio": 0.3, "iterative_steps": 1, "recovery_steps": 50},
@@ -169,6 +170,7 @@ def job_spec(key: str, record: dict[str, Any], settings: dict[str, Any]) -> dict
         spec: dict[str, Any] = {"source_run": source, "mode": QUANTIZE_MODES[key]}
         if key == "static_int8":
             spec["calibration"] = dict(settings["calibration"])
+            spec["target"] = settings["int8_target"]
         if key != "fp16":
             spec["per_channel"] = bool(settings["per_channel"])
         spec["exclude_op_types"] = list(settings["exclude_op_types"])
@@ -177,7 +179,8 @@ def job_spec(key: str, record: dict[str, Any], settings: dict[str, Any]) -> dict
     if key == "qat":
         qat = settings["qat"]
         return {"source_run": source, "steps": qat["steps"], "lr": _number(qat["lr"]),
-                "calibration": dict(settings["calibration"]), "eval": evaluation}
+                "calibration": dict(settings["calibration"]), "target": settings["int8_target"],
+                "eval": evaluation}
     if key == "prune":
         return {"source_run": source, **settings["prune"], "eval": evaluation}
     if key == "distill":
@@ -234,6 +237,8 @@ def settings_field(key: str, path: str) -> str | None:
         return path
     if key in QUANTIZE_MODES and path in ("per_channel", "exclude_op_types"):
         return path
+    if key in ("static_int8", "qat") and path == "target":
+        return "int8_target"
     if key == "prune" and path in ("target", "ratio", "iterative_steps", "recovery_steps"):
         return f"prune.{path}"
     if key == "qat" and path in ("steps", "lr"):
