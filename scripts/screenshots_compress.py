@@ -30,8 +30,8 @@ def parent_run() -> str:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
+    app, window = open_window()  # starts the engine
     pid = parent_run()
-    app, window = open_window()
 
     wizard = window.show_page("compress")
     wait(app, lambda: pid in wizard.source_step.source_ids(), 30, "the source list")

@@ -58,7 +58,7 @@ TECHNIQUES: tuple[Technique, ...] = (
               "fp16"),
     Technique("qat", "QAT", "compress.qat",
               "Fine-tune for a few steps with simulated int8, then export static int8.",
-              "Wins back most of what static int8 loses in accuracy, for the cost of a short training run.",
+              "Can win back what static int8 loses in accuracy, given enough training steps; costs a short training run.",
               "qat-int8"),
     Technique("prune", "Structured pruning", "compress.prune",
               "Remove attention heads, FFN width or CNN channels, then a short recovery fine-tune.",

@@ -91,12 +91,7 @@ class VariantsScatter(QWidget):
                           "brush": pg.mkBrush(colour), "pen": pg.mkPen(FRONT_COLOUR if on_front else "w",
                                                                        width=2.5 if on_front else 1)})
             self._points.append((row.run_id, x, y, size))
-            name = "parent" if row.is_parent else row.technique
-            chosen = row.run_id == recommended
-            text = pg.TextItem(f"{name} ✓ recommended" if chosen else name,
-                               color=RECOMMENDED_COLOUR if chosen else "#33393f", anchor=(-0.12, -0.05))
-            text.setPos(x, y)
-            self.plot.addItem(text)
+        self._label(drawn, front, recommended, basis)
         scatter = pg.ScatterPlotItem(spots=spots, hoverable=True, tip=self._tip(by_id, basis))
         scatter.sigClicked.connect(lambda _item, points, _ev: points and self.point_clicked.emit(points[0].data()))
         self.plot.addItem(scatter)
@@ -113,6 +108,26 @@ class VariantsScatter(QWidget):
         ypad = (max(ys) - min(ys)) * 0.2 or abs(max(ys)) * 0.02 or 0.01
         item.setXRange(max(0.0, min(xs) - xpad * 0.4), max(xs) + xpad, padding=0)
         item.setYRange(min(ys) - ypad, max(ys) + ypad, padding=0)
+
+    def _label(self, drawn: list[Row], front: list[str], recommended: str | None, basis: str) -> None:
+        """Name the points, the parent, the recommended and the front first; a label that would
+        overlap one already placed is left out (hovering a point still names it)."""
+        xs = [r.latency(basis) for r in drawn]
+        ys = [r.metric for r in drawn]
+        x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+        order = sorted(drawn, key=lambda r: (not r.is_parent, r.run_id != recommended, r.run_id not in front))
+        placed: list[tuple[float, float]] = []
+        for row in order:
+            x, y = row.latency(basis), row.metric
+            if any(abs(x - px) < 0.18 * x_span and abs(y - py) < 0.08 * y_span for px, py in placed):
+                continue
+            placed.append((x, y))
+            name = "parent" if row.is_parent else row.technique
+            chosen = row.run_id == recommended
+            text = pg.TextItem(f"{name} ✓ recommended" if chosen else name,
+                               color=RECOMMENDED_COLOUR if chosen else "#33393f", anchor=(-0.12, -0.05))
+            text.setPos(x, y)
+            self.plot.addItem(text)
 
     @staticmethod
     def _tip(by_id: dict[str, Row], basis: str):
