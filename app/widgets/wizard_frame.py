@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.style import set_role
 from app.widgets.common import label
 
 
@@ -76,3 +77,12 @@ def build_wizard_frame(outer: QVBoxLayout, steps: Sequence[QWidget], go_to: Call
         footer.addWidget(button)
     outer.addLayout(footer)
     return WizardFrame(buttons, stack, status, back, forward, main)
+
+
+def show_status(status: QLabel, text: str, role: str = "muted") -> None:
+    """The footer's line: text, and the style of its role (muted, error, ...) when that changes."""
+    status.setText(text)
+    if status.property("role") != role:
+        set_role(status, role)
+        status.style().unpolish(status)
+        status.style().polish(status)

@@ -28,7 +28,7 @@ from app.pages.compress.techniques import build_jobs, default_settings, field_er
 from app.pages.new_finetune.parts import Step, error_text
 from app.style import set_role
 from app.widgets.common import label
-from app.widgets.wizard_frame import build_wizard_frame
+from app.widgets.wizard_frame import build_wizard_frame, show_status
 
 LIST_LIMIT = 1000
 SOURCE, TECHNIQUES, SETTINGS, REVIEW, RUN = range(5)
@@ -191,11 +191,7 @@ class CompressPage(QWidget):
             self._set_status(f"Ready: Start sends {count} job{'s' if count != 1 else ''} to the engine.")
 
     def _set_status(self, text: str, role: str = "muted") -> None:
-        self.status_label.setText(text)
-        if self.status_label.property("role") != role:
-            set_role(self.status_label, role)
-            self.status_label.style().unpolish(self.status_label)
-            self.status_label.style().polish(self.status_label)
+        show_status(self.status_label, text, role)
 
     # -- starting and following -------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from app.pages.new_finetune.step_review import ReviewStep
 from app.pages.new_finetune.step_task import TaskStep
 from app.style import set_role
 from app.widgets.common import label
-from app.widgets.wizard_frame import build_wizard_frame
+from app.widgets.wizard_frame import build_wizard_frame, show_status
 
 
 class NewFinetunePage(QWidget):
@@ -221,11 +221,7 @@ class NewFinetunePage(QWidget):
         self._set_status(text, role)
 
     def _set_status(self, text: str, role: str = "muted") -> None:
-        self.status_label.setText(text)
-        if self.status_label.property("role") != role:
-            set_role(self.status_label, role)
-            self.status_label.style().unpolish(self.status_label)
-            self.status_label.style().polish(self.status_label)
+        show_status(self.status_label, text, role)
 
     def launch(self) -> None:
         if not self.launch_button.isEnabled():
