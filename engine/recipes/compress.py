@@ -10,6 +10,7 @@ Reads the parent's ``model/`` (never changes it) and writes this run's ``model/`
 from __future__ import annotations
 
 import copy
+import shutil
 import sys
 from typing import Any
 
@@ -111,7 +112,11 @@ def main(ctx: JobContext, spec: Any) -> str | None:
     technique = TECHNIQUES.get(type(spec))
     if technique is None:
         raise JobFailed(f"engine.recipes.compress cannot run a {type(spec).__name__}", "Check the job's kind.")
-    return technique(Job.open(ctx, spec), spec)
+    job = Job.open(ctx, spec)
+    try:
+        return technique(job, spec)
+    finally:
+        shutil.rmtree(job.work, ignore_errors=True)  # intermediate exports: hundreds of MB for a transformer
 
 
 if __name__ == "__main__":

@@ -92,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         if final == "succeeded" and spec.distill is not None and world.is_main:
             from engine.compress.variant import evaluate_student
 
-            evaluate_student(rc.ctx, run_dir, spec)
+            try:
+                evaluate_student(rc.ctx, run_dir, spec)
+            except Exception as exc:  # noqa: BLE001 - the student is trained and saved; only its scoring failed
+                message, hint = describe_failure(exc)
+                rc.emit("warning", message=f"The student trained, but scoring it beside its teacher failed: {message}",
+                        hint=hint)
         rc.status(final)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure reaches the user as an event

@@ -9,6 +9,7 @@ Reads ``<runs>/<source_run>/model/`` (never changes it) and writes this run's
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,8 +35,12 @@ def main(ctx: JobContext, spec: LoraMergeSpec) -> str | None:
     # one graph, so the evaluation confirms parity on the whole held-out split rather than a speed-up.
     job = Job.open(ctx, spec)
     merged_from = figures.pop("merged_from")
-    job.finish("LoRA merged", "lora_merge", job.parent_onnx(), job.parent, {"parity_samples": spec.parity_samples},
-               figures, meta_extra={"method": {"kind": "full", "merged_from": merged_from}, "parity": parity})
+    try:
+        job.finish("LoRA merged", "lora_merge", job.parent_onnx(), job.parent,
+                   {"parity_samples": spec.parity_samples}, figures,
+                   meta_extra={"method": {"kind": "full", "merged_from": merged_from}, "parity": parity})
+    finally:
+        shutil.rmtree(job.work, ignore_errors=True)
     return None
 
 

@@ -134,4 +134,5 @@ def test_bad_input_fails_clearly_and_leaves_the_parent_alone(engine_proc):
             assert done["state"] == "failed", (spec, done)
             assert words in done["error"]["message"] + done["error"]["hint"], (spec, done["error"])
             assert not (Path(done["run_dir"]) / "model" / "model.onnx").exists()
+            assert not (Path(done["run_dir"]) / "work").exists()  # no intermediate exports left behind
         assert model_files(parent) == before
