@@ -23,7 +23,7 @@ from engine.protocol import (
     NOT_FOUND,
     RpcError,
 )
-from engine.run_records import artifacts, delete_files, record, variants
+from engine.run_records import artifacts, delete_files, read_json, record, variants
 from engine.specs import JOB_KINDS, SpecError, validate_spec
 
 if TYPE_CHECKING:
@@ -369,9 +369,9 @@ class Handlers:
 
     async def jobs_get(self, _s: Session, p: JobId) -> Any:
         run = record(self.engine.store, self.engine.jobs.get(p.id))
-        result_file = Path(run["run_dir"]) / "result.json"
-        if result_file.exists():
-            run["result"] = json.loads(result_file.read_text(encoding="utf-8"))
+        result = read_json(Path(run["run_dir"]) / "result.json")
+        if result is not None:
+            run["result"] = result
         return run
 
     async def jobs_stop(self, _s: Session, p: JobId) -> Any:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
 
 def logits(task_name: str, model: Any, batch: dict[str, Any]) -> Any:
     """The model's logits for a collated batch, in fp32."""
@@ -18,7 +16,9 @@ def logits(task_name: str, model: Any, batch: dict[str, Any]) -> Any:
     elif task_name == "causal_lm":
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
     else:
-        out = model(**{k: v for k, v in batch.items() if k in TEXT_INPUTS}).logits
+        from engine.tasks.text_classification import _inputs
+
+        out = model(**_inputs(batch)).logits
     return out.float()
 
 

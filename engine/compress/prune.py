@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from engine.evaluate.runners import TASK_INPUTS
 from engine.jobctx import JobFailed
 
 TARGETS = ("params", "macs")
@@ -62,7 +63,7 @@ TOLERANCE = 0.01  # |achieved - target|, as a share of the whole model
 # a layer thinned below a tenth is as good as removed, and recovery fine-tuning cannot bring it back.
 MIN_KEEP = 0.1
 RATIO_OF = "whole_model"
-TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+TEXT_INPUTS = TASK_INPUTS["text_classification"]
 _ATTEMPTS = 3  # plan, prune, measure; plan the rest again while the measurement falls short
 _UNIT_WORDS = {"heads": ("head", "heads"), "ffn": ("FFN channel", "FFN channels"),
                "channels": ("channel", "channels")}

@@ -31,10 +31,6 @@ class Source:
     spec: TrainSpec  # the fine-tune spec of the lineage (data, task, base model)
     model_dir: Path
 
-    @property
-    def task_name(self) -> str:
-        return self.spec.task
-
     def weights_file(self) -> Path:
         for name in ("model.pt", "weights.safetensors", "model.onnx"):
             if (self.model_dir / name).is_file():

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.compress import source as sources
 from engine.jobctx import JobContext, JobFailed
+from engine.specs import EvalSpec
 
 CALIBRATION_BATCH = 1  # one example per feed: the calibration count is a count of examples
 
@@ -228,10 +229,7 @@ def evaluate_student(ctx: JobContext, run_dir: Path, spec: Any) -> dict[str, Any
 
 @dataclass
 class _StudentEval:
+    """What Job needs of a compression spec, for a student scored with the default settings."""
+
     source_run: str
-    eval: Any = None
-
-    def __post_init__(self) -> None:
-        from engine.specs import EvalSpec
-
-        self.eval = EvalSpec()
+    eval: EvalSpec = field(default_factory=EvalSpec)
