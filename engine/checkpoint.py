@@ -119,7 +119,10 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
         # Single process and DDP: every rank holds the same state, so rank 0 writes it once.
         torch.save({"model": _plain_state(model, trainable_only), "optim": optimizer.state_dict()},
                    tmp / "state.pt")
-    torch.save(rng_state(), tmp / f"rng-{world.rank}.pt")
+    if world.is_main or tmp.is_dir():
+        torch.save(rng_state(), tmp / f"rng-{world.rank}.pt")
+    # else: this rank runs on another machine than rank 0 (a multi-node run without a shared
+    # filesystem); the checkpoint lives on rank 0's machine and this rank's RNG is not kept.
     if world.is_main:
         # DeepSpeed keeps the schedule in its own checkpoint.
         objs = {} if layout == "deepspeed" else trainer_objs

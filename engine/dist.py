@@ -53,7 +53,8 @@ def init(device_pref: str = "auto") -> World:
         store = dist.PrefixStore(f"ember/attempt-{attempt}", store)
         dist.init_process_group(backend="nccl" if use_cuda else "gloo", store=store, rank=rank, world_size=size,
                                 device_id=torch.device(device) if use_cuda else None)
-    return World(rank, local_rank, size, device, socket.gethostname())
+    # A multi-node run names each node by its host profile, so memory per rank shows which host.
+    return World(rank, local_rank, size, device, os.environ.get("EMBER_NODE_NAME") or socket.gethostname())
 
 
 def barrier(world: World) -> None:

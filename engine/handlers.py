@@ -124,7 +124,8 @@ CHECK_TIMEOUT_S = 120
 
 # Requests that change state are written to the audit log.
 AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete", "engine.shutdown",
-           "templates.save", "templates.delete"}
+           "templates.save", "templates.delete", "hosts.add", "hosts.update", "hosts.remove", "hosts.trust",
+           "hosts.forget_key", "hosts.prepare"}
 FACTS_CACHE = 32  # model facts kept per engine: a wizard revisits the same few models
 
 
@@ -197,6 +198,9 @@ class Handlers:
             "audit.list": (AuditList, self.audit_list),
             "diag.burst": (DiagBurst, self.diag_burst),
         }
+        from engine.host_handlers import HostHandlers
+
+        self.table.update(HostHandlers(eng).table())
         assert set(self.table) | {"hello"} == set(METHODS), "METHODS and handlers disagree"
         self._facts: dict[str, Any] = {}  # model facts by what determines them (see _facts_key)
         self._facts_locks: dict[str, asyncio.Lock] = {}
@@ -210,7 +214,8 @@ class Handlers:
         args = _parse(model, method, params)
         if method not in AUDITED:
             return await fn(session, args)
-        target = str(params.get("id") or params.get("kind") or "")
+        target = str(params.get("id") or params.get("kind") or params.get("name")
+                     or (params.get("host") or {}).get("name") or "")
         try:
             result = await fn(session, args)
         except RpcError as err:

@@ -67,8 +67,9 @@ def _process_matches(pid: int | None, started: float | None) -> bool:
 
 class JobManager:
     def __init__(self, paths: Paths, store: Store, bus: EventBus, max_concurrent: int = 2,
-                 stop_timeout_s: float = 30.0):
+                 stop_timeout_s: float = 30.0, hosts: Any = None):
         self.paths = paths
+        self.hosts = hosts  # engine.hosts.Hosts: runs with distributed.nodes go through it
         self.store = store
         self.bus = bus
         self.max_concurrent = max_concurrent

@@ -26,6 +26,7 @@ NOT_FOUND = -32004
 INVALID_STATE = -32005
 UNSUPPORTED_VERSION = -32006
 SHUTTING_DOWN = -32007
+REMOTE_FAILED = -32008  # a host could not be reached, logged in to, or did not do what was asked
 
 # Every method the engine answers, with one line each; `engine.methods` returns this.
 METHODS: dict[str, str] = {
@@ -47,6 +48,18 @@ METHODS: dict[str, str] = {
     "templates.list": "{} -> {templates: [{name, kind, spec, saved_at}]}.",
     "templates.save": "{name, kind, spec} -> {name}: keep a spec to start new jobs from.",
     "templates.delete": "{name} -> {ok}.",
+    "hosts.list": "{} -> {hosts: [host]}: remote host profiles with their key status and last probe.",
+    "hosts.add": "{host} -> host: a new host profile (name, address, port, user, auth, key_path, python, workdir, role).",
+    "hosts.update": "{name, host} -> host: change a profile (refused while a run uses it).",
+    "hosts.remove": "{name} -> {ok}: forget a host (refused while a run uses it).",
+    "hosts.check_key": "{name} -> {status: trusted|unknown|changed, fingerprint, key_type, known_fingerprints}.",
+    "hosts.trust": "{name, fingerprint} -> {status, fingerprint}: trust the key the host presents, if it has "
+                   "that fingerprint.",
+    "hosts.forget_key": "{name} -> {ok, removed}: remove the host's trusted keys (after a legitimate key change).",
+    "hosts.probe": "{name, password?} -> host with fresh facts (OS, CPU, RAM, disk, GPUs, CUDA, Python, "
+                   "packages, Jetson).",
+    "hosts.prepare": "{name, password?} -> host: install this Ember version into the host's Python from a "
+                     "copied wheel; progress on topic hosts/<name>.",
     "jobs.list": "{state?, kind?, limit?} -> jobs, newest first.",
     "jobs.get": "{id} -> one job, with its result when it has one.",
     "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",

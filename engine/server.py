@@ -23,6 +23,7 @@ import engine
 from engine import paths as paths_mod
 from engine.eventbus import EventBus
 from engine.handlers import Handlers
+from engine.hosts import Hosts
 from engine.jobs import JobManager
 from engine.protocol import (
     FRAME_TOO_LARGE,
@@ -79,7 +80,8 @@ class Engine:
         self.started_at = time.time()
         self.store = Store(p.db)
         self.bus = EventBus(self.store)
-        self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent)
+        self.hosts = Hosts(p, self.store, self.bus)
+        self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent, hosts=self.hosts)
         self.sessions: set[Session] = set()
         self.token = ""
         self.stopping = asyncio.Event()
@@ -111,6 +113,7 @@ class Engine:
             for session in list(self.sessions):
                 await session.close()
             await self.jobs.close()
+            await self.hosts.close()
         self.bus.flush()
         for f in (p.socket, p.token):
             with contextlib.suppress(FileNotFoundError):

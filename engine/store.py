@@ -325,6 +325,33 @@ class Store:
         return [dict(r) for r in self.db.execute(sql, [*args, max_points, max_points, max_points])]
 
     # ---- audit
+    # ---- hosts (profile columns, the rest of the profile and its last probe in meta)
+    def upsert_host(self, name: str, profile: dict[str, Any], meta: dict[str, Any], old_name: str | None = None) -> None:
+        cols = {k: profile[k] for k in ("address", "port", "user", "key_path")}
+        row = self.db.execute("SELECT id, created_at FROM hosts WHERE name=?", (old_name or name,)).fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO hosts (id, name, address, port, user, key_path, created_at, meta) "
+                            "VALUES (?,?,?,?,?,?,?,?)", (name, name, *cols.values(), time.time(), json.dumps(meta)))
+        else:
+            self.db.execute("UPDATE hosts SET name=?, address=?, port=?, user=?, key_path=?, meta=? WHERE id=?",
+                            (name, *cols.values(), json.dumps(meta), row["id"]))
+
+    def get_host(self, name: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM hosts WHERE name=?", (name,)).fetchone()
+        return self._host(row) if row else None
+
+    def list_hosts(self) -> list[dict[str, Any]]:
+        return [self._host(r) for r in self.db.execute("SELECT * FROM hosts ORDER BY name")]
+
+    def delete_host(self, name: str) -> None:
+        self.db.execute("DELETE FROM hosts WHERE name=?", (name,))
+
+    @staticmethod
+    def _host(row: sqlite3.Row) -> dict[str, Any]:
+        host = dict(row)
+        host["meta"] = json.loads(host["meta"] or "{}")
+        return host
+
     def audit(self, client: str, action: str, target: str, params: dict[str, Any], ok: bool,
               error: str | None = None) -> None:
         self.db.execute(

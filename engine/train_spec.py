@@ -64,9 +64,25 @@ class MethodSpec(_Part):
     num_virtual_tokens: int = Field(20, ge=1, le=1024)
 
 
+class NodeSpec(_Part):
+    """One machine of a multi-node run: a host profile's name (or ``local``) and its processes."""
+
+    host: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="a host's name (Hosts page, `hosts.list`), or 'local' for this machine")
+    nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on that machine")
+
+
 class DistributedSpec(_Part):
     strategy: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
-    nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on this machine")
+    nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on this machine (without nodes)")
+    nodes: list[NodeSpec] = Field(default_factory=list, max_length=64,
+                                  description="run across these machines, node 0 first (it hosts rank 0 and the "
+                                              "rendezvous); empty: this machine only, with nproc processes")
+    rdzv_host: str | None = Field(None, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
+                                  description="the address every node reaches node 0 at; default: node 0's "
+                                              "host address (127.0.0.1 when node 0 is local)")
+    rdzv_port: int = Field(29400, ge=1024, le=65535, description="c10d rendezvous port on node 0")
+    sync_data: bool = Field(True, description="copy dataset and model files from this machine to each remote node")
     zero_stage: Literal[1, 2, 3] = 2
     offload_optimizer: bool = False
     offload_params: bool = False
@@ -134,8 +150,8 @@ class TrainSpec(_Part):
             problems.append("set max_steps or epochs")
         if self.max_steps is not None and self.epochs is not None:
             problems.append("set max_steps or epochs, not both")
-        if self.distributed.strategy == "single" and self.distributed.nproc > 1:
-            problems.append("distributed.nproc > 1 needs strategy ddp, fsdp or deepspeed")
+        if self.distributed.strategy == "single" and self.world_size() > 1:
+            problems.append("more than one process needs strategy ddp, fsdp or deepspeed")
         if self.method.kind == "qlora" and self.device == "cpu":
             problems.append("method qlora needs a CUDA GPU (bitsandbytes 4-bit); use lora on CPU")
         if self.distill is not None and self.method.kind != "full":
@@ -147,6 +163,10 @@ class TrainSpec(_Part):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def world_size(self) -> int:
+        d = self.distributed
+        return sum(n.nproc for n in d.nodes) if d.nodes else d.nproc
 
     def model_name(self) -> str:
         return self.model.builtin or self.model.path or BUILTIN_MODELS[self.task]

@@ -41,6 +41,7 @@ def pytest_collection_modifyitems(config, items):
 def ember_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> paths_mod.Paths:
     home = tmp_path / "home"
     monkeypatch.setenv("EMBER_HOME", str(home))
+    monkeypatch.setenv("EMBER_SSH_KNOWN_HOSTS", "")  # only the keys a test trusts, never this machine user's
     monkeypatch.delenv("EMBER_RUNTIME_DIR", raising=False)
     return paths_mod.resolve()
 
@@ -110,3 +111,13 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory):
+    """A real OpenSSH server on 127.0.0.1 that accepts the test's client key (see tests/sshd.py)."""
+    from tests.sshd import make_sshd
+
+    server = make_sshd(tmp_path_factory.mktemp("sshd")).start()
+    yield server
+    server.stop()
