@@ -175,6 +175,11 @@ class Hosts:
             self._sftp[name] = client
         return client
 
+    def lost(self, name: str) -> bool:
+        """True when this engine had a connection to the host and it has closed (the link dropped)."""
+        conn = self._conns.get(name)
+        return conn is not None and conn.is_closed()
+
     def drop(self, name: str) -> None:
         """Forget a connection (after a failure, or a profile change); the next call reconnects."""
         self._sftp.pop(name, None)

@@ -52,6 +52,10 @@ def new_run_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
 
 
+def _nodes(spec: Any) -> list[Any]:
+    return list(getattr(getattr(spec, "distributed", None), "nodes", None) or [])
+
+
 def _process_matches(pid: int | None, started: float | None) -> bool:
     """True while ``pid`` is still the process we launched (guards against pid reuse)."""
     if not pid:
@@ -75,6 +79,7 @@ class JobManager:
         self.max_concurrent = max_concurrent
         self.stop_timeout_s = stop_timeout_s
         self._procs: dict[str, subprocess.Popen] = {}  # jobs this engine started itself
+        self._multi: dict[str, Any] = {}  # run id -> engine.launch.multinode.MultiNodeRun
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
 
@@ -129,6 +134,9 @@ class JobManager:
         run_dir = Path(run["run_dir"])
         kind = JOB_KINDS[run["kind"]]
         spec = kind.spec_model.model_validate(run["spec"])
+        if _nodes(spec):
+            self._launch_multi(run, spec)
+            return
         argv = local.command(kind.module, spec, run_dir)
         env = job_env(EMBER_RUN_ID=run["id"])
         if run["kind"].startswith("compress."):
@@ -159,6 +167,21 @@ class JobManager:
         self._set_state(run["id"], "running", started_at=time.time(), pid=proc.pid, pid_started=started)
         self._follow(run["id"])
 
+    def _launch_multi(self, run: dict[str, Any], spec: Any, launched: bool = False) -> None:
+        """A run across machines: the launcher starts and follows torchrun on every node (engine/launch)."""
+        from engine.launch.multinode import MultiNodeRun
+
+        run_dir = Path(run["run_dir"])
+        multi = MultiNodeRun.load(run["id"], run_dir, spec, self.hosts, self.bus) if launched else None
+        if multi is None:
+            multi = MultiNodeRun(run["id"], run_dir, spec, self.hosts, self.bus)
+            launched = False
+        self._multi[run["id"]] = multi
+        if run["state"] != "running":
+            self._set_state(run["id"], "running", started_at=time.time(), pid=None, pid_started=None)
+        multi.task = asyncio.get_running_loop().create_task(multi.run(launched=launched))
+        self._follow(run["id"])
+
     def _follow(self, run_id: str) -> None:
         run = self.get(run_id)
         follower = Follower(self.bus, run_id, Path(run["run_dir"]), run["events_offset"])
@@ -184,16 +207,23 @@ class JobManager:
         proc = self._procs.get(run_id)
         if proc is not None:
             return proc.poll()
+        if run_id in self._multi:
+            return self._multi[run_id].exit_code()
         run = self.get(run_id)
         return None if _process_matches(run["pid"], run["pid_started"]) else "unknown"
 
     def _finish(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
         self._procs.pop(run_id, None)
+        multi = self._multi.pop(run_id, None)
         run = self.get(run_id)
         code = exit_code if isinstance(exit_code, int) else None
         reported = follower.reported_state
         # The follower's own error is the fresh one: its batched store update may not be flushed yet.
         error = follower.last_error or run.get("error")
+        if multi is not None and not error and reported != "succeeded":
+            error = multi.failure()  # a node other than rank 0's, or the launch itself, said why
+            if error and not reported and not run.get("stop_requested"):
+                reported = "failed"
         if reported:
             state = reported
         elif run.get("stop_requested"):
@@ -256,6 +286,10 @@ class JobManager:
             self._signal(run, signal.SIGKILL)
 
     def _signal(self, run: dict[str, Any], sig: signal.Signals) -> None:
+        multi = self._multi.get(run["id"])
+        if multi is not None:
+            asyncio.get_running_loop().create_task(multi.signal("KILL" if sig == signal.SIGKILL else "TERM"))
+            return
         if not _process_matches(run["pid"], run["pid_started"]):
             return
         # torchrun starts each worker in a session of its own: on SIGTERM it passes the signal on
@@ -275,6 +309,12 @@ class JobManager:
         """Re-attach to live jobs after an engine restart; settle the ones that ended meanwhile."""
         counts = {"reattached": 0, "settled": 0, "queued": 0}
         for run in self.store.list_runs(state=ACTIVE, limit=100_000):
+            spec = JOB_KINDS[run["kind"]].spec_model.model_validate(run["spec"])
+            if _nodes(spec):
+                # Its nodes run on regardless of this engine: reconnect and follow on from the mirrors.
+                self._launch_multi(run, spec, launched=True)
+                counts["reattached"] += 1
+                continue
             if _process_matches(run["pid"], run["pid_started"]):
                 counts["reattached"] += 1
             else:
@@ -287,6 +327,8 @@ class JobManager:
     async def close(self) -> None:
         """Stop following (jobs keep running; the next engine re-attaches)."""
         self._closing = True
+        for multi in self._multi.values():
+            multi.task.cancel()  # nodes keep running; the next engine re-attaches
         for task in list(self._tasks.values()):
             task.cancel()
         for task in list(self._tasks.values()):

@@ -10,6 +10,7 @@ engine calls the same functions directly.
 - status: is it still running, and its exit code once it ended
 - signal: SIGTERM the process group, or SIGKILL every process of the run
 - procs: processes of a run still alive (by EMBER_RUN_ID in their environment)
+- mkdir: make a node's folder, answer its absolute path
 - port_free: can a rendezvous port be bound here
 """
 
@@ -240,6 +241,12 @@ def procs(args):
     return {"pids": _run_processes(args["run_id"])}
 
 
+def mkdir(args):
+    node_dir = os.path.abspath(os.path.expanduser(args["dir"]))
+    os.makedirs(node_dir, exist_ok=True)
+    return {"dir": node_dir}
+
+
 def port_free(args):
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -250,7 +257,7 @@ def port_free(args):
             return {"free": False, "error": exc.strerror or str(exc)}
 
 
-OPS = {"probe": probe, "start": start, "status": status, "signal": signal_node, "procs": procs,
+OPS = {"probe": probe, "mkdir": mkdir, "start": start, "status": status, "signal": signal_node, "procs": procs,
        "port_free": port_free}
 
 

@@ -48,7 +48,10 @@ class LocalNode:
     async def put(self, local: Path, remote: str, progress: Progress | None = None) -> None:
         def _copy() -> None:
             Path(remote).parent.mkdir(parents=True, exist_ok=True)
-            (shutil.copytree if local.is_dir() else shutil.copy2)(local, remote)
+            if local.is_dir():
+                shutil.copytree(local, remote, dirs_exist_ok=True)
+            else:
+                shutil.copy2(local, remote)
         await asyncio.to_thread(_copy)
 
     async def get_tree(self, remote: str, local: Path, skip: tuple[str, ...]) -> None:

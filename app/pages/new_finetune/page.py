@@ -178,6 +178,7 @@ class NewFinetunePage(QWidget):
             for path in mine:
                 unclaimed.pop(path, None)
         self.review_step.show_errors(unclaimed)
+        self.review_step.addresses = self.hardware_step.nodes_editor.addresses()
         self.review_step.update_document(spec)
         if self._client.is_connected:
             for step in (self.model_step, self.data_step, self.hardware_step):

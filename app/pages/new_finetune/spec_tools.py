@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from engine.host_spec import LOCAL
 from engine.train_spec import TrainSpec
 
 KIND = "train.finetune"
@@ -23,6 +24,7 @@ DEFAULTS: dict[str, Any] = TrainSpec().model_dump()
 # The model validator reports cross-field problems without a location; these words say
 # which field the sentence is about, so it can be shown next to that field.
 _ROOT_FIELDS = (
+    ("more than one process", "distributed.strategy"),
     ("nproc", "distributed.nproc"),
     ("qlora", "method.kind"),
     ("prompt tuning", "method.kind"),
@@ -115,10 +117,38 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "finetune"
 
 
-def headless_commands(name: str, spec: dict[str, Any]) -> str:
+def rdzv_endpoint(spec: dict[str, Any], addresses: dict[str, str] | None = None) -> str:
+    """HOST:PORT of a multi-node run's rendezvous: rdzv_host, else node 0's address.
+
+    ``addresses`` maps host names to their addresses (the Hosts page); without one, a
+    remote node 0 is named by its host name, and a local one is 127.0.0.1 (the engine's
+    default too).
+    """
+    dist = spec.get("distributed") or {}
+    node0 = str(((dist.get("nodes") or [{}])[0]).get("host") or LOCAL)
+    host = dist.get("rdzv_host") or (addresses or {}).get(node0) or ("127.0.0.1" if node0 == LOCAL else node0)
+    return f"{host}:{int(dist.get('rdzv_port') or DEFAULTS['distributed']['rdzv_port'])}"
+
+
+def headless_commands(name: str, spec: dict[str, Any], addresses: dict[str, str] | None = None) -> str:
+    """``ember run`` for the job file, and the torchrun line(s) that do the same by hand."""
     stem = file_stem(name)
     lines = [f"ember run {stem}.yaml"]
-    nproc = int((spec.get("distributed") or {}).get("nproc") or 1)
+    dist = spec.get("distributed") or {}
+    nodes = list(dist.get("nodes") or [])
+    if nodes:
+        endpoint = rdzv_endpoint(spec, addresses)
+        lines.append("# the same run without the engine: one command per node, each on its host "
+                     "(with the job file, data and model there):")
+        for rank, node in enumerate(nodes):
+            host = str(node.get("host") or LOCAL)
+            where = "this machine" if host == LOCAL else f"host {host}"
+            lines.append(f"# node {rank}" + (" (rank 0 / rendezvous)" if rank == 0 else "") + f": on {where}")
+            lines.append(f"torchrun --nnodes {len(nodes)} --nproc-per-node {int(node.get('nproc') or 1)} "
+                         f"--node-rank {rank} --rdzv-backend c10d --rdzv-endpoint {endpoint} --rdzv-id {stem} "
+                         f"-m engine.recipes.finetune --config {stem}.yaml")
+        return "\n".join(lines)
+    nproc = int(dist.get("nproc") or 1)
     if nproc > 1:
         lines.append(f"# the same run without the engine:\n"
                      f"torchrun --nproc-per-node {nproc} -m engine.recipes.finetune --config {stem}.yaml")

@@ -1,4 +1,9 @@
-"""Step 5: where it runs, how it is split across processes, the training loop, and whether it fits."""
+"""Step 5: where it runs, how it is split across processes, the training loop, and whether it fits.
+
+"Where" is this machine (``distributed.nproc`` processes) or several machines: a node list
+(``distributed.nodes``) over the training hosts of the Hosts page, kept live from
+``hosts.list`` and the engine's "hosts" events, with the rendezvous settings under it.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,13 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLineEdit,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import (
     DebouncedRequest,
     Step,
@@ -28,6 +35,7 @@ from app.pages.new_finetune.parts import (
 from app.pages.new_finetune.spec_tools import launch_spec
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
+from engine.host_spec import LOCAL
 
 STRATEGIES = (("single", "Single process"), ("ddp", "DDP (a full copy per process)"),
               ("fsdp", "FSDP2 (weights sharded across processes)"),
@@ -37,6 +45,9 @@ PRECISIONS = (("fp32", "fp32 (full precision)"), ("bf16", "bf16 (half the activa
               ("fp16", "fp16 (CUDA only)"))
 SCHEDULES = ("linear", "cosine", "constant", "one_cycle")
 ESTIMATE_MS = 300
+HOSTS_MS = 150  # several "hosts" events in a row (add, probe) make one hosts.list
+RDZV_PORT = 29400
+SINGLE, NODES = "local", "nodes"
 
 
 def _combo(items: tuple[tuple[str, str], ...]) -> QComboBox:
@@ -64,6 +75,7 @@ class HardwareStep(Step):
     prefixes = ("distributed", "optim", "batch_size", "grad_accum", "max_steps", "epochs",
                 "precision", "activation_checkpointing", "device", "eval_every", "checkpoint_every")
     patch_requested = Signal(dict)  # a suggestion's spec_patch, to merge into the form
+    hosts_page_requested = Signal()  # "Open the Hosts page" (the main window's show_page is used too)
 
     def __init__(self, client: Any, parent: QWidget | None = None):
         super().__init__(parent)
@@ -82,15 +94,19 @@ class HardwareStep(Step):
         columns.setSpacing(14)
         frame, box = card()
         form = QFormLayout()
-        self.where_combo = QComboBox()
-        self.where_combo.addItem("This machine", "local")
+        self.where_combo = _combo(((SINGLE, "This machine"), (NODES, "Several machines")))
         form.addRow("Run on", self.where_combo)
-        form.addRow("", label("Remote GPU hosts are added on the Hosts page.", "muted", wrap=True))
+        self.where_note = label("", "muted", wrap=True)
+        form.addRow("", self.where_note)
+        self.multi_box = self._build_multi_box()
+        form.addRow(self.multi_box)
         self.device_combo = _combo(DEVICES)
         form.addRow("Device", with_message(self.device_combo, self.message_for("device")))
         self.nproc_spin = _spin(1, os.cpu_count() or 1, 1)
         self.nproc_label = label("Processes")
-        form.addRow(self.nproc_label, with_message(self.nproc_spin, self.message_for("distributed.nproc")))
+        self.nproc_field = with_message(self.nproc_spin, self.message_for("distributed.nproc"))
+        form.addRow(self.nproc_label, self.nproc_field)
+        self._form = form
         self.strategy_combo = _combo(STRATEGIES)
         form.addRow("Strategy", with_message(self.strategy_combo, self.message_for("distributed.strategy")))
         self.deepspeed_box = QWidget()
@@ -145,6 +161,8 @@ class HardwareStep(Step):
                             "and activations against what the device has.", "muted", wrap=True))
         self.fit = FitBars()
         self.fit.apply_patch.connect(self.patch_requested)
+        self.fit_note = label("", "muted", wrap=True)
+        box.addWidget(self.fit_note)
         box.addWidget(self.fit)
         box.addStretch(1)
         columns.addWidget(frame, 1)
@@ -152,9 +170,20 @@ class HardwareStep(Step):
         outer.addStretch(1)
 
         self.estimator = DebouncedRequest(self, client, "estimate.fit", ESTIMATE_MS,
-                                          lambda: {"spec": launch_spec(self._spec)},
+                                          lambda: {"spec": self.estimate_spec()},
                                           self.fit.set_estimate, self._estimate_failed, self._no_estimator)
-        for combo in (self.where_combo, self.device_combo, self.strategy_combo, self.zero_combo,
+        self.hosts_request = DebouncedRequest(self, client, "hosts.list", HOSTS_MS,
+                                              lambda: {} if self._client.is_connected else None,
+                                              self._on_hosts, self._hosts_failed, self._no_hosts)
+        self._hosts_error = ""
+        client.subscribe(["hosts"], self._on_hosts_event)
+        client.connected.connect(self._on_connected)
+        self.where_combo.currentIndexChanged.connect(self._on_where)
+        self.nodes_editor.changed.connect(self._on_form)
+        self.rdzv_port_spin.valueChanged.connect(self._on_form)
+        self.rdzv_host_edit.textChanged.connect(self._on_form)
+        self.sync_check.toggled.connect(self._on_form)
+        for combo in (self.device_combo, self.strategy_combo, self.zero_combo,
                       self.precision_combo, self.schedule_combo, self.length_combo):
             combo.currentIndexChanged.connect(self._on_form)
         for spin in (self.nproc_spin, self.batch_spin, self.accum_spin, self.max_steps_spin,
@@ -164,8 +193,117 @@ class HardwareStep(Step):
             check.toggled.connect(self._on_form)
         self.lr_edit.textChanged.connect(self._on_form)
         self._update_visibility()
+        self.refresh_hosts()
+
+    def _build_multi_box(self) -> QWidget:
+        """The node list, and under it the rendezvous settings and the data copy."""
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(6)
+        self.no_hosts_box = QWidget()
+        row = QHBoxLayout(self.no_hosts_box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(label("Add a host on the Hosts page first: the other machines of a run are "
+                            "training hosts Ember reaches over SSH.", "error", wrap=True), 1)
+        self.hosts_page_button = QPushButton("Open the Hosts page")
+        self.hosts_page_button.clicked.connect(self._open_hosts_page)
+        row.addWidget(self.hosts_page_button)
+        column.addWidget(self.no_hosts_box)
+        self.nodes_editor = NodesEditor()
+        column.addWidget(with_message(self.nodes_editor, self.message_for("distributed.nodes")))
+        form = QFormLayout()
+        self.rdzv_port_spin = _spin(1024, 65535, RDZV_PORT)
+        self.rdzv_port_spin.setToolTip("The TCP port node 0 listens on for the c10d rendezvous; "
+                                       "every node must be able to reach it")
+        form.addRow("Rendezvous port", with_message(self.rdzv_port_spin, self.message_for("distributed.rdzv_port")))
+        self.rdzv_host_edit = QLineEdit()
+        self.rdzv_host_edit.setPlaceholderText("node 0's address (127.0.0.1 if this machine)")
+        form.addRow("Rendezvous address",
+                    with_message(self.rdzv_host_edit, self.message_for("distributed.rdzv_host")))
+        self.rdzv_note = label("", "muted", wrap=True)
+        form.addRow("", self.rdzv_note)
+        self.sync_check = QCheckBox("Copy the dataset and model to each host")
+        self.sync_check.setChecked(True)
+        self.sync_check.setToolTip("Off: the dataset and model paths must already exist on every host")
+        form.addRow(with_message(self.sync_check, self.message_for("distributed.sync_data")))
+        column.addLayout(form)
+        return box
+
+    # -- hosts --------------------------------------------------------------------------
+
+    def refresh_hosts(self) -> None:
+        """Ask for hosts.list again (shown, connected, a "hosts" event)."""
+        if self._client.is_connected:
+            self.hosts_request.trigger()
+
+    def _on_hosts_event(self, _topic: str, _seq: int, _data: dict[str, Any]) -> None:
+        self.refresh_hosts()  # a host added, probed, renamed or removed: its name and readiness
+
+    def _on_connected(self, _hello: Any = None) -> None:
+        self.refresh_hosts()
+
+    def _on_hosts(self, reply: dict[str, Any]) -> None:
+        self._hosts_error = ""
+        self.nodes_editor.set_hosts(list((reply or {}).get("hosts") or []))
+        self._update_visibility()
+
+    def _hosts_failed(self, err: Any) -> None:
+        self._hosts_error = f"Could not list the hosts: {error_text(err)}"
+        self._update_visibility()
+
+    def _no_hosts(self, _err: Any) -> None:
+        self._hosts_error = "This engine cannot run on other machines yet (it has no hosts.list)."
+        self._update_visibility()
+
+    def _open_hosts_page(self) -> None:
+        self.hosts_page_requested.emit()
+        show_page = getattr(self.window(), "show_page", None)
+        if show_page is not None:
+            show_page("hosts")
 
     # -- form ---------------------------------------------------------------------------
+
+    def several_machines(self) -> bool:
+        return self.where_combo.currentData() == NODES
+
+    def total_processes(self) -> int:
+        return self.nodes_editor.total_processes() if self.several_machines() else self.nproc_spin.value()
+
+    def estimate_spec(self) -> dict[str, Any]:
+        """What estimate.fit gets: the launch spec, with one node's processes for a multi-node run.
+
+        The estimate is per machine and measures this one; for several machines the largest
+        node's process count is what one machine's devices must hold.
+        """
+        spec = launch_spec(self._spec)
+        nodes = (spec.get("distributed") or {}).get("nodes") or []
+        if nodes:
+            spec["distributed"]["nproc"] = max(int(n.get("nproc") or 1) for n in nodes)
+        return spec
+
+    def _on_where(self, *_args: Any) -> None:
+        if self._loading:
+            return
+        if self.several_machines():
+            if not self.nodes_editor.rows:
+                # This machine with the processes it had, and the first host beside it; its
+                # count moves into node 0, so the job file does not say it twice.
+                self.nodes_editor.add_node(LOCAL, self.nproc_spin.value())
+                if self.nodes_editor.host_names():
+                    self.nodes_editor.add_node()
+                self._set_nproc(1)
+        else:
+            local = [n["nproc"] for n in self.nodes_editor.nodes() if n["host"] == LOCAL]
+            if local:
+                self._set_nproc(local[0])
+        self._on_form()
+
+    def _set_nproc(self, value: int) -> None:
+        self.nproc_spin.setMaximum(max(self.max_processes(), value))
+        self.nproc_spin.blockSignals(True)
+        self.nproc_spin.setValue(value)
+        self.nproc_spin.blockSignals(False)
 
     def set_machine(self, info: dict[str, Any] | None) -> None:
         self._machine = info
@@ -183,8 +321,8 @@ class HardwareStep(Step):
     def _on_form(self, *_args: Any) -> None:
         if self._loading:
             return
-        # More than one process needs a strategy: pick DDP rather than show an error.
-        if self.nproc_spin.value() > 1 and self.strategy_combo.currentData() == "single":
+        # More than one process in all needs a strategy: pick DDP rather than show an error.
+        if self.total_processes() > 1 and self.strategy_combo.currentData() == "single":
             _select(self.strategy_combo, "ddp")
         self._update_visibility()
         self.emit_changed()
@@ -196,6 +334,30 @@ class HardwareStep(Step):
             self.device_combo.currentData() == "auto" and (self._machine or {}).get("gpus"))
         self.nproc_label.setText("GPUs (one process each)" if on_gpu else "Processes")
         self.nproc_spin.setToolTip(f"Up to {limit} on this machine")
+        multi = self.several_machines()
+        self._form.setRowVisible(self.nproc_field, not multi)
+        self._form.setRowVisible(self.multi_box, multi)
+        hosts = self.nodes_editor.host_names()
+        listed = self.nodes_editor.listed
+        self.no_hosts_box.setVisible(multi and listed and not hosts)
+        if self._hosts_error:
+            note = self._hosts_error
+        elif multi:
+            note = ("One process group across these machines; node 0 runs rank 0 and the rendezvous. "
+                    "Each host's readiness is from its last probe.")
+        else:
+            note = "Several machines: this one and the training hosts of the Hosts page."
+        self.where_note.setText(note)
+        nodes = self.nodes_editor.nodes()
+        remote_after_local = bool(nodes) and nodes[0]["host"] == LOCAL and any(n["host"] != LOCAL for n in nodes)
+        self.rdzv_note.setText("Node 0 is this machine: the other hosts look for it at 127.0.0.1 unless an "
+                               "address they can reach is given above." if remote_after_local
+                               and not self.rdzv_host_edit.text().strip() else "")
+        self.rdzv_note.setVisible(bool(self.rdzv_note.text()))
+        self.fit_note.setText(f"For several machines this is one node's estimate: the largest, "
+                              f"{self.nodes_editor.largest_node()} process(es), measured against this machine's "
+                              "devices. A host's own GPUs are on the Hosts page." if multi else "")
+        self.fit_note.setVisible(multi)
         self.deepspeed_box.setVisible(self.strategy_combo.currentData() == "deepspeed")
         self.offload_params_check.setEnabled(self.zero_combo.currentData() == "3")
         steps = self.length_combo.currentData() == "steps"
@@ -205,6 +367,12 @@ class HardwareStep(Step):
     def _load(self, spec: dict[str, Any]) -> None:
         dist = spec.get("distributed") or {}
         optim = spec.get("optim") or {}
+        nodes = list(dist.get("nodes") or [])
+        self.nodes_editor.set_nodes(nodes)
+        _select(self.where_combo, NODES if nodes else SINGLE)
+        self.rdzv_port_spin.setValue(int(dist.get("rdzv_port") or RDZV_PORT))
+        self.rdzv_host_edit.setText(str(dist.get("rdzv_host") or ""))
+        self.sync_check.setChecked(bool(dist.get("sync_data", True)))
         _select(self.device_combo, spec.get("device", "auto"))
         self.nproc_spin.setMaximum(max(self.max_processes(), int(dist.get("nproc", 1))))
         self.nproc_spin.setValue(int(dist.get("nproc", 1)))
@@ -234,7 +402,13 @@ class HardwareStep(Step):
                     zero_stage=int(self.zero_combo.currentData()),
                     offload_optimizer=self.offload_optimizer_check.isChecked(),
                     offload_params=self.offload_params_check.isChecked()
-                    and self.offload_params_check.isEnabled())
+                    and self.offload_params_check.isEnabled(),
+                    nodes=self.nodes_editor.nodes() if self.several_machines() else [])
+        if self.several_machines():
+            # On this machine alone these say nothing; a loaded spec's values stay as they were.
+            dist.update(rdzv_port=self.rdzv_port_spin.value(),
+                        rdzv_host=self.rdzv_host_edit.text().strip() or None,
+                        sync_data=self.sync_check.isChecked())
         lr_text = self.lr_edit.text().strip()
         try:
             lr: Any = float(lr_text)
@@ -271,6 +445,7 @@ class HardwareStep(Step):
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)
+        self.refresh_hosts()
         if self._spec and self._client.is_connected:
             self.spec_changed(self._spec)
 

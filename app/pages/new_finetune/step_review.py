@@ -60,6 +60,7 @@ class ReviewStep(Step):
 
     def __init__(self, client: Any, parent: QWidget | None = None):
         super().__init__(parent)
+        self.addresses: dict[str, str] = {}  # host name -> address, for the by-hand torchrun lines
         self._client = client
         self._spec: dict[str, Any] = {}
         self._stamp = time.strftime("%m%d-%H%M")
@@ -154,7 +155,11 @@ class ReviewStep(Step):
         self.yaml_view.setPlainText(text)
         lines = min(max(text.count("\n") + 1, 6), 26)
         self.yaml_view.setFixedHeight(lines * self.yaml_view.fontMetrics().lineSpacing() + 16)
-        self.command_view.setPlainText(headless_commands(name, spec))
+        command = headless_commands(name, spec, self.addresses)
+        self.command_view.setPlainText(command)
+        # A multi-node run shows a torchrun line per node: let the box grow with them.
+        self.command_view.setFixedHeight(min(max(command.count("\n") + 1, 3), 12)
+                                         * self.command_view.fontMetrics().lineSpacing() + 16)
         key = repr(launch_spec(spec))
         if key != self._checked_key:  # an old check says nothing about this spec
             self._checked_key = ""
