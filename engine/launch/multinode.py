@@ -5,9 +5,10 @@ detached in its own session (node_ctl ``start``), so neither the engine nor a
 dropped SSH link stops training. The engine mirrors each node's ``events.jsonl``
 and ``stdout.log`` into ``nodes/node<i>-<host>/`` here, from the size of the
 local copy, so a reconnect (or an engine restart) continues where it stopped and
-loses nothing. Rank 0 is wherever the rendezvous puts it; the node whose events
-carry the run's status is the primary, and ``events.jsonl`` here links to its
-mirror, which the engine's follower reads as for any job. When the run ends, the
+loses nothing. Rank 0 is wherever the rendezvous puts it (it may move to another
+node when a run is resumed); the node whose events carry the run's status is the
+primary, and its lines from this launch on are appended to ``events.jsonl`` here,
+which the engine's follower reads as for any job. When the run ends, the
 primary's outputs (model, checkpoints, results) are copied back here.
 """
 
@@ -56,6 +57,8 @@ class NodeState:
     started: int | None = None
     exit_code: int | None = None
     ended_at: float | None = None
+    events_base: int = 0  # size of this node's events mirror when this launch began
+    events_copied: int = 0  # bytes of that mirror already in the run's events.jsonl (primary only)
 
     @property
     def label(self) -> str:
@@ -120,6 +123,9 @@ class MultiNodeRun:
     # ---- launch
     async def launch(self) -> None:
         """Check every node, then start them all; if any start fails, the started ones are killed."""
+        for state in self.nodes:
+            mirror = self.mirror_dir(state) / "events.jsonl"
+            state.events_base = state.events_copied = mirror.stat().st_size if mirror.exists() else 0
         await self._preflight()
         specs = await self._node_specs()
         for state in self.nodes:
@@ -304,8 +310,10 @@ class MultiNodeRun:
                 if name == "stdout.log":
                     self._merge_log(state, chunk[:end])
                 elif self.primary is None and b'"kind":"status"' in chunk[:end]:
-                    self._set_primary(state)  # only rank 0 writes status events (engine/jobctx.py)
+                    self.primary = state.index  # only rank 0 writes status events (engine/jobctx.py)
                 offset += end
+                if name == "events.jsonl" and self.primary == state.index:
+                    self._copy_primary(state)
                 if len(chunk) < CHUNK:
                     break
 
@@ -314,13 +322,17 @@ class MultiNodeRun:
         with open(self.run_dir / "stdout.log", "ab") as f:
             f.writelines(prefix + line + b"\n" for line in data.splitlines())
 
-    def _set_primary(self, state: NodeState) -> None:
-        """Rank 0 runs on this node: the run's events.jsonl is its mirror."""
-        self.primary = state.index
-        link = self.run_dir / "events.jsonl"
-        with contextlib.suppress(FileNotFoundError):
-            link.unlink()
-        link.symlink_to(Path("nodes") / state.label / "events.jsonl")
+    def _copy_primary(self, state: NodeState) -> None:
+        """Append what rank 0's node wrote (in this launch) and the run's events.jsonl lacks yet."""
+        mirror = self.mirror_dir(state) / "events.jsonl"
+        start = max(state.events_copied, state.events_base)
+        with open(mirror, "rb") as src:
+            src.seek(start)
+            data = src.read()
+        if data:
+            with open(self.run_dir / "events.jsonl", "ab") as dst:
+                dst.write(data)
+        state.events_copied = start + len(data)
         self.save()
 
     async def _stop_orphans(self) -> None:
@@ -387,6 +399,8 @@ class MultiNodeRun:
         try:
             if not launched:
                 await self.launch()
+            elif self.primary is not None:
+                self._copy_primary(self.nodes[self.primary])  # in case the last engine stopped between two writes
             while not self.ended():
                 await self.follow_once()
                 await asyncio.sleep(FOLLOW_S)

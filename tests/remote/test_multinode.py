@@ -90,22 +90,32 @@ def test_two_nodes_over_ssh_train_and_survive_a_dropped_link(engine_proc, sshd, 
         assert _kill_leftovers(run_id) == []
 
 
-def test_stop_reaches_every_node_and_leaves_no_process(engine_proc, sshd, tmp_path):
+def test_stop_reaches_every_node_leaves_no_process_and_resumes(engine_proc, sshd, tmp_path):
     client = engine_proc.client(timeout=120)
     _trusted_hosts(client, sshd, tmp_path)
+    steps = 14
     job = client.call("jobs.start", kind="train.finetune", name="stop-me",
-                      spec=_spec(2000, [{"host": "node-a", "nproc": 1}, {"host": "node-b", "nproc": 1}]))
+                      spec=_spec(steps, [{"host": "node-a", "nproc": 1}, {"host": "node-b", "nproc": 1}]))
     run_id = job["id"]
     try:
         wait_for(lambda: len(_steps(client, run_id)) >= 3, timeout=240, interval=0.5, what="the first steps")
         assert len(node_ctl.procs({"run_id": run_id})["pids"]) >= 4  # a shell, torchrun and a worker per node
         client.call("jobs.stop", id=run_id)
-        done = _wait_state(client, run_id, ("stopped", "failed", "cancelled"), timeout=120)
+        done = _wait_state(client, run_id, ("stopped", "failed", "cancelled", "succeeded"), timeout=120)
         assert done["state"] == "stopped", done.get("error")
         wait_for(lambda: not node_ctl.procs({"run_id": run_id})["pids"], timeout=30, interval=0.5,
                  what="every process of the run to end")
-        # A graceful stop writes a checkpoint on rank 0's node, and it is copied back (resumable).
-        assert (Path(done["run_dir"]) / "checkpoints").is_dir()
+        # A graceful stop writes a checkpoint on rank 0's node, and it is copied back here.
+        assert (Path(done["run_dir"]) / "checkpoints" / "latest").is_file()
+        stopped_at = max(_steps(client, run_id))
+        assert stopped_at < steps
+        # Resume: every node gets that checkpoint and the run goes on from it to the end.
+        client.call("jobs.resume", id=run_id)
+        done = _wait_state(client, run_id, ("succeeded", "failed", "stopped", "cancelled"), timeout=300)
+        assert done["state"] == "succeeded", done.get("error")
+        assert _steps(client, run_id) == list(range(1, steps + 1))
+        info = [e["data"] for e in client.call("events.query", topics=[f"run/{run_id}/run_info"], limit=10)["events"]]
+        assert [i["start_step"] for i in info] == [0, stopped_at], info
     finally:
         assert _kill_leftovers(run_id) == []
 
