@@ -63,6 +63,12 @@ def test_two_nodes_over_ssh_train_and_survive_a_dropped_link(engine_proc, sshd, 
         wait_for(lambda: len(_steps(client, run_id)) >= 4, timeout=240, interval=0.5, what="the first steps")
         # Cut every SSH session the engine has, as a network failure would; training goes on on the nodes.
         assert sshd.drop_connections() >= 1
+        wait_for(lambda: len(_steps(client, run_id)) >= 7, timeout=120, interval=0.5, what="steps after the drop")
+        # Then the engine itself dies and comes back: it re-attaches to the nodes from nodes.json.
+        client.close()
+        engine_proc.kill()
+        engine_proc.restart()
+        client = engine_proc.client(timeout=120)
         done = _wait_state(client, run_id, ("succeeded", "failed", "stopped", "cancelled"), timeout=300)
         assert done["state"] == "succeeded", done.get("error")
         # Not one step lost across the reconnect: every step 1..steps is stored exactly once.
