@@ -7,11 +7,7 @@ in this engine's memory only, so a run can reconnect; it is never written.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import engine
@@ -19,13 +15,13 @@ from engine.eventbus import EventBus
 from engine.host_spec import HostSpec
 from engine.launch import ssh
 from engine.launch.ssh import RemoteError
+from engine.launch.wheel import build_wheel
 from engine.paths import Paths
 from engine.store import Store
 
 # What a host needs to run Ember's recipes (package -> pip name for the hint).
 REQUIRED = ("torch", "transformers", "peft", "safetensors", "scikit-learn", "pydantic", "PyYAML",
             "platformdirs", "psutil", "numpy")
-PROJECT_ROOT = Path(engine.__file__).resolve().parent.parent
 
 
 def assess(facts: dict[str, Any], python: str) -> tuple[list[dict[str, str]], bool]:
@@ -250,33 +246,4 @@ async def _pip_install(conn: Any, spec: HostSpec, wheel: str) -> tuple[int, str,
     except Exception as exc:  # noqa: BLE001 - a dropped link or timeout becomes the user's message
         raise RemoteError(f"pip on {ssh.where(spec)} did not finish: {exc}", "Try Prepare again.") from None
     return result.exit_status or 0, str(result.stdout or ""), str(result.stderr or "")
-
-
-def build_wheel(out_dir: Path) -> Path:
-    """Ember's own wheel (no dependencies), built from this source tree; a prebuilt one in out_dir wins."""
-    name = f"ember_studio-{engine.__version__}-py3-none-any.whl"
-    if not (PROJECT_ROOT / "pyproject.toml").is_file():
-        wheel = out_dir / name
-        if wheel.is_file():
-            return wheel
-        raise RemoteError("This installation has no source tree to build Ember's package from",
-                          f"Put {name} into {out_dir} and press Prepare again.")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    build = out_dir / f"build-{time.time_ns()}"
-    try:
-        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                               "--disable-pip-version-check", "--quiet", "-w", str(build), str(PROJECT_ROOT)],
-                              capture_output=True, text=True, timeout=600)
-        wheels = list(build.glob("ember_studio-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            raise RemoteError(f"Building Ember's package failed: {(proc.stderr or proc.stdout).strip()[-300:]}",
-                              "Check that setuptools and wheel are installed here (pip install setuptools wheel).")
-        target = out_dir / wheels[0].name
-        wheels[0].replace(target)
-        return target
-    finally:
-        with contextlib.suppress(OSError):
-            for leftover in build.rglob("*"):
-                leftover.unlink()
-            build.rmdir()
 
