@@ -1,4 +1,4 @@
-"""Headless command line: ``ember engine|jobs|run|logs|stop|cancel ...``.
+"""Headless command line: ``ember engine|jobs|run|logs|stop|cancel|hosts ...``.
 
 Everything the GUI does goes through the same engine protocol, so each GUI
 action has a command here.
@@ -199,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--detach", action="store_true")
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(fn=cmd_start, action="run")
+
+    from engine import cli_hosts
+
+    cli_hosts.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

@@ -108,3 +108,32 @@ def test_bad_hosts_get_clear_messages(engine_proc, sshd):
     with pytest.raises(RpcError) as err:
         client.call("hosts.probe", **{"name": "no-python"})
     assert "was not found" in err.value.message
+
+
+def test_hosts_from_the_command_line(engine_proc, sshd):
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def ember(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "engine.cli", "hosts", *args], capture_output=True, text=True,
+                              input=stdin, timeout=180, env=env)
+
+    added = ember("add", "cli-box", "127.0.0.1", "--port", str(sshd.port), "--user", sshd.user,
+                  "--key", str(sshd.client_key), "--python", sys.executable)
+    assert added.returncode == 0, added.stderr
+    assert "not probed yet" in added.stdout and "ember hosts trust cli-box" in added.stdout
+    refused = ember("trust", "cli-box", stdin="n\n")
+    assert refused.returncode == 1 and sshd.fingerprint in refused.stdout and "Not trusted" in refused.stdout
+    trusted = ember("trust", "cli-box", stdin="y\n")
+    assert trusted.returncode == 0 and "Trusted" in trusted.stdout
+    probed = ember("probe", "cli-box")
+    assert probed.returncode == 0, probed.stdout + probed.stderr
+    assert f"{os.cpu_count()} CPUs" in probed.stdout and f"Python {platform.python_version()}" in probed.stdout
+    assert probed.stdout.rstrip().endswith("ready")
+    listed = ember("list", "--json")
+    assert [h["name"] for h in __import__("json").loads(listed.stdout)] == ["cli-box"]
+    missing = ember("probe", "nope")
+    assert missing.returncode == 2 and "No host named 'nope'" in missing.stderr
