@@ -94,6 +94,9 @@ def strategy_text(info: dict[str, Any]) -> str:
     if not strategy:
         return NONE
     nproc = info.get("nproc") or 1
+    nodes = info.get("nodes") or []
+    if len(nodes) > 1:
+        return f"{strategy} × {nproc} on {len(nodes)} machines"
     return f"{strategy} × {nproc}" if nproc > 1 else str(strategy)
 
 

@@ -22,6 +22,7 @@ def public(run: dict[str, Any]) -> dict[str, Any]:
 def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     spec = run.get("spec") or {}
     out: dict[str, Any] = {"task": None, "model": None, "method": None, "strategy": None, "nproc": None,
+                           "nodes": [],
                            "best": None, "estimated_peak": run.get("estimated_peak"),
                            "measured_peak": run.get("measured_peak")}
     if run.get("kind") == "train.finetune":
@@ -33,7 +34,8 @@ def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
             parsed = None
         if parsed is not None:
             out.update(task=parsed.task, model=parsed.model_name(), method=parsed.method.kind,
-                       strategy=parsed.distributed.strategy, nproc=parsed.distributed.nproc)
+                       strategy=parsed.distributed.strategy, nproc=parsed.world_size(),
+                       nodes=[n.host for n in parsed.distributed.nodes])
         out["best"] = store.best_metric(run["id"])
     return out
 
