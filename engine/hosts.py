@@ -152,7 +152,12 @@ class Hosts:
             if conn is not None and not conn.is_closed():
                 return conn
             self._sftp.pop(name, None)
-            conn = await ssh.connect(self.known_hosts, self.spec(name), self._passwords.get(name))
+            try:
+                conn = await ssh.connect(self.known_hosts, self.spec(name), self._passwords.get(name))
+            except ssh.HostKeyChanged as exc:
+                # Shown on the Hosts page at once, not only on the next key check.
+                self._update_meta(name, key={"status": "changed", "fingerprint": exc.status["fingerprint"]})
+                raise
             self._conns[name] = conn
             return conn
 

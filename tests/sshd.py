@@ -12,8 +12,10 @@ import contextlib
 import getpass
 import os
 import shutil
+import site
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,3 +123,18 @@ def make_sshd(root: Path, port: int | None = None, host_key: Path | None = None)
     if host_key is None:
         host_key = keygen(root / f"host_ed25519_{len(list(root.glob('host_ed25519_*.pub')))}", "ember-test-host")
     return Sshd(root, port or free_port(), host_key, client_key)
+
+
+def host_venv(root: Path, old_version: str) -> Path:
+    """A venv with pip whose packages come from this one (torch...), but with an older Ember's metadata."""
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    (purelib / "from-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    info = purelib / f"ember_studio-{old_version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: ember-studio\nVersion: {old_version}\n")
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n")
+    return python

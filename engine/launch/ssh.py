@@ -31,6 +31,14 @@ class RemoteError(Exception):
         self.hint = hint
 
 
+class HostKeyChanged(RemoteError):
+    """The host presents another key than the one trusted; ``status`` is key_status()'s answer."""
+
+    def __init__(self, message: str, hint: str, status: dict[str, Any]):
+        super().__init__(message, hint)
+        self.status = status
+
+
 def where(host: HostSpec) -> str:
     return f"{host.name} ({host.user + '@' if host.user else ''}{host.address}:{host.port})"
 
@@ -198,7 +206,7 @@ async def connect(known_hosts: Path, host: HostSpec, password: str | None = None
         return await asyncssh.connect(host.address, host.port, **options)
     except asyncssh.HostKeyNotVerifiable:
         status = await key_status(known_hosts, host)
-        raise RemoteError(changed_message(host, status), changed_hint()) from None
+        raise HostKeyChanged(changed_message(host, status), changed_hint(), status) from None
     except asyncssh.PermissionDenied:
         who = host.user or "this user's name"
         how = {"key": f"the key {host.key_path or '~/.ssh/id_*'}", "agent": "the agent's keys",

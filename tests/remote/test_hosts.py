@@ -69,6 +69,8 @@ def test_changed_host_key_is_refused(engine_proc, tmp_path):
             with pytest.raises(RpcError) as err:
                 client.call("hosts.probe", **{"name": "moved"})
             assert "CHANGED" in err.value.message and "Forget key" in err.value.hint
+            listed = client.call("hosts.list")["hosts"][0]["key"]
+            assert listed == {"status": "changed", "fingerprint": second.fingerprint}
             with pytest.raises(RpcError, match="CHANGED"):
                 client.call("hosts.trust", **{"name": "moved", "fingerprint": second.fingerprint})
             # Only after the user forgets the old key can the new one be trusted.

@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-import site
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import engine
 from tests.conftest import wait_for
+from tests.sshd import host_venv
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
-def _host_venv(root: Path, old_version: str) -> Path:
-    """A venv with pip whose packages come from this one (torch...), but with an older Ember's metadata."""
-    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-    python = root / "bin" / "python"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  check=True, capture_output=True, text=True).stdout.strip())
-    (purelib / "from-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    info = purelib / f"ember_studio-{old_version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: ember-studio\nVersion: {old_version}\n")
-    (info / "INSTALLER").write_text("pip\n")
-    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n")
-    return python
-
-
 def test_version_mismatch_is_refused_then_prepare_installs_the_matching_ember(engine_proc, sshd, tmp_path):
-    python = _host_venv(tmp_path / "venv", "0.0.1")
+    python = host_venv(tmp_path / "venv", "0.0.1")
     client = engine_proc.client(timeout=240)
     client.call("hosts.add", host=sshd.host("old", python=str(python), workdir=str(tmp_path / "work")))
     client.call("hosts.trust", name="old", fingerprint=client.call("hosts.check_key", name="old")["fingerprint"])
