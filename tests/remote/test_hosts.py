@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from engine.protocol import INVALID_PARAMS, REMOTE_FAILED, RpcError
-from tests.sshd import free_port, make_sshd
+from tests.sshd import free_port, keygen, make_sshd
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -83,7 +83,7 @@ def test_changed_host_key_is_refused(engine_proc, tmp_path):
         first.stop()
 
 
-def test_bad_hosts_get_clear_messages(engine_proc, sshd):
+def test_bad_hosts_get_clear_messages(engine_proc, sshd, tmp_path):
     client = engine_proc.client(timeout=150)
     with pytest.raises(RpcError) as err:
         _add(client, {"name": "local", "address": "x y"})
@@ -101,6 +101,13 @@ def test_bad_hosts_get_clear_messages(engine_proc, sshd):
     with pytest.raises(RpcError) as err:
         client.call("hosts.probe", **{"name": "wrong-user"})
     assert "refused the login as ember-no-such-user" in err.value.message and "authorized_keys" in err.value.hint
+
+    # A key the host does not know.
+    other_key = keygen(tmp_path / "not_authorized_ed25519")
+    _add(client, sshd.host("wrong-key", key_path=str(other_key)))
+    with pytest.raises(RpcError) as err:
+        client.call("hosts.probe", name="wrong-key")
+    assert f"refused the login as {sshd.user} with the key {other_key}" in err.value.message
 
     _add(client, sshd.host("no-key", key_path="/nonexistent/id_ed25519"))
     with pytest.raises(RpcError, match="does not exist"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -17,6 +18,7 @@ from engine.launch import node_ctl
 from tests.conftest import wait_for
 from tests.sshd import free_port
 
+TICKETS = Path(__file__).resolve().parents[2] / "engine" / "resources" / "datasets" / "support_tickets" / "train.jsonl"
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
 
@@ -56,8 +58,12 @@ def test_two_nodes_over_ssh_train_and_survive_a_dropped_link(engine_proc, sshd, 
     client = engine_proc.client(timeout=120)
     _trusted_hosts(client, sshd, tmp_path)
     steps = 16
-    job = client.call("jobs.start", kind="train.finetune", name="two-nodes",
-                      spec=_spec(steps, [{"host": "node-a", "nproc": 1}, {"host": "node-b", "nproc": 1}]))
+    # A dataset that lives only on this machine: the engine copies it to each node (sync_data).
+    data = tmp_path / "my-tickets.jsonl"
+    shutil.copy(TICKETS, data)
+    spec = _spec(steps, [{"host": "node-a", "nproc": 1}, {"host": "node-b", "nproc": 1}])
+    spec["data"]["path"] = str(data)
+    job = client.call("jobs.start", kind="train.finetune", name="two-nodes", spec=spec)
     run_id = job["id"]
     try:
         wait_for(lambda: len(_steps(client, run_id)) >= 4, timeout=240, interval=0.5, what="the first steps")
@@ -92,6 +98,13 @@ def test_two_nodes_over_ssh_train_and_survive_a_dropped_link(engine_proc, sshd, 
         assert (run_dir / "model").is_dir() and any((run_dir / "model").iterdir())
         assert (run_dir / "nodes" / "node1-node-b" / "stdout.log").stat().st_size > 0
         assert "[node0-node-a]" in (run_dir / "stdout.log").read_text()
+        for node in nodes["nodes"]:
+            copied = Path(node["dir"]) / "inputs" / "data-path-my-tickets.jsonl"
+            assert copied.read_bytes() == data.read_bytes()
+            assert f"path: {copied}" in (Path(node["dir"]) / "spec.yaml").read_text()
+        launch = [e["data"]["message"] for e in client.call("events.query", topics=[f"run/{run_id}/launch"],
+                                                            limit=100)["events"]]
+        assert any(m.startswith("Copying my-tickets.jsonl to node-b") for m in launch), launch
     finally:
         assert _kill_leftovers(run_id) == []
 
