@@ -357,10 +357,16 @@ class Handlers:
         if run["state"] in ("queued", "running", "stopping"):
             raise RpcError(INVALID_STATE, f"Job {p.id} is {run['state']}; only a finished job can be deleted",
                            {"hint": "Cancel it first, then delete it."})
-        freed = delete_files(self.engine.paths.runs, Path(run["run_dir"])) if p.files else 0
+        freed, left = 0, []
+        if p.files and ((run.get("spec") or {}).get("distributed") or {}).get("nodes"):
+            from engine.launch.multinode import remove_remote_dirs
+
+            # A run across machines also left folders on its hosts (checkpoints, copied data).
+            freed, left = await remove_remote_dirs(p.id, Path(run["run_dir"]), self.engine.hosts)
+        freed += delete_files(self.engine.paths.runs, Path(run["run_dir"])) if p.files else 0
         self.engine.store.delete_run(p.id)
         self.engine.bus.publish("jobs", {"id": p.id, "deleted": True})
-        return {"ok": True, "freed_bytes": freed}
+        return {"ok": True, "freed_bytes": freed, "remote_left": left}
 
     async def jobs_artifacts(self, _s: Session, p: JobId) -> Any:
         return artifacts(self.engine.store, self.engine.jobs.get(p.id))

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from app import format as fmt
 from app.engine_client import CONNECTION_LOST, NOT_CONNECTED, Subscription
 from app.engine_process import EngineProcess
 from app.probe_facts import probe_rows
-from app.widgets.common import FactsView, card, label
+from app.widgets.common import FactsView, card, label, scrolling_body
 from engine.protocol import RpcError
 
 PROBE_KIND = "system.probe"
@@ -34,18 +34,7 @@ class SettingsPage(QWidget):
         self._probe_id: str | None = None
         self._probe_sub: Subscription | None = None
 
-        scroll = QScrollArea(self)
-        scroll.setObjectName("pageScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        body = QWidget()
-        body.setObjectName("pageBody")
-        scroll.setWidget(body)
-        QVBoxLayout(self).addWidget(scroll)
-        self.layout().setContentsMargins(0, 0, 0, 0)
-        outer = QVBoxLayout(body)
-        outer.setContentsMargins(28, 24, 28, 24)
-        outer.setSpacing(16)
+        outer = scrolling_body(self, spacing=16)
         outer.addWidget(label("Settings", "h1"))
 
         # Engine

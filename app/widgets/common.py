@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.style import set_role
 
@@ -26,6 +26,23 @@ def card(parent: QWidget | None = None) -> tuple[QFrame, QVBoxLayout]:
     layout.setContentsMargins(18, 16, 18, 16)
     layout.setSpacing(10)
     return frame, layout
+
+
+def scrolling_body(page: QWidget, spacing: int = 16) -> QVBoxLayout:
+    """Fill ``page`` with a frameless scroll area; returns the padded layout of its body."""
+    scroll = QScrollArea(page)
+    scroll.setObjectName("pageScroll")
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+    body = QWidget()
+    body.setObjectName("pageBody")
+    scroll.setWidget(body)
+    QVBoxLayout(page).addWidget(scroll)
+    page.layout().setContentsMargins(0, 0, 0, 0)
+    outer = QVBoxLayout(body)
+    outer.setContentsMargins(28, 24, 28, 24)
+    outer.setSpacing(spacing)
+    return outer
 
 
 class FactsView(QWidget):

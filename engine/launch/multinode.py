@@ -303,6 +303,8 @@ class MultiNodeRun:
             while True:
                 chunk = await node.read(f"{state.dir}/{name}", offset, CHUNK)
                 end = chunk.rfind(b"\n") + 1  # whole lines only: a half-written event waits for its end
+                if end <= 0 and name == "stdout.log" and len(chunk) == CHUNK:
+                    end = len(chunk)  # a megabyte without a newline (progress bars): take it as it is
                 if end <= 0:
                     break
                 with open(local, "ab") as f:
@@ -435,3 +437,28 @@ class MultiNodeRun:
         except RemoteError as exc:
             self.warn(f"The run ended, but copying its results back failed: {exc}", exc.hint)
 
+
+async def remove_remote_dirs(run_id: str, run_dir: Path, hosts: Any) -> tuple[int, list[dict[str, str]]]:
+    """Delete a multi-node run's folders on its hosts; returns (bytes freed, what could not be deleted)."""
+    try:
+        doc = json.loads((run_dir / NODES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0, []
+    freed, left, done = 0, [], set()
+    for node in doc.get("nodes", []):
+        if node.get("host") == LOCAL or not node.get("dir"):
+            continue
+        folder = str(Path(node["dir"]).parent)  # <workdir>/runs/<run id>
+        if (node["host"], folder) in done:
+            continue
+        done.add((node["host"], folder))
+        try:
+            out = await SshNode(hosts, node["host"]).ctl("remove", {"dir": folder, "run_id": run_id})
+        except RemoteError as exc:
+            left.append({"host": node["host"], "dir": folder, "message": str(exc)})
+            continue
+        if out.get("removed"):
+            freed += int(out.get("freed_bytes") or 0)
+        else:
+            left.append({"host": node["host"], "dir": folder, "message": out.get("error", "not removed")})
+    return freed, left

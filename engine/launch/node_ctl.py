@@ -11,6 +11,7 @@ engine calls the same functions directly.
 - signal: SIGTERM the process group, or SIGKILL every process of the run
 - procs: processes of a run still alive (by EMBER_RUN_ID in their environment)
 - mkdir: make a node's folder, answer its absolute path
+- remove: delete a run's folder on a host (jobs.delete)
 - port_free: can a rendezvous port be bound here
 """
 
@@ -161,7 +162,7 @@ def start(args):
         os.remove(os.path.join(node_dir, EXIT_FILE))
     except OSError:
         pass
-    env = dict(os.environ, **(args.get("env") or {}))
+    env = dict(os.environ, **(args.get("env") or {}), EMBER_NODE_DIR=node_dir)
     wrapper = f'"$@"; code=$?; echo $code > {EXIT_FILE}.tmp && mv {EXIT_FILE}.tmp {EXIT_FILE}'
     with open(os.path.join(node_dir, "stdout.log"), "ab") as log, open(os.devnull, "rb") as null:
         proc = subprocess.Popen(["sh", "-c", wrapper, "sh"] + list(args["argv"]), cwd=node_dir, env=env,
@@ -194,15 +195,16 @@ def _alive(pid, started):
 
 
 def status(args):
-    node_dir = os.path.expanduser(args["dir"])
+    """Running while the node's shell or any process it started lives; then the shell's exit code."""
+    node_dir = os.path.abspath(os.path.expanduser(args["dir"]))
     code = _read(os.path.join(node_dir, EXIT_FILE))
-    running = _alive(args.get("pid"), args.get("started"))
+    running = _alive(args.get("pid"), args.get("started")) or bool(_processes_with("EMBER_NODE_DIR", node_dir))
     return {"running": running and not code, "exit_code": int(code) if code.lstrip("-").isdigit() else None}
 
 
-def _run_processes(run_id):
-    """pids of processes whose environment carries EMBER_RUN_ID=run_id (every process a node started)."""
-    needle = (f"EMBER_RUN_ID={run_id}").encode()
+def _processes_with(key, value):
+    """pids of processes whose environment has key=value (a run's, or one node's, every process)."""
+    needle = f"{key}={value}".encode()
     found = []
     for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not name.isdigit() or int(name) == os.getpid():
@@ -216,13 +218,37 @@ def _run_processes(run_id):
     return found
 
 
+def _run_processes(run_id):
+    return _processes_with("EMBER_RUN_ID", run_id)
+
+
+def _children(pid):
+    kids = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if name.isdigit():
+            stat = _read(f"/proc/{name}/stat")
+            try:
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(name))
+            except (IndexError, ValueError):
+                continue
+    return kids
+
+
 def signal_node(args):
+    """TERM: the node's torchrun (it passes the signal to its workers and waits for them to save), while
+    the shell around it lives on to record the exit code. KILL: every process of the run on this machine."""
     sig = signal.SIGKILL if args.get("sig") == "KILL" else signal.SIGTERM
     count = 0
     pid = args.get("pid")
     if pid and _alive(pid, args.get("started")):
+        targets = _children(pid) if sig == signal.SIGTERM and os.path.isdir("/proc") else []
         try:
-            os.killpg(pid, sig)  # the node's shell leads its own session and process group
+            if targets:
+                for child in targets:
+                    os.kill(child, sig)
+            else:
+                os.killpg(pid, sig)  # the node's shell leads its own session and process group
             count += 1
         except OSError:
             pass
@@ -247,6 +273,22 @@ def mkdir(args):
     return {"dir": node_dir}
 
 
+def remove(args):
+    """Delete a run's folder on this node: only <...>/runs/<run_id>, never anything above it."""
+    path = os.path.abspath(os.path.expanduser(args["dir"]))
+    if os.path.basename(path) != args["run_id"] or os.path.basename(os.path.dirname(path)) != "runs":
+        return {"removed": False, "error": f"{path} is not a run folder of {args['run_id']}"}
+    freed = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                freed += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    shutil.rmtree(path, ignore_errors=True)
+    return {"removed": not os.path.exists(path), "freed_bytes": freed}
+
+
 def port_free(args):
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -257,7 +299,7 @@ def port_free(args):
             return {"free": False, "error": exc.strerror or str(exc)}
 
 
-OPS = {"probe": probe, "mkdir": mkdir, "start": start, "status": status, "signal": signal_node, "procs": procs,
+OPS = {"probe": probe, "mkdir": mkdir, "remove": remove, "start": start, "status": status, "signal": signal_node, "procs": procs,
        "port_free": port_free}
 
 

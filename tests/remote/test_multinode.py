@@ -113,8 +113,9 @@ def test_stop_reaches_every_node_leaves_no_process_and_resumes(engine_proc, sshd
     client = engine_proc.client(timeout=120)
     _trusted_hosts(client, sshd, tmp_path)
     steps = 14
+    # Node 0 is this machine, node 1 a host: the host reaches the rendezvous at this machine's address.
     job = client.call("jobs.start", kind="train.finetune", name="stop-me",
-                      spec=_spec(steps, [{"host": "node-a", "nproc": 1}, {"host": "node-b", "nproc": 1}]))
+                      spec=_spec(steps, [{"host": "local", "nproc": 1}, {"host": "node-a", "nproc": 1}]))
     run_id = job["id"]
     try:
         wait_for(lambda: len(_steps(client, run_id)) >= 3, timeout=240, interval=0.5, what="the first steps")
@@ -135,6 +136,12 @@ def test_stop_reaches_every_node_leaves_no_process_and_resumes(engine_proc, sshd
         assert _steps(client, run_id) == list(range(1, steps + 1))
         info = [e["data"] for e in client.call("events.query", topics=[f"run/{run_id}/run_info"], limit=10)["events"]]
         assert [i["start_step"] for i in info] == [0, stopped_at], info
+        # Deleting the run deletes its folders on the hosts too.
+        node_dirs = [Path(n["dir"]) for n in json.loads((Path(done["run_dir"]) / "nodes.json").read_text())["nodes"]]
+        assert all(d.is_dir() for d in node_dirs)
+        deleted = client.call("jobs.delete", id=run_id)
+        assert deleted["remote_left"] == [] and deleted["freed_bytes"] > 0
+        assert not any(d.exists() for d in node_dirs) and not Path(done["run_dir"]).exists()
     finally:
         assert _kill_leftovers(run_id) == []
 

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QPushButton,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -35,7 +34,7 @@ from app.engine_process import EngineProcess
 from app.pages.hosts.card import HostCard
 from app.pages.hosts.host_dialog import HostDialog
 from app.pages.hosts.key_dialog import KeyDialog
-from app.widgets.common import card, label
+from app.widgets.common import card, label, scrolling_body
 from engine.protocol import INVALID_PARAMS, RpcError
 
 AGE_REFRESH_MS = 30_000
@@ -57,18 +56,7 @@ class HostsPage(QWidget):
         self.password_dialog: QInputDialog | None = None
         self.confirm_dialog: QMessageBox | None = None
 
-        scroll = QScrollArea(self)
-        scroll.setObjectName("pageScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        body = QWidget()
-        body.setObjectName("pageBody")
-        scroll.setWidget(body)
-        QVBoxLayout(self).addWidget(scroll)
-        self.layout().setContentsMargins(0, 0, 0, 0)
-        outer = QVBoxLayout(body)
-        outer.setContentsMargins(28, 24, 28, 24)
-        outer.setSpacing(14)
+        outer = scrolling_body(self, spacing=14)
 
         header = QHBoxLayout()
         header.addWidget(label("Hosts", "h1"), 1)

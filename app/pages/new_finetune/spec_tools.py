@@ -121,8 +121,8 @@ def rdzv_endpoint(spec: dict[str, Any], addresses: dict[str, str] | None = None)
     """HOST:PORT of a multi-node run's rendezvous: rdzv_host, else node 0's address.
 
     ``addresses`` maps host names to their addresses (the Hosts page); without one, a
-    remote node 0 is named by its host name, and a local one is 127.0.0.1 (the engine's
-    default too).
+    remote node 0 is named by its host name, and a local one is 127.0.0.1 (the engine uses
+    this machine's address as the hosts see it; a by-hand command needs it written in).
     """
     dist = spec.get("distributed") or {}
     node0 = str(((dist.get("nodes") or [{}])[0]).get("host") or LOCAL)

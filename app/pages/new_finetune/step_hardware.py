@@ -218,7 +218,7 @@ class HardwareStep(Step):
                                        "every node must be able to reach it")
         form.addRow("Rendezvous port", with_message(self.rdzv_port_spin, self.message_for("distributed.rdzv_port")))
         self.rdzv_host_edit = QLineEdit()
-        self.rdzv_host_edit.setPlaceholderText("node 0's address (127.0.0.1 if this machine)")
+        self.rdzv_host_edit.setPlaceholderText("node 0's address (this machine: as its hosts see it)")
         form.addRow("Rendezvous address",
                     with_message(self.rdzv_host_edit, self.message_for("distributed.rdzv_host")))
         self.rdzv_note = label("", "muted", wrap=True)
@@ -350,8 +350,9 @@ class HardwareStep(Step):
         self.where_note.setText(note)
         nodes = self.nodes_editor.nodes()
         remote_after_local = bool(nodes) and nodes[0]["host"] == LOCAL and any(n["host"] != LOCAL for n in nodes)
-        self.rdzv_note.setText("Node 0 is this machine: the other hosts look for it at 127.0.0.1 unless an "
-                               "address they can reach is given above." if remote_after_local
+        self.rdzv_note.setText("Node 0 is this machine: the other hosts reach it at the address this machine's "
+                               "SSH connection to them comes from, unless another is given above."
+                               if remote_after_local
                                and not self.rdzv_host_edit.text().strip() else "")
         self.rdzv_note.setVisible(bool(self.rdzv_note.text()))
         self.fit_note.setText(f"For several machines this is one node's estimate: the largest, "
