@@ -7,6 +7,7 @@ in this engine's memory only, so a run can reconnect; it is never written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -159,6 +160,11 @@ class Hosts:
                 self._update_meta(name, key={"status": "changed", "fingerprint": exc.status["fingerprint"]})
                 raise
             self._conns[name] = conn
+            with contextlib.suppress(Exception):  # only a label: the login itself succeeded
+                key = conn.get_server_host_key()
+                seen = {"status": "trusted", "fingerprint": ssh.fingerprint(key)}
+                if (self.store.get_host(name) or {}).get("meta", {}).get("key") != seen:
+                    self._update_meta(name, key=seen)  # trusted by address (another profile, or ~/.ssh)
             return conn
 
     async def sftp(self, name: str) -> Any:
