@@ -220,16 +220,16 @@ class Hosts:
         self._progress(name, "Building Ember's package", 0.0)
         wheel = await asyncio.to_thread(build_wheel, self.paths.home / "wheels")
         node = SshNode(self, name)
-        remote = f"{spec.workdir.rstrip('/')}/wheels/{wheel.name}"
-        if remote.startswith("~/"):
-            remote = remote[2:]  # SFTP paths are relative to the login's home
+        folder = (await node.ctl("mkdir", {"dir": f"{spec.workdir.rstrip('/')}/wheels"}))["dir"]  # absolute there
+        remote = f"{folder}/{wheel.name}"
         self._progress(name, f"Copying {wheel.name}", 0.1)
         await node.put(wheel, remote, lambda done, total: self._progress(
             name, f"Copying {wheel.name}: {done // 1024} of {total // 1024} KiB", 0.1 + 0.5 * done / max(total, 1)))
         self._progress(name, f"Installing into {spec.python}", 0.65)
-        conn = await self.connection(name)
-        home_rel = remote if remote.startswith("/") else f"~/{remote}"
-        rc, out, err = await _pip_install(conn, spec, home_rel)
+        rc, out, err = await ssh.run(await self.connection(name), spec,
+                                     [spec.python, "-m", "pip", "install", "--no-deps", "--no-index",
+                                      "--force-reinstall", "--disable-pip-version-check", "--quiet", remote],
+                                     timeout=600)
         if rc != 0:
             text = (err or out).strip()
             if "externally-managed-environment" in text:
@@ -245,16 +245,4 @@ class Hosts:
         rec = await self.probe(name)
         self._progress(name, "Done" if rec["facts"]["ready"] else "Installed; the host still needs attention", 1.0)
         return rec
-
-
-async def _pip_install(conn: Any, spec: HostSpec, wheel: str) -> tuple[int, str, str]:
-    # ssh.run quotes every word; here the wheel's ~/ must stay expandable too.
-    path = ssh.remote_path(wheel)
-    command = " ".join([ssh.remote_path(spec.python), "-m", "pip", "install", "--no-deps", "--no-index",
-                        "--force-reinstall", "--disable-pip-version-check", "--quiet", path])
-    try:
-        result = await asyncio.wait_for(conn.run(command, check=False), 600)
-    except Exception as exc:  # noqa: BLE001 - a dropped link or timeout becomes the user's message
-        raise RemoteError(f"pip on {ssh.where(spec)} did not finish: {exc}", "Try Prepare again.") from None
-    return result.exit_status or 0, str(result.stdout or ""), str(result.stderr or "")
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,8 +88,6 @@ class MultiNodeRun:
     # ---- where things are
     def node(self, state: NodeState) -> Any:
         if state.host not in self._transports:
-            import sys
-
             self._transports[state.host] = LocalNode(sys.executable) if state.host == LOCAL \
                 else SshNode(self.hosts, state.host)
         return self._transports[state.host]
@@ -223,8 +222,6 @@ class MultiNodeRun:
 
     async def _node_specs(self) -> dict[int, str]:
         """The spec each node runs: paths of files that live here point at their copies on remote nodes."""
-        import yaml
-
         from engine.specs import dump_job_yaml
 
         texts: dict[int, str] = {}
@@ -244,7 +241,6 @@ class MultiNodeRun:
                 self.progress(f"Copying the checkpoints to {state.host}")
                 await self._upload(state, checkpoints, f"{state.dir}/checkpoints")
             texts[state.index] = dump_job_yaml("train.finetune", TrainSpec.model_validate(doc))
-            yaml.safe_load(texts[state.index])  # the node reads it back; fail here rather than there
         return texts
 
     async def _upload(self, state: NodeState, local: Path, remote: str) -> None:
@@ -338,13 +334,14 @@ class MultiNodeRun:
         self.save()
 
     async def _stop_orphans(self) -> None:
+        if self._cancelled:  # killed already (by this, or by Cancel)
+            return
         failed = [n for n in self.nodes if n.ended_at is not None and n.exit_code not in (0, None)]
         running = [n for n in self.nodes if n.ended_at is None and n.pid]
         if failed and running and time.time() - failed[0].ended_at > ORPHAN_GRACE_S:
             first = failed[0]
             self.warn(f"Node {first.index} on {first.host} exited with code {first.exit_code}; stopping the other "
                       f"nodes, which cannot go on without it.")
-            failed[0].ended_at = time.time()  # warn once per grace period
             await self.signal("KILL")
 
     # ---- control

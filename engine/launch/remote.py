@@ -118,7 +118,7 @@ class SshNode:
         sftp = await self.sftp()
         total = sum(p.stat().st_size for p in local.rglob("*") if p.is_file()) if local.is_dir() \
             else local.stat().st_size
-        done = {"bytes": 0, "file": 0}
+        done = {"bytes": 0}
 
         def handler(_src: bytes, _dst: bytes, copied: int, _size: int) -> None:
             if progress is not None:

@@ -95,6 +95,11 @@ async def server_key(host: HostSpec, algs: list[str] | None = None) -> Any:
 
 async def key_status(known_hosts: Path, host: HostSpec) -> dict[str, Any]:
     """trusted | unknown | changed, with the fingerprint the host presents now."""
+    return (await _presented(known_hosts, host))[1]
+
+
+async def _presented(known_hosts: Path, host: HostSpec) -> tuple[Any, dict[str, Any]]:
+    """The key the host presents now, and key_status()'s answer for it."""
     known = known_keys(known_hosts, host)
     algs = sorted({k.get_algorithm() for k in known})
     key = None
@@ -107,12 +112,12 @@ async def key_status(known_hosts: Path, host: HostSpec) -> dict[str, Any]:
     fp = fingerprint(key)
     known_fps = [fingerprint(k) for k in known]
     status = "trusted" if fp in known_fps else "changed" if known_fps else "unknown"
-    return {"status": status, "fingerprint": fp, "key_type": key.get_algorithm(), "known_fingerprints": known_fps}
+    return key, {"status": status, "fingerprint": fp, "key_type": key.get_algorithm(), "known_fingerprints": known_fps}
 
 
 async def trust(known_hosts: Path, host: HostSpec, expected_fingerprint: str) -> dict[str, Any]:
     """Store the host's key, only if it is still the one the user saw and no other key is trusted for it."""
-    status = await key_status(known_hosts, host)
+    key, status = await _presented(known_hosts, host)
     if status["fingerprint"] != expected_fingerprint:
         raise RemoteError(f"{where(host)} now presents a different key ({status['fingerprint']}) than the one "
                           f"shown ({expected_fingerprint}); nothing was trusted",
@@ -120,9 +125,8 @@ async def trust(known_hosts: Path, host: HostSpec, expected_fingerprint: str) ->
     if status["status"] == "changed":
         raise RemoteError(changed_message(host, status), changed_hint())
     if status["status"] == "unknown":
-        key = await server_key(host, [status["key_type"]])
-        line = f"{_pattern(host)} {key.export_public_key('openssh').decode().split()[0]} " \
-               f"{key.export_public_key('openssh').decode().split()[1]}\n"
+        key_type, blob = key.export_public_key("openssh").decode().split()[:2]
+        line = f"{_pattern(host)} {key_type} {blob}\n"
         known_hosts.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(known_hosts, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
