@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -107,10 +108,13 @@ class JobManager:
         if parent is not None and self.store.get_run(parent) is None:
             raise RpcError(NOT_FOUND, f"No run with id {parent!r} ({field})",
                            {"hint": "Pick a run from jobs.list (or `ember jobs`)."})
+        host = self._deploy_host(spec)
         run_id = new_run_id()
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True)
         (run_dir / "spec.yaml").write_text(dump_job_yaml(kind, spec, name), encoding="utf-8")
+        if host is not None:
+            (run_dir / "deploy_host.json").write_text(json.dumps(host, indent=1), encoding="utf-8")
         self.store.insert_run({
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
@@ -119,6 +123,17 @@ class JobManager:
         self.bus.publish("jobs", record(self.store, self.get(run_id)))
         self.schedule()
         return self.get(run_id)
+
+    def _deploy_host(self, spec: Any) -> dict[str, Any] | None:
+        """An export's Jetson host, resolved now: the job process reads it (no password) from its run dir."""
+        name = getattr(spec, "host", None)
+        if not name or not isinstance(name, str):
+            return None
+        if self.hosts is None or self.store.get_host(name) is None:
+            raise RpcError(NOT_FOUND, f"No host named {name!r} (host)",
+                           {"hint": "Add the Jetson on the Hosts page (or `ember hosts add`), or leave host empty "
+                                    "to save the bundle only."})
+        return {"host": self.hosts.spec(name).model_dump(mode="json"), "known_hosts": str(self.hosts.known_hosts)}
 
     def schedule(self) -> None:
         if self._closing:

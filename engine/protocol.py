@@ -67,8 +67,9 @@ METHODS: dict[str, str] = {
     "jobs.resume": "{id} -> queue a stopped or failed resumable job again; it continues from its checkpoint.",
     "jobs.delete": "{id, files?} -> {ok, freed_bytes}: forget a finished job, and delete its run dir unless files=false.",
     "jobs.artifacts": "{id} -> {checkpoints, artifacts, parent, children, memory}: what a run produced and its lineage.",
-    "compress.variants": "{id} -> {parent, parent_evaluation, variants: [{job, evaluation}]}: a run's compressed "
-                         "variants, each scored beside it (evaluation.json).",
+    "compress.variants": "{id} -> {parent, parent_evaluation, parent_deployments, variants: [{job, evaluation, "
+                         "deployments}]}: a run's compressed variants, each scored beside it (evaluation.json); "
+                         "deployments: the export jobs of each, with their on-device figures.",
     "jobs.metrics": "{id, kind?} -> the run's numeric metrics, one row per (kind, name, step).",
     "jobs.logs": "{id, tail?} -> the last lines of the job's stdout.log.",
     "subscribe": "{topics: [glob], since?: seq} -> replay stored events after `since`, then live.",

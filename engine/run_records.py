@@ -94,17 +94,36 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The export jobs made from a run, newest first, each with its device figures (result.json's device)."""
+    out = []
+    for child_id in store.child_runs(run_id):
+        child = store.get_run(child_id)
+        if child is None or child.get("kind") != "export.model":
+            continue
+        result = read_json(Path(child["run_dir"]) / "result.json") or {}
+        out.append({"job": child["id"], "name": child.get("name"), "state": child.get("state"),
+                    "ended_at": child.get("ended_at"), "formats": sorted(result.get("formats") or {}),
+                    "device": result.get("device"), "compat": (result.get("compat") or {}).get("ok")})
+    return sorted(out, key=lambda d: d.get("ended_at") or 0, reverse=True)
+
+
 def variants(store: Store, run: dict[str, Any]) -> dict[str, Any]:
-    """A run and every job made from it, each with its evaluation.json (None until it is written)."""
+    """A run and every variant made from it, each with its evaluation.json (None until it is written).
+
+    Export jobs are not variants: they are listed as the deployments of the run they exported.
+    """
     out = []
     for child_id in store.child_runs(run["id"]):
         child = store.get_run(child_id)
-        if child is not None:
-            out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json")})
+        if child is not None and child.get("kind") != "export.model":
+            out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
+                        "deployments": deployments(store, child_id)})
     # The parent as measured most recently beside one of its variants.
     latest = max((v for v in out if v["evaluation"]), key=lambda v: v["job"].get("ended_at") or 0, default=None)
     return {"parent": record(store, run), "variants": out,
-            "parent_evaluation": latest["evaluation"]["parent"] if latest else None}
+            "parent_evaluation": latest["evaluation"]["parent"] if latest else None,
+            "parent_deployments": deployments(store, run["id"])}
 
 
 def measured_peak(store: Store, run_id: str) -> int | None:

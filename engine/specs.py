@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.train_spec import TrainSpec
 
@@ -97,6 +97,66 @@ class PruneSpec(CompressSpec):
     batch_size: int = Field(16, ge=1, le=4096)
 
 
+EXPORT_FORMATS = ("onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson")
+JETSON_TARGETS = ("orin_nano", "orin_nx", "agx_orin", "xavier_nx", "agx_xavier", "nano")
+
+
+class ExportSpec(Spec):
+    """export.model: turn a finished run or variant into deployable files, each checked against the model.
+
+    docs/export.md describes every format, the files written and the parity checks.
+    """
+
+    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
+                            description="id of a finished fine-tune or compression variant")
+    formats: list[Literal["onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson"]] = Field(
+        default_factory=lambda: ["onnx"], min_length=1,
+        description="onnx, ort (ONNX Runtime package), torchscript, pt2 (torch.export), tensorrt (engine built "
+                    "here: needs TensorRT and a CUDA GPU), triton (model repository), jetson (deploy bundle)")
+    opset: int = Field(18, ge=13, le=23, description="ONNX opset; TensorRT on older JetPacks reads only older ones")
+    dynamic_batch: bool = Field(True, description="any batch size at run time (else the example's size)")
+    dynamic_sequence: bool = Field(True, description="text models: any sequence length up to seq_len")
+    max_batch: int = Field(8, ge=1, le=4096, description="largest batch: TensorRT profile max, Triton max_batch_size")
+    opt_batch: int = Field(1, ge=1, le=4096, description="the batch TensorRT tunes for (profile opt)")
+    seq_len: int | None = Field(None, ge=1, le=131_072,
+                                description="text models: the longest sequence; None = the run's data.max_length")
+    slim: bool = Field(False, description="simplify the ONNX graph with onnxslim (constant folding, fusions)")
+    torchscript_mode: Literal["trace", "script"] = Field("trace", description="how TorchScript captures the model")
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        "fp16", description="TensorRT engine precision; int8 needs a QDQ model (compress.quantize static, tensorrt)")
+    target: Literal["orin_nano", "orin_nx", "agx_orin", "xavier_nx", "agx_xavier", "nano"] | None = Field(
+        None, description="the Jetson the bundle is for (needed by format jetson)")
+    jetpack: str | None = Field(None, max_length=20, pattern=r"^[0-9]+(\.[0-9]+)*$",
+                                description="the JetPack on that Jetson; None = the target's newest "
+                                            "(with a host: what the host reports)")
+    tensorrt_version: str | None = Field(None, max_length=20, pattern=r"^[0-9]+(\.[0-9]+)*$",
+                                         description="check the graph against this TensorRT; None = the target's "
+                                                     "(or this machine's for format tensorrt)")
+    host: str | None = Field(None, min_length=1, max_length=100,
+                             description="a Jetson host (Hosts page): build and benchmark the engine on it")
+    workspace_mb: int = Field(1024, ge=16, le=1_048_576, description="TensorRT builder workspace")
+    dla_core: int | None = Field(None, ge=0, le=1, description="build for this DLA core (GPU fallback on)")
+    archive: bool = Field(True, description="also write the Jetson bundle as a .tar.gz")
+    parity_samples: int = Field(64, ge=1, le=100_000, description="validation examples every format is checked on")
+    tolerance: float = Field(1e-4, gt=0, le=1, description="max abs logit difference allowed for fp32 formats")
+    benchmark_s: float = Field(10.0, gt=0, le=600, description="seconds the on-device benchmark runs")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExportSpec:
+        problems = []
+        if len(set(self.formats)) != len(self.formats):
+            problems.append("formats lists a format twice")
+        if "jetson" in self.formats and self.target is None:
+            problems.append("format jetson needs target (orin_nano, orin_nx, agx_orin, xavier_nx, agx_xavier, nano)")
+        if self.host and "jetson" not in self.formats:
+            problems.append("host builds a Jetson bundle on the device: add jetson to formats")
+        if self.opt_batch > self.max_batch:
+            problems.append(f"opt_batch {self.opt_batch} is larger than max_batch {self.max_batch}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
 @dataclass(frozen=True)
 class JobKind:
     name: str
@@ -156,6 +216,15 @@ JOB_KINDS: dict[str, JobKind] = {
             "recover with a short fine-tune.",
             "engine.recipes.compress",
             PruneSpec,
+        ),
+        JobKind(
+            "export.model",
+            "Export",
+            "Export a run or variant to ONNX, an ONNX Runtime package, TorchScript, torch.export, TensorRT, a "
+            "Triton model repository or a Jetson bundle, each checked against the model; optionally build and "
+            "benchmark the engine on a Jetson over SSH.",
+            "engine.recipes.export",
+            ExportSpec,
         ),
     ]
 }

@@ -41,6 +41,7 @@ class Row:
     parent_entry: dict[str, Any] | None = None  # the parent as measured in this variant's job
     record: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    device: dict[str, Any] | None = None  # the newest on-device benchmark of an export of this row (result.device)
 
     def latency(self, basis: str) -> float | None:
         return self.b1_ms if basis == "b1" else self.bn_ms
@@ -104,6 +105,25 @@ def _fill(row: Row, entry: dict[str, Any] | None, task: str | None) -> None:
     row.peak_bytes = entry.get("peak_memory_bytes")
 
 
+def latest_device(deployments: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The newest finished export with device figures (the engine lists them newest first)."""
+    for d in deployments or []:
+        device = d.get("device") or {}
+        if d.get("state") == "succeeded" and (device.get("latency_ms") or device.get("throughput_qps")):
+            return {**device, "job": d.get("job")}
+    return None
+
+
+def device_text(device: dict[str, Any] | None) -> str:
+    """'1.02 ms · 950/s' from a device entry: median latency and throughput."""
+    if not device:
+        return ""
+    median = _num((device.get("latency_ms") or {}).get("median") or (device.get("latency_ms") or {}).get("mean"))
+    qps = _num(device.get("throughput_qps"))
+    parts = ([f"{median:.2f} ms"] if median is not None else []) + ([f"{qps:.0f}/s"] if qps is not None else [])
+    return " · ".join(parts)
+
+
 def _ratio(top: float | None, bottom: float | None) -> float | None:
     return top / bottom if top is not None and bottom else None
 
@@ -117,6 +137,7 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
     _fill(prow, reply.get("parent_evaluation"), task)
     if prow.entry:
         prow.speedup, prow.compression = 1.0, 1.0
+    prow.device = latest_device(reply.get("parent_deployments"))
     rows = [prow]
     for item in reply.get("variants") or []:
         job = item.get("job") or {}
@@ -124,7 +145,7 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
         error = (job.get("error") or {}).get("message") or ""
         row = Row(run_id=str(job.get("id") or ""), name=str(job.get("name") or job.get("id") or ""),
                   technique=technique_label(job, doc), state=str(job.get("state") or ""), record=job,
-                  error=str(error))
+                  error=str(error), device=latest_device(item.get("deployments")))
         if doc:
             task_here = doc.get("task") or task
             _fill(row, doc.get("variant"), task_here)
@@ -192,7 +213,8 @@ def recommend(rows: list[Row], max_latency_ms: float | None, max_drop: float | N
 CSV_COLUMNS = ("run_id", "name", "technique", "state", "is_parent", "metric_name", "metric",
                "delta_vs_parent", "agreement", "latency_b1_p50_ms", "latency_bN_p50_ms", "batch_N",
                "speedup_bN", "size_bytes", "compression_ratio", "params", "peak_memory_bytes",
-               "pareto", "recommended")
+               "pareto", "recommended", "device_host", "device_precision", "device_median_ms",
+               "device_p99_ms", "device_throughput_qps")
 
 
 def csv_records(rows: list[Row], front: list[str], recommended: str | None) -> list[list[Any]]:
@@ -201,9 +223,15 @@ def csv_records(rows: list[Row], front: list[str], recommended: str | None) -> l
     for r in rows:
         values = [r.run_id, r.name, r.technique, r.state, r.is_parent, r.metric_name, r.metric, r.delta,
                   r.agreement, r.b1_ms, r.bn_ms, r.batch_n, r.speedup, r.size_bytes, r.compression,
-                  r.params, r.peak_bytes, r.run_id in front, r.run_id == recommended]
+                  r.params, r.peak_bytes, r.run_id in front, r.run_id == recommended, *_device_values(r.device)]
         out.append(["" if v is None else v for v in values])
     return out
+
+
+def _device_values(device: dict[str, Any] | None) -> list[Any]:
+    d = device or {}
+    lat = d.get("latency_ms") or {}
+    return [d.get("host"), d.get("precision"), lat.get("median"), lat.get("p99"), d.get("throughput_qps")]
 
 
 def per_class_pair(row: Row) -> tuple[list[dict[str, Any]], list[list[int]] | None, list[str]]:

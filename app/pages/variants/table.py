@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont
 
 from app import format as fmt
 from app.jobs_model import STATE_COLOURS
-from app.pages.variants.data import Row
+from app.pages.variants.data import Row, device_text
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NONE = "—"
@@ -36,6 +36,8 @@ COLUMNS = (
     ("compression", "Compression", "Parent size / variant size"),
     ("params", "Params", ""),
     ("peak", "Peak memory", "Resident memory the model added while running"),
+    ("device", "On device", "Median latency and throughput of the TensorRT engine built and benchmarked on a "
+                            "Jetson by an export of this model (Export page)"),
 )
 COLUMN = {key: i for i, (key, _h, _t) in enumerate(COLUMNS)}
 Index = QModelIndex | QPersistentModelIndex
@@ -162,6 +164,8 @@ class VariantsModel(QAbstractTableModel):
             return _count(row.params)
         if key == "peak":
             return fmt.size(row.peak_bytes) if row.peak_bytes is not None else NONE
+        if key == "device":
+            return device_text(row.device) or NONE
         return ""
 
     def sort_value(self, row: Row, key: str) -> Any:
@@ -169,7 +173,8 @@ class VariantsModel(QAbstractTableModel):
                   "state": row.state, "metric": row.metric, "delta": 0.0 if row.is_parent else row.delta,
                   "agreement": row.agreement, "b1": row.b1_ms, "bn": row.bn_ms, "speedup": row.speedup,
                   "size": row.size_bytes, "compression": row.compression, "params": row.params,
-                  "peak": row.peak_bytes}
+                  "peak": row.peak_bytes,
+                  "device": ((row.device or {}).get("latency_ms") or {}).get("median")}
         return values.get(key)
 
     def tooltip(self, row: Row, key: str) -> str | None:
@@ -179,6 +184,12 @@ class VariantsModel(QAbstractTableModel):
             return "On the Pareto front: no other model is both faster and better"
         if key == "state" and row.error:
             return row.error
+        if key == "device" and row.device:
+            d = row.device
+            lat = d.get("latency_ms") or {}
+            return (f"{d.get('host')}: TensorRT {d.get('tensorrt') or '?'}, JetPack {d.get('jetpack') or '?'}, "
+                    f"{d.get('precision')}, batch {d.get('batch')}; p99 {lat.get('p99')} ms "
+                    f"(export job {d.get('job')})")
         if key in ("delta", "speedup", "compression") and not row.is_parent and row.parent_entry:
             return ("Against the parent as measured in this variant's own job (same examples, threads "
                     "and runtime), not the parent row's figures")

@@ -1,0 +1,137 @@
+"""Step 2: the formats to write (a checkbox and one sentence each) and how the model is exported and checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QCheckBox, QFormLayout, QGridLayout, QLineEdit, QVBoxLayout, QWidget
+
+from app.pages.export.form import FormStep, combo, spin
+from app.pages.export.plan import FORMAT_INFO, default_options, source_task, unavailable_reason
+from app.pages.new_finetune.parts import show_text, step_header
+from app.widgets.common import card, label
+
+
+class FormatsStep(FormStep):
+    title = "Formats"
+    prefixes = ("formats", "opset", "dynamic_batch", "dynamic_sequence", "max_batch", "opt_batch", "seq_len",
+                "slim", "torchscript_mode", "parity_samples", "tolerance")
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(14)
+        outer.addWidget(step_header("Formats",
+                                    "Tick every format you need; each is written into the run's export/ "
+                                    "folder and reloaded in a fresh process to check it against the model."))
+        frame, box = card()
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(24)
+        grid.setVerticalSpacing(10)
+        self.format_checks: dict[str, QCheckBox] = {}
+        self.reasons: dict[str, Any] = {}
+        for i, (key, (title, text)) in enumerate(FORMAT_INFO.items()):
+            block = QVBoxLayout()
+            block.setSpacing(2)
+            check = QCheckBox(f"{title}  ({key})")
+            check.setStyleSheet("font-weight: 600;")
+            check.toggled.connect(self.emit_changed)
+            self.format_checks[key] = check
+            block.addWidget(check)
+            line = label(text, "muted", wrap=True)
+            line.setContentsMargins(24, 0, 0, 0)
+            block.addWidget(line)
+            reason = label("", "error", wrap=True)
+            reason.setContentsMargins(24, 0, 0, 0)
+            reason.hide()
+            self.reasons[key] = reason
+            block.addWidget(reason)
+            block.addStretch(1)
+            grid.addLayout(block, i // 2, i % 2)
+        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1)
+        box.addLayout(grid)
+        box.addWidget(self.message_for("formats"))
+        outer.addWidget(frame)
+
+        frame, box = card()
+        box.addWidget(label("Options", "h2"))
+        box.addWidget(label("The defaults suit most models; the engine checks every value as you change it.",
+                            "muted", wrap=True))
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        box.addLayout(form)
+        self.add_field(form, "opset", "ONNX opset",
+                       spin(13, 23, "18 suits current TensorRT and ONNX Runtime; TensorRT on older JetPacks "
+                                    "reads only older opsets (the compatibility check says so)"))
+        dynamic = QCheckBox("Any batch size at run time")
+        dynamic.setToolTip("Off: the batch size is fixed to the example's")
+        self.add_field(form, "dynamic_batch", "Dynamic batch", dynamic)
+        sequence = QCheckBox("Any sequence length up to the run's max_length")
+        sequence.setToolTip("Text models only: a dynamic sequence axis")
+        self.add_field(form, "dynamic_sequence", "Dynamic sequence", sequence)
+        self.add_field(form, "max_batch", "Max batch",
+                       spin(1, 4096, "largest batch: the TensorRT profile's max and Triton's max_batch_size"))
+        self.add_field(form, "opt_batch", "Opt batch", spin(1, 4096, "the batch TensorRT tunes for"))
+        slim = QCheckBox("Simplify the graph with onnxslim")
+        slim.setToolTip("Constant folding and fusions; the parity check runs on the simplified model")
+        self.add_field(form, "slim", "Slim", slim)
+        self.add_field(form, "torchscript_mode", "TorchScript mode",
+                       combo([("trace (runs the model on an example)", "trace"),
+                              ("script (compiles the Python code)", "script")],
+                             "trace follows one example's path; script keeps control flow"))
+        self.add_field(form, "parity_samples", "Parity samples",
+                       spin(1, 100_000, "validation examples every format is checked on"))
+        self.add_field(form, "tolerance", "Tolerance", QLineEdit())
+        self.fields["tolerance"].setToolTip("largest absolute logit difference allowed for fp32 formats")
+        self.fields["tolerance"].setMaximumWidth(140)
+        self._options_form = form
+        outer.addWidget(frame)
+        outer.addWidget(self.general_message)
+        outer.addStretch(1)
+        options = default_options()
+        self.load(options)
+        self.set_formats(options["formats"])
+        self.set_source(None)
+
+    def set_formats(self, formats: list[str]) -> None:
+        self._loading = True
+        for key, check in self.format_checks.items():
+            check.setChecked(key in formats and check.isEnabled())
+        self._loading = False
+        self._update_rows()
+
+    def set_source(self, record: dict[str, Any] | None, task: str = "") -> None:
+        """Enable what applies to ``record``; say why the rest does not (and untick it)."""
+        for key, check in self.format_checks.items():
+            reason = unavailable_reason(key, record)
+            check.setEnabled(not reason)
+            if reason and check.isChecked():
+                check.setChecked(False)
+            show_text(self.reasons[key], reason)
+            check.setToolTip(reason or FORMAT_INFO[key][1])
+        task = task or source_task(record)
+        text = task in ("", "text_classification", "causal_lm")
+        sequence = self.fields["dynamic_sequence"]
+        sequence.setEnabled(text)
+        sequence.setToolTip("Text models only: a dynamic sequence axis" if text
+                            else f"Only text models have a sequence axis; this is a {task.replace('_', ' ')} model.")
+        self._update_rows()
+
+    def _update_rows(self) -> None:
+        mode = self.fields["torchscript_mode"]
+        mode.setEnabled(self.format_checks["torchscript"].isChecked())
+
+    def emit_changed(self, *args: Any) -> None:
+        self._update_rows()
+        super().emit_changed(*args)
+
+    def checked(self) -> list[str]:
+        return [k for k, c in self.format_checks.items() if c.isChecked() and c.isEnabled()]
+
+    def values(self) -> dict[str, Any]:
+        return {**super().values(), "formats": self.checked()}
+
+    def blocking(self) -> list[str]:
+        return [] if self.checked() else ["tick at least one format"]

@@ -1,0 +1,88 @@
+"""export.model jobs against a real engine: real fine-tunes, every format reloaded in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.engine.test_compress_jobs import DIGITS_PARENT, EVAL, TEXT_PARENT, finish
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _result(job: dict) -> dict:
+    return json.loads((Path(job["run_dir"]) / "result.json").read_text())
+
+
+def test_minilm_to_every_portable_format_with_parity_and_a_jetson_bundle(engine_proc):
+    with engine_proc.client() as c:
+        parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=TEXT_PARENT, name="minilm")["id"])
+        assert parent["state"] == "succeeded", parent
+        spec = {"source_run": parent["id"], "formats": ["onnx", "ort", "torchscript", "pt2", "triton", "jetson"],
+                "target": "orin_nano", "parity_samples": 32}
+        job = finish(c, c.call("jobs.start", kind="export.model", spec=spec, name="export")["id"])
+        assert job["state"] == "succeeded", job
+        assert job["parent_id"] == parent["id"]
+        result = _result(job)
+        formats = result["formats"]
+        assert set(formats) == set(spec["formats"])
+        for fmt in ("onnx", "ort", "torchscript", "pt2"):
+            parity = formats[fmt]["parity"]
+            # fp32 text logits: the acceptance bound, on the validation split, each format in a fresh process
+            assert parity["passed"] and parity["enforced"], (fmt, parity)
+            assert parity["max_abs_diff"] < 1e-4 and parity["top1_agreement"] == 1.0, (fmt, parity)
+            assert parity["samples"] == 32
+            assert Path(formats[fmt]["path"]).exists()
+        assert result["compat"]["ok"] and result["compat"]["tensorrt_version"].startswith("10.")
+        bundle = Path(formats["jetson"]["path"])
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        assert manifest["source_run"] == parent["id"]
+        names = tarfile.open(formats["jetson"]["archive"]["path"]).getnames()
+        assert any(n.endswith("manifest.json") for n in names) and any(n.endswith("build_engine.sh") for n in names)
+        config = (Path(formats["triton"]["path"]) / "config.pbtxt").read_text() \
+            if (Path(formats["triton"]["path"]) / "config.pbtxt").exists() \
+            else next(Path(formats["triton"]["path"]).rglob("config.pbtxt")).read_text()
+        assert 'name: "input_ids"' in config and "TYPE_INT64" in config
+        # The export is listed with the run it came from, not as a variant.
+        reply = c.call("compress.variants", id=parent["id"])
+        assert [v["job"]["id"] for v in reply["variants"]] == []
+        assert reply["parent_deployments"][0]["job"] == job["id"]
+        events = c.call("jobs.logs", id=job["id"], tail=400)["lines"]
+        assert any("top-1 agreement" in line for line in events)
+
+
+def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot(engine_proc):
+    with engine_proc.client() as c:
+        parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS_PARENT, name="digits")["id"])
+        assert parent["state"] == "succeeded", parent
+        variant = finish(c, c.call("jobs.start", kind="compress.quantize",
+                                   spec={"source_run": parent["id"], "mode": "dynamic", "eval": EVAL})["id"])
+        assert variant["state"] == "succeeded", variant
+        job = finish(c, c.call("jobs.start", kind="export.model",
+                               spec={"source_run": variant["id"], "formats": ["onnx", "ort"],
+                                     "parity_samples": 48})["id"])
+        assert job["state"] == "succeeded", job
+        for fmt in ("onnx", "ort"):
+            parity = _result(job)["formats"][fmt]["parity"]
+            assert not parity["enforced"] and parity["samples"] == 48
+            assert 0.5 <= parity["top1_agreement"] <= 1.0  # int8 against its fp32 parent: reported
+            assert parent["id"] in parity["reference"]
+        # TorchScript needs torch weights: refused before anything is written.
+        refused = finish(c, c.call("jobs.start", kind="export.model",
+                                   spec={"source_run": variant["id"], "formats": ["onnx", "torchscript"]})["id"])
+        assert refused["state"] == "failed"
+        assert "only an ONNX model" in refused["error"]["message"] and "parent" in refused["error"]["hint"]
+        assert not (Path(refused["run_dir"]) / "export").exists()
+        # Dynamic int8 is ONNX Runtime's own: TensorRT needs QDQ. The finding names the node and the fix,
+        # and the job fails before any bundle is written.
+        bad = finish(c, c.call("jobs.start", kind="export.model",
+                               spec={"source_run": variant["id"], "formats": ["jetson"], "target": "agx_orin",
+                                     "precision": "int8"})["id"])
+        assert bad["state"] == "failed"
+        assert "static" in bad["error"]["hint"]
+        compat = _result(bad)["compat"]
+        assert not compat["ok"] and any(f["severity"] == "error" and f["node"] for f in compat["findings"])
+        assert not (Path(bad["run_dir"]) / "export" / "jetson").exists()
