@@ -236,10 +236,10 @@ class Export:
             report["archive"] = jetson_bundle.write_archive(Path(bundle["path"]),
                                                             self.out / "jetson" / f"{name}.tar.gz")
         if host is not None:
-            report["device"] = self.deploy(host, Path(bundle["path"]))
+            report["device"] = self.deploy(host, Path(bundle["path"]), link_facts)
         return report
 
-    def deploy(self, host: tuple[Any, Path], bundle: Path) -> dict[str, Any]:
+    def deploy(self, host: tuple[Any, Path], bundle: Path, facts: dict[str, Any] | None) -> dict[str, Any]:
         from engine.export import deploy
 
         spec, known_hosts = host
@@ -259,10 +259,13 @@ class Export:
             self.ctx.log(f"[{spec.name} {stage}] {line}")
 
         progress(self.ctx, "deploy", 0.65, f"copying the bundle to {spec.name}:{remote_dir}")
-        out = deploy.deploy(spec, known_hosts, bundle, remote_dir, on_event=on_event,
+        out = deploy.deploy(spec, known_hosts, bundle, remote_dir, on_event=on_event, facts=facts,
                             should_stop=lambda: self.ctx.stop_requested)
+        if out.get("stopped"):
+            self.ctx.log(f"stopped during the {out['stopped']} on {spec.name}; the files there are kept")
+            return {"host": spec.name, "remote_dir": out.get("remote_dir", remote_dir), "stopped": out["stopped"]}
         bench = out.get("benchmark") or {}
-        device = {"host": spec.name, "remote_dir": remote_dir,
+        device = {"host": spec.name, "remote_dir": out.get("remote_dir", remote_dir),
                   "jetpack": ((out.get("facts") or {}).get("jetson") or {}).get("jetpack"),
                   "l4t": ((out.get("facts") or {}).get("jetson") or {}).get("l4t"),
                   "tensorrt": bench.get("tensorrt_version")

@@ -288,3 +288,37 @@ def test_the_trtexec_stand_in_refuses_what_trtexec_refuses(jetson, onnx_model, t
     assert "=== Performance summary ===" not in built.stdout  # --skipInference
     outside = fake("--loadEngine=model.plan", "--shapes=pixel_values:9x3x32x32", "--duration=1")
     assert outside.returncode == 1 and "outside the engine's profile" in outside.stdout
+
+
+def test_export_job_one_click_to_jetson_through_the_engine(engine_proc, sshd, jetson):
+    """The whole path a user clicks: host added and trusted, a fine-tune, an export with host -> device figures."""
+    from engine.protocol import NOT_FOUND, RpcError
+    from tests.engine.test_compress_jobs import DIGITS_PARENT, finish
+
+    c = engine_proc.client(timeout=150)
+    host = jetson["host"]
+    c.call("hosts.add", host=sshd.host("orin", python=host.python, workdir=host.workdir, role="jetson"))
+    c.call("hosts.trust", name="orin", fingerprint=sshd.fingerprint)
+    parent = finish(c, c.call("jobs.start", kind="train.finetune", spec={**DIGITS_PARENT, "max_steps": 8,
+                                                                         "eval_every": 8})["id"])
+    assert parent["state"] == "succeeded", parent
+    spec = {"source_run": parent["id"], "formats": ["jetson"], "target": "orin_nano", "host": "orin",
+            "benchmark_s": 2, "parity_samples": 16}
+    with pytest.raises(RpcError) as err:
+        c.call("jobs.start", kind="export.model", spec={**spec, "host": "no-such-jetson"})
+    assert err.value.code == NOT_FOUND and "Hosts page" in str(err.value.data)
+    job = finish(c, c.call("jobs.start", kind="export.model", spec=spec, name="to-orin")["id"])
+    assert job["state"] == "succeeded", job
+    result = json.loads((Path(job["run_dir"]) / "result.json").read_text())
+    device = result["device"]
+    assert device["host"] == "orin" and device["tensorrt"] == "10.3.0" and device["precision"] == "fp16"
+    assert device["throughput_qps"] > 0 and 0 < device["latency_ms"]["median"] <= device["latency_ms"]["p99"]
+    # Checked against the TensorRT the device reported, not the profile's guess.
+    assert result["compat"]["ok"] and result["compat"]["tensorrt_version"] == "10.3.0"
+    remote = Path(device["remote_dir"])
+    assert (remote / "model.plan").is_file() and (remote / "manifest.json").is_file()
+    # The device's output reached the run as it streamed, and the figures reach Compare.
+    lines = c.call("jobs.logs", id=job["id"], tail=1000)["lines"]
+    assert any("[orin build]" in line for line in lines) and any("Throughput" in line for line in lines)
+    deployment = c.call("compress.variants", id=parent["id"])["parent_deployments"][0]
+    assert deployment["job"] == job["id"] and deployment["device"]["throughput_qps"] == device["throughput_qps"]
