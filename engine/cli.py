@@ -200,9 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(fn=cmd_start, action="run")
 
-    from engine import cli_hosts
+    from engine import cli_export, cli_hosts
 
     cli_hosts.add_parser(sub)
+    cli_export.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

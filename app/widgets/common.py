@@ -80,3 +80,9 @@ class FactsView(QWidget):
 
     def keys(self) -> list[str]:
         return list(self._rows)
+
+
+def show_text(widget: QLabel, text: str) -> None:
+    """Set a note's text and hide it while empty, so empty notes leave no gaps (as the wizards' parts.show_text)."""
+    widget.setText(text)
+    widget.setVisible(bool(text))

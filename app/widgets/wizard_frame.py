@@ -86,3 +86,12 @@ def show_status(status: QLabel, text: str, role: str = "muted") -> None:
         set_role(status, role)
         status.style().unpolish(status)
         status.style().polish(status)
+
+
+def step_column(step: QWidget, header: QWidget) -> QVBoxLayout:
+    """A step's layout, ``header`` on top: flush with the frame, whose scroll area pads every step alike."""
+    column = QVBoxLayout(step)
+    column.setContentsMargins(0, 0, 0, 0)
+    column.setSpacing(14)
+    column.addWidget(header)
+    return column

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
 import json
 import re
 import shlex
@@ -43,6 +42,8 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from engine.export import device_ctl
+from engine.export.jetson_bundle import sha256_file
 from engine.host_spec import HostSpec
 from engine.jobctx import JobFailed
 from engine.launch import ssh
@@ -62,69 +63,8 @@ PID_MARK = "ember-deploy-pid="
 Progress = Callable[[int, int, str], None]  # (bytes sent, bytes to send, message)
 OnEvent = Callable[..., None]  # ("upload", fraction, message) | ("build" | "benchmark", line)
 
-# Runs on the host as `python - OP JSON` (source on stdin), like node_ctl: stdlib and Python 3.8+ only.
-HOST_HELPER = r'''
-import hashlib, json, os, re, shutil, subprocess, sys
-
-
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def files(a):
-    """{rel: [size, sha256]} of each file in dir (None when missing); hashed only when the size matches."""
-    out = {}
-    for rel, size in a["files"].items():
-        path = os.path.join(a["dir"], rel)
-        try:
-            have = os.path.getsize(path) if os.path.isfile(path) else None
-        except OSError:
-            have = None
-        out[rel] = None if have is None else [have, _sha256(path) if size is None or have == size else None]
-    return out
-
-
-def prepare(a):
-    """Make the folder, drop its manifest (the bundle is incomplete from now on), report what is there."""
-    d = os.path.abspath(os.path.expanduser(a["dir"]))
-    os.makedirs(d, exist_ok=True)
-    try:
-        os.remove(os.path.join(d, "manifest.json"))
-    except FileNotFoundError:
-        pass
-    return {"dir": d, "files": files(dict(a, dir=d))}
-
-
-def trtexec(a):
-    """trtexec as the bundle's scripts find it: $TRTEXEC, then PATH + /usr/src/tensorrt/bin + this Python's dir."""
-    extra = ["/usr/src/tensorrt/bin", os.path.dirname(sys.executable)]
-    search = os.pathsep.join([os.environ.get("PATH", "")] + extra)
-    path = os.environ.get("TRTEXEC") or shutil.which("trtexec", path=search)
-    out = {"path": path, "banner": None, "error": None}
-    if not path:
-        return out
-    try:
-        run = subprocess.run([path, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
-        text = run.stdout.decode("utf-8", "replace")
-    except (OSError, subprocess.SubprocessError) as exc:
-        out["error"] = str(exc)
-        return out
-    for line in text.splitlines():
-        if line.startswith("&&&& RUNNING"):
-            out["banner"] = line.strip()
-            break
-    if out["banner"] is None:
-        out["error"] = (text.strip().splitlines() or ["no output"])[-1][:300]
-    return out
-
-
-OPS = {"files": files, "prepare": prepare, "trtexec": trtexec}
-sys.stdout.write(json.dumps(OPS[sys.argv[1]](json.loads(sys.argv[2]))) + "\n")
-'''
+# The device side of the upload and probe (stdlib only), sent on stdin like node_ctl.
+HOST_HELPER = Path(device_ctl.__file__).read_text(encoding="utf-8")
 
 
 class LinkLost(RemoteError):
@@ -139,14 +79,6 @@ def tensorrt_version(banner: str | None) -> str | None:
     return ".".join(str(p) for p in parse_version(match.group(1))) if match else None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def bundle_files(bundle_dir: Path) -> dict[str, tuple[int, str]]:
     """{relative posix path: (size, sha256)} of every file in the bundle, hashed from the files as they are now
     (not from the manifest: a bundle changed after it was written is sent as it is, and the device says so)."""
@@ -156,7 +88,7 @@ def bundle_files(bundle_dir: Path) -> dict[str, tuple[int, str]]:
     found = {}
     for path in sorted(bundle_dir.rglob("*")):
         if path.is_file() and not path.name.endswith(PART):
-            found[path.relative_to(bundle_dir).as_posix()] = (path.stat().st_size, _sha256(path))
+            found[path.relative_to(bundle_dir).as_posix()] = (path.stat().st_size, sha256_file(path))
     return found
 
 

@@ -76,6 +76,21 @@ def _shapes_text(shapes: dict[str, dict[str, list[int]]]) -> str:
                      f"{'x'.join(map(str, s['max']))}" for name, s in shapes.items())
 
 
+def check_target(target: str, jetpack: str | None, precision: str, dla_core: int | None) -> dict[str, Any]:
+    """The target's profile, once its JetPack, precision and DLA core are known to exist there."""
+    prof = jetson_profiles.profile(target)
+    jetson_profiles.jetpack_versions(target, jetpack)
+    if precision not in prof["precisions"]:
+        raise JobFailed(f"{prof['title']} cannot build {precision} engines",
+                        f"use precision {' or '.join(prof['precisions'])}"
+                        + (f" ({prof['precision_note']})" if prof.get("precision_note") else "") + ".")
+    if dla_core is not None and not 0 <= dla_core < prof["dla_cores"]:
+        raise JobFailed(f"{prof['title']} has no DLA core {dla_core} (it has {prof['dla_cores']})",
+                        "leave dla_core empty to build for the GPU." if not prof["dla_cores"] else
+                        f"use dla_core 0..{prof['dla_cores'] - 1}.")
+    return prof
+
+
 def write_bundle(out_dir: str | Path, *, onnx_files: list[Path], inputs: list[dict[str, Any]],
                  outputs: list[dict[str, Any]], task_name: str, labels: list[str], preprocessing: dict[str, Any],
                  tokenizer_dir: Path | None, target: str, jetpack: str | None, precision: str,
@@ -83,16 +98,8 @@ def write_bundle(out_dir: str | Path, *, onnx_files: list[Path], inputs: list[di
                  source_run: str, spec_sha256: str | None, benchmark_s: float) -> dict[str, Any]:
     """Write the bundle at ``out_dir`` (replacing one there); returns {path, files, manifest}."""
     out_dir = Path(out_dir)
-    prof = jetson_profiles.profile(target)
+    prof = check_target(target, jetpack, precision, dla_core)
     versions = jetson_profiles.jetpack_versions(target, jetpack)
-    if precision not in prof["precisions"]:
-        raise JobFailed(f"{prof['title']} cannot build a {precision} engine",
-                        f"use precision {' or '.join(prof['precisions'])}"
-                        + (f" ({prof['precision_note']})" if prof.get("precision_note") else "") + ".")
-    if dla_core is not None and not 0 <= dla_core < prof["dla_cores"]:
-        raise JobFailed(f"{prof['title']} has no DLA core {dla_core} (it has {prof['dla_cores']})",
-                        "leave dla_core empty to build for the GPU." if not prof["dla_cores"] else
-                        f"use dla_core 0..{prof['dla_cores'] - 1}.")
     onnx_files = [Path(p) for p in onnx_files]
     if not onnx_files or not onnx_files[0].is_file():
         raise JobFailed(f"no ONNX model to bundle ({onnx_files[0] if onnx_files else 'none given'})",

@@ -8,7 +8,6 @@ Reads the source run's ``model/`` (never changes it) and writes this run's
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -44,6 +43,10 @@ class Export:
 
     # ---- inputs
     def check_formats(self) -> None:
+        if "jetson" in self.spec.formats and self.spec.target:
+            from engine.export.jetson_bundle import check_target
+
+            check_target(self.spec.target, self.spec.jetpack, self.spec.precision, self.spec.dla_core)
         if self.onnx_only:
             refused = [f for f in self.spec.formats if f in TORCH_ONLY]
             if refused:
@@ -63,7 +66,13 @@ class Export:
         self.data = sources.load_data(self.source)
         if self.onnx_only:
             # A quantized variant has no torch model; its lineage's fp32 model is the reference.
-            parent = sources.open_source(self.run_dir.resolve().parent / str(self.source.meta.get("parent_run")))
+            parent_id = str(self.source.meta.get("parent_run"))
+            try:
+                parent = sources.open_source(self.run_dir.resolve().parent / parent_id)
+            except JobFailed as exc:
+                raise JobFailed(f"The parity reference of variant {self.source.run_id} is its parent run "
+                                f"{parent_id}, which cannot be opened: {exc}",
+                                "Export the variant while its parent run still exists, or export the parent.") from exc
             self.model = None
             reference_model = sources.load_model(parent, self.data)
             self.reference_from = f"run {parent.run_id} (fp32 PyTorch, the variant's parent)"
@@ -225,7 +234,7 @@ class Export:
             preprocessing=metadata.preprocessing(self.source, self.data), tokenizer_dir=self.tokenizer_dir(),
             target=self.spec.target, jetpack=versions.get("jetpack"), precision=self.spec.precision,
             shapes=self.shapes(), workspace_mb=self.spec.workspace_mb, dla_core=self.spec.dla_core,
-            source_run=self.source.run_id, spec_sha256=_sha256(self.source.run_dir / "spec.yaml"),
+            source_run=self.source.run_id, spec_sha256=metadata.spec_sha256(self.source.run_dir / "spec.yaml"),
             benchmark_s=self.spec.benchmark_s)
         report: dict[str, Any] = {"path": bundle["path"], "files": bundle["files"],
                                   "bytes": sum(Path(bundle["path"], f).stat().st_size for f in bundle["files"]
@@ -314,14 +323,6 @@ class Export:
 def _source_kind(source: sources.Source) -> str:
     variant = source.meta.get("variant") or {}
     return str(variant.get("technique") or "train.finetune")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _copy_onnx(src: Path, dst: Path, meta: dict[str, str]) -> dict[str, Any]:

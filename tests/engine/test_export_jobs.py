@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -54,17 +55,22 @@ def test_minilm_to_every_portable_format_with_parity_and_a_jetson_bundle(engine_
         assert any("top-1 agreement" in line for line in events)
 
 
-def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot(engine_proc):
+def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot(engine_proc, capsys):
+    from engine.cli import main as ember
+
     with engine_proc.client() as c:
         parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS_PARENT, name="digits")["id"])
         assert parent["state"] == "succeeded", parent
         variant = finish(c, c.call("jobs.start", kind="compress.quantize",
                                    spec={"source_run": parent["id"], "mode": "dynamic", "eval": EVAL})["id"])
         assert variant["state"] == "succeeded", variant
-        job = finish(c, c.call("jobs.start", kind="export.model",
-                               spec={"source_run": variant["id"], "formats": ["onnx", "ort"],
-                                     "parity_samples": 48})["id"])
+        capsys.readouterr()
+        # The headless command: submits the job, follows it, prints each format's parity.
+        assert ember(["export", variant["id"], "--formats", "onnx,ort", "--parity-samples", "48"]) == 0
+        printed = capsys.readouterr().out
+        job = c.call("jobs.get", id=re.search(r"started (\S+) \(export.model\)", printed).group(1))
         assert job["state"] == "succeeded", job
+        assert "reported, not enforced" in printed and re.search(r"^ort .* passed\*|^ort .* FAILED\*", printed, re.M)
         for fmt in ("onnx", "ort"):
             parity = _result(job)["formats"][fmt]["parity"]
             assert not parity["enforced"] and parity["samples"] == 48

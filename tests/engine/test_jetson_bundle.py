@@ -17,38 +17,21 @@ import pytest
 
 from engine.export import jetson_bundle, trtexec
 from engine.jobctx import JobFailed
+from tests.engine.export_models import export_digits
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     """The built-in digits CNN exported with engine.compress.onnx_export, its labels, preprocessing and a batch."""
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("EMBER_HOME")
-    os.environ["EMBER_HOME"] = str(home)
-    try:
-        from engine.compress.onnx_export import export_onnx
-        from engine.export.triton import model_io
-        from engine.tasks import get_task
-        from engine.train_spec import TrainSpec
+    from engine.export.triton import model_io
 
-        spec = TrainSpec.model_validate({"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"})
-        task = get_task(spec.task)
-        data = task.load_data(spec)
-        model = task.build_model(spec, data).eval()
-        batch = data.collate([data.val[i] for i in range(4)])
-        path = home / "export" / "model.onnx"
-        export_onnx(model, "image_classification", batch, path, opset=17)
-        inputs, outputs = model_io(path)
-        info = data.info
-        pre = {"size": [info["image_size"]] * 2, "channels": 3, "scale": 1 / 255, "mean": info["mean"],
-               "std": info["std"], "layout": "NCHW"}
-        return {"path": path, "inputs": inputs, "outputs": outputs, "labels": list(info["label_names"]),
-                "pre": pre, "pixels": batch["pixel_values"].numpy()}
-    finally:
-        if old is None:
-            os.environ.pop("EMBER_HOME", None)
-        else:
-            os.environ["EMBER_HOME"] = old
+    out = export_digits(tmp_path_factory.mktemp("home"))
+    inputs, outputs = model_io(out["path"])
+    info = out["data"].info
+    pre = {"size": [info["image_size"]] * 2, "channels": 3, "scale": 1 / 255, "mean": info["mean"],
+           "std": info["std"], "layout": "NCHW"}
+    return {"path": out["path"], "inputs": inputs, "outputs": outputs, "labels": list(info["label_names"]),
+            "pre": pre, "pixels": out["batch"]["pixel_values"].numpy()}
 
 
 def _write(digits, out: Path, *, target="orin_nano", jetpack=None, precision="fp16", dla_core=None):
@@ -108,7 +91,7 @@ def test_build_script_trtexec_line_for_tensorrt_8_2_and_10_3(digits, tmp_path):
     bench = (tmp_path / "orin" / "benchmark.sh").read_text()
     assert '"$TRT" --loadEngine=model.plan --shapes=pixel_values:1x3x32x32 --warmUp=500 --duration=5' in bench
     assert "tee benchmark.log" in bench
-    with pytest.raises(JobFailed, match="cannot build a int8 engine"):
+    with pytest.raises(JobFailed, match="cannot build int8 engines"):
         _write(digits, tmp_path / "nano8", target="nano", precision="int8")
     with pytest.raises(JobFailed, match="no DLA core"):
         _write(digits, tmp_path / "dla", target="orin_nano", dla_core=0)
@@ -183,3 +166,31 @@ def test_an_interrupted_write_leaves_no_manifest_and_no_bundle(digits, tmp_path,
     assert before == [] and jetson_bundle.verify_bundle(out) == []
     assert json.loads((out / "manifest.json").read_text())["jetpack"] == "6.2.1"
     assert [p.name for p in (tmp_path / "jetson").iterdir()] == ["digits"]
+
+
+def _mount_tmpfs(where: Path, size_kb: int) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def test_a_really_full_disk_fails_the_bundle_cleanly_and_it_works_once_space_is_freed(digits, tmp_path):
+    """A real small filesystem (tmpfs) rather than an injected error: the write fails with ENOSPC itself."""
+    disk = tmp_path / "small-disk"
+    model_kb = digits["path"].stat().st_size // 1024
+    if os.geteuid() != 0 or not _mount_tmpfs(disk, max(64, model_kb // 2)):
+        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); the injected-error test above covers the logic")
+    try:
+        out = disk / "jetson" / "digits"
+        with pytest.raises(JobFailed) as info:
+            _write(digits, out)
+        assert "No space left on device" in str(info.value) and "free space" in info.value.hint
+        assert not out.exists() and not list(disk.rglob("manifest.json"))
+        assert not [p for p in disk.rglob("*") if p.is_file()]  # nothing half-written left to fill the disk
+        # Space freed (the filesystem grown): the same call writes a whole bundle that verifies.
+        subprocess.run(["mount", "-o", f"remount,size={model_kb * 4 + 1024}k", str(disk)], check=True)
+        _write(digits, out)
+        assert jetson_bundle.verify_bundle(out) == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

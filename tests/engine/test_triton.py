@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import onnx
@@ -10,32 +9,14 @@ import pytest
 
 from engine.export import triton
 from engine.jobctx import JobFailed
+from tests.engine.export_models import export_digits
 
 
 @pytest.fixture(scope="module")
 def digits_onnx(tmp_path_factory):
     """The built-in digits CNN exported with engine.compress.onnx_export (dynamic batch axis)."""
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("EMBER_HOME")
-    os.environ["EMBER_HOME"] = str(home)
-    try:
-        from engine.compress.onnx_export import export_onnx
-        from engine.tasks import get_task
-        from engine.train_spec import TrainSpec
-
-        spec = TrainSpec.model_validate({"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"})
-        task = get_task(spec.task)
-        data = task.load_data(spec)
-        model = task.build_model(spec, data).eval()
-        batch = data.collate([data.val[i] for i in range(4)])
-        out = home / "export" / "model.onnx"
-        report = export_onnx(model, "image_classification", batch, out, opset=17)
-        return out, report, [str(n) for n in data.info["label_names"]]
-    finally:
-        if old is None:
-            os.environ.pop("EMBER_HOME", None)
-        else:
-            os.environ["EMBER_HOME"] = old
+    out = export_digits(tmp_path_factory.mktemp("home"))
+    return out["path"], out["report"], [str(n) for n in out["data"].info["label_names"]]
 
 
 def test_triton_config_matches_the_exported_model(digits_onnx, tmp_path):

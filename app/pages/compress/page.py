@@ -12,10 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
 from app.jobs_model import FINAL_STATES, FINETUNE
@@ -26,17 +23,19 @@ from app.pages.compress.step_source import SourceStep
 from app.pages.compress.step_techniques import TechniquesStep
 from app.pages.compress.techniques import build_jobs, default_settings, field_errors
 from app.pages.new_finetune.parts import Step, error_text
-from app.style import set_role
-from app.widgets.common import label
-from app.widgets.wizard_frame import build_wizard_frame, show_status
+from app.widgets.wizard_page import WizardPage
 
 LIST_LIMIT = 1000
 SOURCE, TECHNIQUES, SETTINGS, REVIEW, RUN = range(5)
 
 
-class CompressPage(QWidget):
+class CompressPage(WizardPage):
     title = "Compress"
+    intro = ("Make a trained model smaller and faster: merge LoRA adapters, quantize to int8 or fp16, prune, "
+             "or distil into a smaller student. Every variant is measured next to its source run, so you see "
+             "what it costs.")
     started = Signal(list)  # the ids of the jobs just started
+    steps: list[Step]
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
         super().__init__(parent)
@@ -47,50 +46,18 @@ class CompressPage(QWidget):
         self.batch_source: str | None = None  # the source run of the jobs on the Run step
         self.errors: dict[str, list[str]] = {}
 
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(28, 24, 28, 16)
-        outer.setSpacing(12)
-        outer.addWidget(label("Compress", "h1"))
-        outer.addWidget(label("Make a trained model smaller and faster: merge LoRA adapters, quantize "
-                              "to int8 or fp16, prune, or distil into a smaller student. Every variant "
-                              "is measured next to its source run, so you see what it costs.",
-                              "muted", wrap=True))
-
-        self.source_step = SourceStep()
-        self.techniques_step = TechniquesStep()
-        self.settings_step = SettingsStep()
-        self.review_step = ReviewStep()
-        self.run_step = RunStep()
-        self.steps: list[Step] = [self.source_step, self.techniques_step, self.settings_step,
-                                  self.review_step, self.run_step]
-        # What tests and the end-to-end test drive.
-        self.source_list = self.source_step.source_list
+        self.source_step, self.techniques_step = SourceStep(), TechniquesStep()
+        self.settings_step, self.review_step, self.run_step = SettingsStep(), ReviewStep(), RunStep()
+        self.steps = [self.source_step, self.techniques_step, self.settings_step, self.review_step, self.run_step]
+        self.build_frame(("Start", "Start one job per ticked technique, as shown on Review", self.start))
+        # What tests and the end-to-end test drive (source_list and review_view come from build_frame).
         self.technique_checks = self.techniques_step.technique_checks
-        self.review_view = self.review_step.review_view
         self.job_rows: list[JobRow] = self.run_step.job_rows
 
-        frame = build_wizard_frame(outer, self.steps, self.go_to, self.current_step,
-                                   ('Start', 'Start one job per ticked technique, as shown on Review', self.start))
-        self.step_buttons, self.stack = frame.step_buttons, frame.stack
-        self.status_label, self.back_button, self.next_button = frame.status_label, frame.back_button, frame.next_button
-        self.run_button = frame.primary_button
-
-        for step in self.steps:
-            step.changed.connect(self._on_changed)
         self.run_step.compare_requested.connect(self.compare_variants)
-
-        self._client.subscribe(["jobs"], self._on_job_event)
-        self._client.connected.connect(self.reload)
-        self._client.disconnected.connect(self._update_buttons)
-        self.go_to(SOURCE)
-        self._on_changed()
-        if self._client.is_connected:
-            self.reload()
+        self.follow_engine()
 
     # -- navigation -------------------------------------------------------------------------
-
-    def current_step(self) -> int:
-        return self.stack.currentIndex()
 
     def step_blockers(self, index: int) -> list[str]:
         """What keeps the user on step ``index`` (Next stays disabled while there is any)."""
@@ -111,12 +78,7 @@ class CompressPage(QWidget):
         index = max(0, min(index, len(self.steps) - 1))
         if index > self.current_step() and not self.can_go_to(index):
             return
-        self.stack.setCurrentIndex(index)
-        for i, button in enumerate(self.step_buttons):
-            set_role(button, "primary" if i == index else "")
-            button.style().unpolish(button)
-            button.style().polish(button)
-        self._update_buttons()
+        self.show_step(index)
 
     # -- the jobs ---------------------------------------------------------------------------
 
@@ -177,21 +139,10 @@ class CompressPage(QWidget):
             button.setText(f"{i + 1}  {step.title}" + ("  ⚠" if flagged else ""))
         if self._starting:
             return
-        here = self.step_blockers(index) if index < REVIEW else problems
-        if index == RUN:
-            self._set_status("")
-        elif not connected:
-            self._set_status("Waiting for the engine: Start is possible once it is connected.")
-        elif here:
-            more = f" (and {len(here) - 1} more)" if len(here) > 1 else ""
-            self._set_status(f"Before going on: {here[0]}{more}", "error" if index == SETTINGS else "muted")
-        elif problems:
-            self._set_status(f"Before starting: {problems[0]}", "muted")
-        else:
-            self._set_status(f"Ready: Start sends {count} job{'s' if count != 1 else ''} to the engine.")
-
-    def _set_status(self, text: str, role: str = "muted") -> None:
-        show_status(self.status_label, text, role)
+        self.show_progress(running=index == RUN, connected=connected, problems=problems,
+                           here=self.step_blockers(index) if index < REVIEW else problems,
+                           here_role="error" if index == SETTINGS else "muted",
+                           ready=f"Ready: Start sends {count} job{'s' if count != 1 else ''} to the engine.")
 
     # -- starting and following -------------------------------------------------------------
 
@@ -286,7 +237,7 @@ class CompressPage(QWidget):
         run_id = record.get("id")
         if run_id != self._wanted_source:
             return
-        if record.get("kind") == FINETUNE and record.get("state") == "succeeded":
+        if self.is_source(record):
             self.source_step.upsert(record)
             self.set_source(run_id)
             return
@@ -295,14 +246,5 @@ class CompressPage(QWidget):
         self._set_status(f"Run {record.get('name') or run_id} is {what} in state {record.get('state')}: "
                          "only a finished (succeeded) fine-tune can be compressed.", "error")
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self.source_step.remove(job_id)
-            return
-        self._on_record(data)
-        if data.get("kind") == FINETUNE and data.get("state") == "succeeded":
-            self.source_step.upsert(data)
-            self.source_step.empty_note.hide()
+    def is_source(self, record: dict[str, Any]) -> bool:
+        return record.get("kind") == FINETUNE and record.get("state") == "succeeded"

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayou
 from app.jobs_model import ACTIVE_STATES, FINAL_STATES, STATE_COLOURS
 from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import card, label
+from app.widgets.wizard_frame import step_column
 
 
 class JobRow(QWidget):
@@ -106,13 +107,10 @@ class RunStep(Step):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.job_rows: list[JobRow] = []
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.setSpacing(14)
-        outer.addWidget(step_header("Run",
-                                    "The jobs run in the engine: closing this window does not stop them. "
-                                    "Each finished variant appears in Compare › Variants, measured next "
-                                    "to the source run."))
+        outer = step_column(self, step_header("Run",
+                                              "The jobs run in the engine: closing this window does not stop them. "
+                                              "Each finished variant appears in Compare › Variants, measured next "
+                                              "to the source run."))
         frame, box = card()
         self.empty = label("Nothing started yet: press Start on the Review step.", "muted", wrap=True)
         box.addWidget(self.empty)

@@ -20,13 +20,13 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QSpinBox,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.pages.compress.techniques import CALIBRATION_METHODS, FLOAT_OP_TYPES, default_settings
 from app.pages.new_finetune.parts import Step, step_header, with_message
 from app.widgets.common import card, label
+from app.widgets.wizard_frame import step_column
 
 # Which cards the ticked techniques need.
 CARD_USERS = {
@@ -69,12 +69,9 @@ class SettingsStep(Step):
         self.cards: dict[str, QFrame] = {}
         self.forms: dict[str, QFormLayout] = {}
         self.titles: dict[str, str] = {}  # settings field -> "Card: Field", for messages
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.setSpacing(14)
-        outer.addWidget(step_header("Settings",
-                                    "Only the settings of the techniques you ticked. The defaults are "
-                                    "a good start; the engine checks every value as you type."))
+        outer = step_column(self, step_header("Settings",
+                                              "Only the settings of the techniques you ticked. The defaults are "
+                                              "a good start; the engine checks every value as you type."))
 
         form = self._card("calibration", "Calibration",
                           "Static int8 and QAT measure activation ranges on training examples "

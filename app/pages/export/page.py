@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
 from app.jobs_model import FINAL_STATES
@@ -37,9 +37,7 @@ from app.pages.export.step_run import RunStep
 from app.pages.export.step_source import SourceStep
 from app.pages.export.step_target import TargetStep
 from app.pages.new_finetune.parts import Step, error_text
-from app.style import set_role
-from app.widgets.common import label
-from app.widgets.wizard_frame import build_wizard_frame, show_status
+from app.widgets.wizard_page import WizardPage
 
 LIST_LIMIT = 1000
 
@@ -48,8 +46,12 @@ def exportable(record: dict[str, Any]) -> bool:
     return record.get("kind") in SOURCE_KINDS and record.get("state") == "succeeded"
 
 
-class ExportPage(QWidget):
+class ExportPage(WizardPage):
     title = "Export"
+    intro = ("Turn a fine-tune or a variant into files that run elsewhere: ONNX, an ONNX Runtime package, "
+             "TorchScript, torch.export, TensorRT, a Triton repository or a Jetson bundle. Each is checked "
+             "against the model before it is called done.")
+    steps: list[Step]
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
         super().__init__(parent)
@@ -61,47 +63,19 @@ class ExportPage(QWidget):
         self.errors: dict[str, list[str]] = {}
         self.full_spec: dict[str, Any] | None = None  # the validated spec Start sends
 
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(28, 24, 28, 16)
-        outer.setSpacing(12)
-        outer.addWidget(label("Export", "h1"))
-        outer.addWidget(label("Turn a fine-tune or a variant into files that run elsewhere: ONNX, an ONNX "
-                              "Runtime package, TorchScript, torch.export, TensorRT, a Triton repository or a "
-                              "Jetson bundle. Each is checked against the model before it is called done.",
-                              "muted", wrap=True))
-        self.source_step = SourceStep()
-        self.formats_step = FormatsStep()
-        self.target_step = TargetStep()
-        self.review_step = ReviewStep()
-        self.run_step = RunStep()
-        self.steps: list[Step] = [self.source_step, self.formats_step, self.target_step,
-                                  self.review_step, self.run_step]
-        # What tests drive.
-        self.source_list = self.source_step.source_list
+        self.source_step, self.formats_step, self.target_step = SourceStep(), FormatsStep(), TargetStep()
+        self.review_step, self.run_step = ReviewStep(), RunStep()
+        self.steps = [self.source_step, self.formats_step, self.target_step, self.review_step, self.run_step]
+        self.build_frame(("Start", "Start the export job shown on Review", self.start))
+        # What tests drive (source_list and review_view come from build_frame).
         self.format_checks = self.formats_step.format_checks
-        self.review_view = self.review_step.review_view
         self.results_table = self.run_step.results_table
         self.variant_facts = self.source_step.facts
 
-        frame = build_wizard_frame(outer, self.steps, self.go_to, self.current_step,
-                                   ("Start", "Start the export job shown on Review", self.start))
-        self.step_buttons, self.stack = frame.step_buttons, frame.stack
-        self.status_label, self.back_button, self.next_button = frame.status_label, frame.back_button, frame.next_button
-        self.run_button = frame.primary_button
-
-        for step in self.steps:
-            step.changed.connect(self._on_changed)
         self.run_step.stop_requested.connect(self.stop_job)
         self.run_step.another_requested.connect(self.export_another)
-
-        self._client.subscribe(["jobs"], self._on_job_event)
         self._client.subscribe(["hosts"], lambda *_a: self._load_hosts())
-        self._client.connected.connect(self.reload)
-        self._client.disconnected.connect(self._update_buttons)
-        self.go_to(SOURCE)
-        self._on_changed()
-        if self._client.is_connected:
-            self.reload()
+        self.follow_engine()
 
     # -- the spec ---------------------------------------------------------------------------
 
@@ -147,9 +121,6 @@ class ExportPage(QWidget):
 
     # -- navigation -------------------------------------------------------------------------
 
-    def current_step(self) -> int:
-        return self.stack.currentIndex()
-
     def step_blockers(self, index: int) -> list[str]:
         """What keeps the user on step ``index`` (Next stays disabled while there is any)."""
         if index >= REVIEW or (index == TARGET and not self.needs_target()):
@@ -182,12 +153,7 @@ class ExportPage(QWidget):
             index = REVIEW if self.current_step() < TARGET else FORMATS
         if index > self.current_step() and not self.can_go_to(index):
             return
-        self.stack.setCurrentIndex(index)
-        for i, button in enumerate(self.step_buttons):
-            set_role(button, "primary" if i == index else "")
-            button.style().unpolish(button)
-            button.style().polish(button)
-        self._update_buttons()
+        self.show_step(index)
 
     def _update_buttons(self) -> None:
         index = self.current_step()
@@ -210,21 +176,10 @@ class ExportPage(QWidget):
             button.setText(f"{i + 1}  {step.title}" + ("  ⚠" if flagged else ""))
         if self._starting:
             return
-        here = self.step_blockers(index) if index < REVIEW else problems
-        if index == RUN:
-            self._set_status("")
-        elif not connected:
-            self._set_status("Waiting for the engine: Start is possible once it is connected.")
-        elif here:
-            more = f" (and {len(here) - 1} more)" if len(here) > 1 else ""
-            self._set_status(f"Before going on: {here[0]}{more}", "error" if self.errors else "muted")
-        elif problems:
-            self._set_status(f"Before starting: {problems[0]}", "muted")
-        else:
-            self._set_status(f"Ready: Start sends {self.name()} to the engine.")
-
-    def _set_status(self, text: str, role: str = "muted") -> None:
-        show_status(self.status_label, text, role)
+        self.show_progress(running=index == RUN, connected=connected, problems=problems,
+                           here=self.step_blockers(index) if index < REVIEW else problems,
+                           here_role="error" if self.errors else "muted",
+                           ready=f"Ready: Start sends {self.name()} to the engine.")
 
     # -- choosing the model -----------------------------------------------------------------
 
@@ -341,13 +296,5 @@ class ExportPage(QWidget):
                 self.go_to(FORMATS)
         self._on_changed()
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self.source_step.remove(job_id)
-            return
-        self._on_record(data)
-        if exportable(data):
-            self.source_step.upsert(data)
+    def is_source(self, record: dict[str, Any]) -> bool:
+        return exportable(record)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QCheckBox, QFormLayout, QGridLayout, QLineEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QFormLayout, QLineEdit, QWidget
 
 from app.pages.export.form import FormStep, combo, spin
 from app.pages.export.plan import FORMAT_INFO, default_options, source_task, unavailable_reason
-from app.pages.new_finetune.parts import show_text, step_header
+from app.pages.new_finetune.parts import step_header
+from app.widgets.check_list import CheckList
 from app.widgets.common import card, label
+from app.widgets.wizard_frame import step_column
 
 
 class FormatsStep(FormStep):
@@ -19,39 +21,17 @@ class FormatsStep(FormStep):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.setSpacing(14)
-        outer.addWidget(step_header("Formats",
-                                    "Tick every format you need; each is written into the run's export/ "
-                                    "folder and reloaded in a fresh process to check it against the model."))
+        outer = step_column(self, step_header("Formats",
+                                              "Tick every format you need; each is written into the run's export/ "
+                                              "folder and reloaded in a fresh process to check it against the model."))
         frame, box = card()
-        grid = QGridLayout()
-        grid.setHorizontalSpacing(24)
-        grid.setVerticalSpacing(10)
-        self.format_checks: dict[str, QCheckBox] = {}
-        self.reasons: dict[str, Any] = {}
-        for i, (key, (title, text)) in enumerate(FORMAT_INFO.items()):
-            block = QVBoxLayout()
-            block.setSpacing(2)
-            check = QCheckBox(f"{title}  ({key})")
-            check.setStyleSheet("font-weight: 600;")
-            check.toggled.connect(self.emit_changed)
-            self.format_checks[key] = check
-            block.addWidget(check)
-            line = label(text, "muted", wrap=True)
-            line.setContentsMargins(24, 0, 0, 0)
-            block.addWidget(line)
-            reason = label("", "error", wrap=True)
-            reason.setContentsMargins(24, 0, 0, 0)
-            reason.hide()
-            self.reasons[key] = reason
-            block.addWidget(reason)
-            block.addStretch(1)
-            grid.addLayout(block, i // 2, i % 2)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
-        box.addLayout(grid)
+        self.check_list = CheckList(spacing=(24, 10, 2))
+        for key, (title, text) in FORMAT_INFO.items():
+            self.check_list.add(key, f"{title}  ({key})", [(text, "muted")])
+        self.check_list.toggled.connect(self.emit_changed)
+        self.format_checks = self.check_list.checks
+        self.reasons = self.check_list.reasons
+        box.addWidget(self.check_list)
         box.addWidget(self.message_for("formats"))
         outer.addWidget(frame)
 
@@ -104,13 +84,8 @@ class FormatsStep(FormStep):
 
     def set_source(self, record: dict[str, Any] | None, task: str = "") -> None:
         """Enable what applies to ``record``; say why the rest does not (and untick it)."""
-        for key, check in self.format_checks.items():
-            reason = unavailable_reason(key, record)
-            check.setEnabled(not reason)
-            if reason and check.isChecked():
-                check.setChecked(False)
-            show_text(self.reasons[key], reason)
-            check.setToolTip(reason or FORMAT_INFO[key][1])
+        for key in self.format_checks:
+            self.check_list.set_reason(key, unavailable_reason(key, record), tip=FORMAT_INFO[key][1])
         task = task or source_task(record)
         text = task in ("", "text_classification", "causal_lm")
         sequence = self.fields["dynamic_sequence"]
@@ -128,7 +103,7 @@ class FormatsStep(FormStep):
         super().emit_changed(*args)
 
     def checked(self) -> list[str]:
-        return [k for k, c in self.format_checks.items() if c.isChecked() and c.isEnabled()]
+        return self.check_list.checked()
 
     def values(self) -> dict[str, Any]:
         return {**super().values(), "formats": self.checked()}

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -40,6 +39,7 @@ from app.pages.export.results import (
 )
 from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import FactsView, card, label
+from app.widgets.wizard_frame import step_column
 
 MAX_DEVICE_LINES = 5000
 
@@ -79,11 +79,8 @@ class RunStep(Step):
         self.formats: dict[str, dict[str, Any]] = {}  # format -> its entry, as the events said
         self.device_lines: list[str] = []
         self._wants_host = False
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.setSpacing(14)
-        outer.addWidget(step_header("Run", "The export runs in the engine: closing this window does not stop "
-                                           "it. Each format appears below as soon as it has been checked."))
+        outer = step_column(self, step_header("Run", "The export runs in the engine: closing this window does not stop "
+                                                     "it. Each format appears below as soon as it has been checked."))
 
         frame, box = card()
         head = QHBoxLayout()

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QLineEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QLineEdit, QWidget
 
 from app.pages.export.form import FormStep, combo, spin
 from app.pages.export.plan import TARGET_TITLES, default_options, host_label, jetson_hosts
 from app.pages.new_finetune.parts import show_text, step_header
 from app.widgets.common import card, label
+from app.widgets.wizard_frame import step_column
 
 BUNDLE_ONLY = "Save the bundle only (folder and .tar.gz)"
 INT8_TIP = ("int8 needs a QDQ model, i.e. a static int8 variant in TensorRT form (Compress › Static int8 "
@@ -28,13 +29,10 @@ class TargetStep(FormStep):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._hosts: list[dict[str, Any]] = []
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.setSpacing(14)
-        outer.addWidget(step_header("Target",
-                                    "The Jetson the bundle is for and how its TensorRT engine is built. "
-                                    "Engines are built on the device itself: one only runs on the GPU and "
-                                    "TensorRT version it was built with."))
+        outer = step_column(self, step_header("Target",
+                                              "The Jetson the bundle is for and how its TensorRT engine is built. "
+                                              "Engines are built on the device itself: one only runs on the GPU and "
+                                              "TensorRT version it was built with."))
         self.not_needed = label("Only a Jetson bundle or a TensorRT engine needs a target: tick one of them "
                                 "on Formats to set it here.", "muted", wrap=True)
         outer.addWidget(self.not_needed)
