@@ -4,7 +4,8 @@
 
 Builds MiniLM (all-MiniLM-L6-v2) with the support-tickets head (untrained: latency and
 parity do not depend on what the head learned), exports it to ONNX fp32 with
-engine.compress.onnx_export.export_onnx (checked against torch there), makes an ONNX
+engine.export.onnx.export_onnx (what the export job writes: torch.export-based exporter,
+opset 18, dynamic batch and sequence), makes an ONNX
 Runtime dynamic int8 copy with engine.compress.quantize.quantize_dynamic, and times
 the three at batch 1 and batch 8 on real validation examples (dynamic padding, as the
 task's collate does; --max-length only truncates).
@@ -100,10 +101,10 @@ def run(args) -> dict:
     import onnxruntime as ort
     import torch
 
-    from engine.compress.onnx_export import export_onnx
     from engine.compress.quantize import quantize_dynamic
     from engine.evaluate import latency
     from engine.evaluate.runners import OrtRunner, TorchRunner, resolve_threads
+    from engine.export.onnx import export_onnx
 
     threads = resolve_threads(args.threads)
     t0 = time.monotonic()
@@ -170,7 +171,7 @@ def run(args) -> dict:
                      "torch": torch.__version__, "onnxruntime": ort.__version__,
                      "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "files": {"fp32_bytes": exported["bytes"], "int8_bytes": quant["bytes_after"], "opset": exported["opset"],
-                  "exporter": exported.get("exporter"), "export_max_abs_diff": exported["max_abs_diff"]},
+                  "exporter": exported.get("exporter"), "export_max_abs_diff": exported.get("max_abs_diff")},
         "seconds": {"build": built_s, "export": export_s, "quantize": quant_s, "timing": timed_s},
         "latency_ms": results,
         "parity": parity,

@@ -6,7 +6,8 @@ NVIDIA's trtexec (tests/fixtures/fake_trtexec). The export, the parity checks, t
 bundle, SSH, SFTP and the streaming are real; the device's build log and its
 latency and throughput come from the stand-in, and the README says so beside the
 picture. Run by scripts/screenshots_export.sh under Xvfb. Writes
-docs/images/export-2-formats.png, export-3-target.png, export-5-run.png and variants-device.png.
+docs/images/export-2-formats.png, export-3-target.png, export-5-run.png, export-5-device.png and
+variants-device.png.
 """
 
 from __future__ import annotations
@@ -88,8 +89,26 @@ def main() -> int:
         wait(app, lambda: run.state in ("succeeded", "failed", "stopped", "cancelled"), 900, "the export")
         pump(app, 2)
         shoot(app, window, "export-5-run.png")
+        from PySide6.QtWidgets import QScrollArea
+
+        area = run.device_card.parent()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parent()
+        if area is not None:
+            area.ensureWidgetVisible(run.device_card, 0, 0)
+        shoot(app, window, "export-5-device.png")
+
+        # An fp16 variant deployed the same way, so Compare › Variants has a figure on each row.
+        variant = finish(client, client.call("jobs.start", kind="compress.quantize", name="tickets-fp16", spec={
+            "source_run": parent["id"], "mode": "fp16", "eval": {"samples": 64, "repeats": 10}})["id"])
+        finish(client, client.call("jobs.start", kind="export.model", name="tickets-fp16-orin", spec={
+            "source_run": variant["id"], "formats": ["jetson"], "target": "orin_nano", "host": "orin-nano",
+            "precision": "fp16", "benchmark_s": 3})["id"])
         window.show_variants(parent["id"])
-        pump(app, 3)
+        view = window.page("compare").variants
+        wait(app, lambda: view.model.rowCount() >= 2, 30, "the variants")
+        pump(app, 2)
+        view.table.horizontalScrollBar().setValue(view.table.horizontalScrollBar().maximum())
         shoot(app, window, "variants-device.png")
         client.close()
         window.close()

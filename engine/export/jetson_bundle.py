@@ -131,9 +131,10 @@ def write_bundle(out_dir: str | Path, *, onnx_files: list[Path], inputs: list[di
         (tmp / "labels.json").write_text(json.dumps(list(labels), indent=1), encoding="utf-8")
         (tmp / "preprocess.json").write_text(json.dumps(preprocessing, indent=1, default=str), encoding="utf-8")
         if tokenizer_dir is not None:
-            for src in sorted(Path(tokenizer_dir).iterdir()):
-                if src.is_file() and src.name not in (MANIFEST, "model.onnx") and not src.name.endswith(".onnx"):
-                    shutil.copyfile(src, tmp / src.name)
+            from engine.export.metadata import tokenizer_files
+
+            for src in tokenizer_files(Path(tokenizer_dir)):  # only the tokenizer: never the base model's weights
+                shutil.copyfile(src, tmp / src.name)
         shutil.copyfile(TEMPLATES / "jetson_infer.py", tmp / "infer.py")
         (tmp / "README.md").write_text(_fill("jetson_README.md", values), encoding="utf-8")
         for script, args in (("build_engine.sh", build), ("benchmark.sh", bench)):

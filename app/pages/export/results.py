@@ -39,14 +39,21 @@ def _share(value: Any) -> str:
     return f"{value:.1%}" if isinstance(value, (int, float)) else NONE
 
 
+def _in_export(path: str) -> str:
+    """The path inside the run's export/ folder ('ort', 'onnx/model.onnx'), where every format is written."""
+    parts = PurePath(path).parts
+    if "export" in parts:
+        cut = len(parts) - 1 - parts[::-1].index("export")
+        return "/".join(parts[cut + 1:]) or PurePath(path).name
+    return PurePath(path).name
+
+
 def format_row(name: str, entry: dict[str, Any]) -> tuple[str, ...]:
     """(format, file, size, max abs diff, top-1 agreement, parity) for one ``export`` entry."""
     parity = entry.get("parity") or {}
     path = str(entry.get("path") or "")
-    shown = PurePath(path).name if path else (str(entry.get("error") or NONE))
-    if path and PurePath(path).parent.name:
-        shown = f"{PurePath(path).parent.name}/{shown}"
-    if entry.get("files") and path and not PurePath(path).suffix:  # a folder (the Jetson bundle)
+    shown = _in_export(path) if path else (str(entry.get("error") or NONE))
+    if entry.get("files") and path and not PurePath(path).suffix:  # a folder (ORT package, Triton, Jetson bundle)
         shown += "/"
     if isinstance(entry.get("archive"), dict):
         shown += " + .tar.gz"
