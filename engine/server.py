@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import struct
 import sys
 import time
@@ -31,7 +32,7 @@ from engine.protocol import (
     RpcError,
 )
 from engine.session import Session
-from engine.store import Store
+from engine.store_guard import BACKUP_EVERY_S, backup, open_store
 
 log = logging.getLogger("engine")
 EXIT_ALREADY_RUNNING = 3
@@ -78,7 +79,7 @@ class Engine:
     def __init__(self, p: paths_mod.Paths, max_concurrent: int = 2):
         self.paths = p
         self.started_at = time.time()
-        self.store = Store(p.db)
+        self.store, self.store_health = open_store(p.db)
         self.bus = EventBus(self.store)
         self.hosts = Hosts(p, self.store, self.bus)
         self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent, hosts=self.hosts)
@@ -102,6 +103,10 @@ class Engine:
         os.chmod(p.socket, 0o600)
         counts = self.jobs.rediscover()
         log.info("engine %s ready on %s (pid %d); jobs %s", engine.__version__, p.socket, os.getpid(), counts)
+        if self.store_health["message"]:
+            self.bus.publish("engine", {"state": "warning", "message": self.store_health["message"],
+                                        "hint": "See engine.log; the damaged file is kept for inspection."})
+        backups = asyncio.get_running_loop().create_task(self._backups())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
@@ -112,6 +117,7 @@ class Engine:
             server.close()
             for session in list(self.sessions):
                 await session.close()
+            backups.cancel()
             await self.jobs.close()
             await self.hosts.close()
         self.bus.flush()
@@ -120,6 +126,16 @@ class Engine:
                 f.unlink()
         self.store.close()
         log.info("engine stopped (%s)", self.stop_reason)
+
+    async def _backups(self) -> None:
+        """A backup of the store now and every BACKUP_EVERY_S (SQLite's online backup: writes may go on)."""
+        while True:
+            try:
+                self.store_health["last_backup"] = str(backup(self.store))
+            except (OSError, sqlite3.Error) as exc:  # a full disk must not stop the engine; it is reported
+                self.store_health["backup_error"] = str(exc)
+                log.warning("store backup failed: %s", exc)
+            await asyncio.sleep(BACKUP_EVERY_S)
 
     stop_reason = ""
 
@@ -192,6 +208,7 @@ def status_of(eng: Engine) -> dict[str, Any]:
         "clients": len(eng.sessions),
         "last_seq": eng.bus.last_seq,
         "max_concurrent": eng.jobs.max_concurrent,
+        "store": eng.store_health,
     }
 
 

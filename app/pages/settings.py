@@ -24,6 +24,16 @@ FINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 STATUS_REFRESH_MS = 5000
 
 
+def store_text(store: dict[str, Any]) -> str:
+    """The store's health in a line: checked at start, its last backup, or what recovery did."""
+    if store.get("message"):
+        return str(store["message"])
+    if not store:
+        return "—"
+    backup = str(store.get("last_backup") or "")
+    return "checked at start: ok" + (f"; last backup {backup.rsplit('/', 1)[-1]}" if backup else "")
+
+
 class SettingsPage(QWidget):
     title = "Settings"
 
@@ -128,6 +138,7 @@ class SettingsPage(QWidget):
             ("Socket", str(status.get("socket", "—"))),
             ("Jobs", jobs_text),
             ("Clients connected", str(status.get("clients", "—"))),
+            ("Store", store_text(status.get("store") or {})),
         ])
 
     # -- probing ------------------------------------------------------------------------
