@@ -91,7 +91,9 @@ def preprocessing(source: Source, data: Any) -> dict[str, Any]:
 
 
 def labels(data: Any) -> list[str]:
-    return [str(n) for n in data.info.get("label_names") or []]
+    """The class names, or the class indices when the data names none."""
+    names = data.info.get("label_names")
+    return [str(n) for n in names] if names else [str(i) for i in range(int(data.info.get("num_labels") or 0))]
 
 
 def spec_sha256(path: str | Path) -> str:

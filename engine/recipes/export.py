@@ -39,7 +39,7 @@ class Export:
         self.onnx_only = not any((self.source.model_dir / n).is_file() for n in ("model.pt", "weights.safetensors"))
         self.result: dict[str, Any] = {"source_run": spec.source_run, "task": self.task_name,
                                        "source_kind": _source_kind(self.source), "formats": {}}
-        self.onnx: dict[str, Any] | None = None
+        self.onnx_report: dict[str, Any] | None = None
 
     # ---- inputs
     def check_formats(self) -> None:
@@ -104,7 +104,7 @@ class Export:
                      f"{report['top1_agreement']:.2%} on {report['samples']} examples")
         return report
 
-    def export_onnx(self) -> dict[str, Any]:
+    def onnx(self) -> dict[str, Any]:
         from engine.export import metadata
         from engine.export.onnx import export_onnx
 
@@ -119,15 +119,15 @@ class Export:
         if report.get("fallback_reason"):
             self.ctx.log(f"ONNX: the TorchScript exporter was used: {report['fallback_reason']}")
         report["parity"] = self.check("onnx", path)
-        self.onnx = report
+        self.onnx_report = report
         return report
 
     def ort(self) -> dict[str, Any]:
         from engine.export import metadata
         from engine.export.ort_package import write_ort_package
 
-        assert self.onnx is not None
-        report = write_ort_package(Path(self.onnx["path"]), self.out / "ort", task_name=self.task_name,
+        assert self.onnx_report is not None
+        report = write_ort_package(Path(self.onnx_report["path"]), self.out / "ort", task_name=self.task_name,
                                    labels=self.labels(), preprocessing=metadata.preprocessing(self.source, self.data),
                                    tokenizer_dir=self.tokenizer_dir())
         report["parity"] = self.check("ort", Path(report["path"]))
@@ -152,17 +152,17 @@ class Export:
     def shapes(self) -> dict[str, Any]:
         from engine.export.trtexec import profile_shapes
 
-        assert self.onnx is not None
+        assert self.onnx_report is not None
         seq = self.spec.seq_len or getattr(self.source.spec.data, "max_length", None) or 128
-        return profile_shapes(self.onnx["inputs"], task_name=self.task_name, max_batch=self.spec.max_batch,
+        return profile_shapes(self.onnx_report["inputs"], task_name=self.task_name, max_batch=self.spec.max_batch,
                               opt_batch=self.spec.opt_batch, seq_len=int(seq),
                               dynamic_batch=self.spec.dynamic_batch, dynamic_sequence=self.spec.dynamic_sequence)
 
     def compat(self, tensorrt_version: str, where: str) -> dict[str, Any]:
         from engine.export import trt_compat
 
-        assert self.onnx is not None
-        findings = trt_compat.check(self.onnx["path"], tensorrt_version, precision=self.spec.precision,
+        assert self.onnx_report is not None
+        findings = trt_compat.check(self.onnx_report["path"], tensorrt_version, precision=self.spec.precision,
                                     dla=self.spec.dla_core is not None, profile=self.shapes())
         summary = trt_compat.summary(findings)
         doc = {"tensorrt_version": tensorrt_version, "where": where, "findings": findings, **summary}
@@ -188,9 +188,9 @@ class Export:
                             "Install TensorRT's Python package on a machine with an NVIDIA GPU, or choose the "
                             "jetson format (the engine is then built on the device).")
         self.compat(self.spec.tensorrt_version or tensorrt_local.version(), "this machine")
-        assert self.onnx is not None
+        assert self.onnx_report is not None
         plan = self.out / "tensorrt" / "model.plan"
-        report = tensorrt_local.build_engine(Path(self.onnx["path"]), plan, precision=self.spec.precision,
+        report = tensorrt_local.build_engine(Path(self.onnx_report["path"]), plan, precision=self.spec.precision,
                                              shapes=self.shapes(), workspace_mb=self.spec.workspace_mb)
         report["parity"] = self.check("tensorrt", plan, enforce=self.spec.precision == "fp32" and not self.onnx_only)
         report["benchmark"] = tensorrt_local.benchmark(plan, self.shapes(), duration_s=self.spec.benchmark_s)
@@ -199,18 +199,18 @@ class Export:
     def triton(self) -> dict[str, Any]:
         from engine.export.triton import write_triton_repo
 
-        assert self.onnx is not None
+        assert self.onnx_report is not None
         plan = self.out / "tensorrt" / "model.plan"
         kind = "plan" if plan.is_file() else "onnx"
         return write_triton_repo(self.out / "triton", self.name(), model_file=plan if kind == "plan"
-                                 else Path(self.onnx["path"]), inputs=self.onnx["inputs"],
-                                 outputs=self.onnx["outputs"], max_batch=self.spec.max_batch, labels=self.labels(),
+                                 else Path(self.onnx_report["path"]), inputs=self.onnx_report["inputs"],
+                                 outputs=self.onnx_report["outputs"], max_batch=self.spec.max_batch, labels=self.labels(),
                                  kind=kind)
 
     def jetson(self) -> dict[str, Any]:
         from engine.export import jetson_bundle, jetson_profiles, metadata
 
-        assert self.onnx is not None and self.spec.target is not None
+        assert self.onnx_report is not None and self.spec.target is not None
         host = self.deploy_host()
         link_facts = None
         versions = jetson_profiles.jetpack_versions(self.spec.target, self.spec.jetpack)
@@ -229,8 +229,8 @@ class Export:
         self.compat(trt_version, where)
         name = self.name()
         bundle = jetson_bundle.write_bundle(
-            self.out / "jetson" / name, onnx_files=[Path(p) for p in self.onnx["files"]],
-            inputs=self.onnx["inputs"], outputs=self.onnx["outputs"], task_name=self.task_name, labels=self.labels(),
+            self.out / "jetson" / name, onnx_files=[Path(p) for p in self.onnx_report["files"]],
+            inputs=self.onnx_report["inputs"], outputs=self.onnx_report["outputs"], task_name=self.task_name, labels=self.labels(),
             preprocessing=metadata.preprocessing(self.source, self.data), tokenizer_dir=self.tokenizer_dir(),
             target=self.spec.target, jetpack=versions.get("jetpack"), precision=self.spec.precision,
             shapes=self.shapes(), workspace_mb=self.spec.workspace_mb, dla_core=self.spec.dla_core,
@@ -274,11 +274,12 @@ class Export:
             self.ctx.log(f"stopped during the {out['stopped']} on {spec.name}; the files there are kept")
             return {"host": spec.name, "remote_dir": out.get("remote_dir", remote_dir), "stopped": out["stopped"]}
         bench = out.get("benchmark") or {}
+        device_facts = out.get("facts") or {}
+        jetson = device_facts.get("jetson") or {}
         device = {"host": spec.name, "remote_dir": out.get("remote_dir", remote_dir),
-                  "jetpack": ((out.get("facts") or {}).get("jetson") or {}).get("jetpack"),
-                  "l4t": ((out.get("facts") or {}).get("jetson") or {}).get("l4t"),
+                  "jetpack": jetson.get("jetpack"), "l4t": jetson.get("l4t"),
                   "tensorrt": bench.get("tensorrt_version")
-                  or ((out.get("facts") or {}).get("trtexec") or {}).get("tensorrt_version"),
+                  or (device_facts.get("trtexec") or {}).get("tensorrt_version"),
                   "precision": self.spec.precision, "batch": self.spec.opt_batch,
                   "latency_ms": bench.get("latency_ms"), "gpu_compute_ms": bench.get("gpu_compute_ms"),
                   "throughput_qps": bench.get("throughput_qps"), "build_s": (out.get("build") or {}).get("seconds"),
@@ -307,8 +308,9 @@ class Export:
         return spec, Path(doc["known_hosts"])
 
     def labels(self) -> list[str]:
-        names = self.data.info.get("label_names")
-        return [str(n) for n in names] if names else [str(i) for i in range(int(self.data.info.get("num_labels", 0)))]
+        from engine.export.metadata import labels
+
+        return labels(self.data)
 
     def tokenizer_dir(self) -> Path | None:
         from engine.export import metadata
@@ -340,26 +342,13 @@ def _copy_onnx(src: Path, dst: Path, meta: dict[str, str]) -> dict[str, Any]:
     tmp = dst.with_name(f".{dst.name}.tmp")
     onnx.save(model, str(tmp))
     tmp.replace(dst)
-    init = {i.name for i in model.graph.initializer}
+    from engine.export.triton import model_io
 
-    def io(values: Any) -> list[dict[str, Any]]:
-        out = []
-        for v in values:
-            if v.name in init:
-                continue
-            t = v.type.tensor_type
-            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name,
-                        "shape": [d.dim_param or d.dim_value for d in t.shape.dim]})
-        return out
-
+    inputs, outputs = model_io(dst)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    return {"path": str(dst), "files": [str(dst)], "inputs": io(model.graph.input), "outputs": io(model.graph.output),
+    return {"path": str(dst), "files": [str(dst)], "inputs": inputs, "outputs": outputs,
             "opset": opset, "exporter": "copied (quantized variant)", "fallback_reason": None,
             "bytes": dst.stat().st_size, "seconds": round(time.perf_counter() - t0, 2), "slimmed": None}
-
-
-STEPS = {"torchscript": "torchscript", "pt2": "pt2", "ort": "ort", "tensorrt": "tensorrt", "triton": "triton",
-         "jetson": "jetson"}
 
 
 def main(ctx: JobContext, spec: Any) -> str | None:
@@ -378,7 +367,7 @@ def main(ctx: JobContext, spec: Any) -> str | None:
             return "stopped"
         progress(ctx, fmt, 0.05 + 0.9 * i / len(order), f"exporting {fmt}")
         t0 = time.perf_counter()
-        entry = job.export_onnx() if fmt == "onnx" else getattr(job, STEPS[fmt])()
+        entry = getattr(job, fmt)()  # one method per format, named as the format
         entry.setdefault("seconds", round(time.perf_counter() - t0, 2))
         job.done(fmt, entry)
     ctx.emit("result", **job.result)
