@@ -149,7 +149,11 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"error: {exc}\nhint: {exc.hint}", file=sys.stderr)
         return 2
     with ensure_engine() as c:
-        job = c.call("jobs.start", kind=kind, spec=spec.model_dump(mode="json"), name=name)
+        from engine.custom_code import start_confirmed  # model.code: ask y/N (or --trust-code)
+
+        job = start_confirmed(c, kind, spec.model_dump(mode="json"), name, getattr(args, "trust_code", None))
+        if job is None:
+            return 1
         print(f"started {job['id']} ({kind}), run dir {job['run_dir']}")
         if args.detach:
             return 0
@@ -198,12 +202,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file")
     r.add_argument("--detach", action="store_true")
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--trust-code", metavar="SHA256", help="confirm model.code without asking: its expected sha256")
     r.set_defaults(fn=cmd_start, action="run")
 
     from engine import cli_export, cli_hosts
 
     cli_hosts.add_parser(sub)
     cli_export.add_parser(sub)
+    from engine import cli_audit
+
+    cli_audit.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

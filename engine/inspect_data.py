@@ -40,7 +40,9 @@ def _text(spec: TrainSpec, n: int) -> dict[str, Any]:
     from engine.tasks import text_classification as tc
 
     src = tc._sources(spec)
-    issues = [_issue(i, "data.builtin" if "dataset" in i.message else "model") for i in src.issues]
+    # An issue with a file is the dataset's (an archive that cannot be unpacked); else a built-in name's.
+    issues = [_issue(i, _field_of(i, spec) if i.file else "data.builtin" if "dataset" in i.message else "model")
+              for i in src.issues]
     if not src.train:
         return {"kind": "table", "columns": [], "rows": [], "class_counts": {}, "n_train": 0, "n_val": 0,
                 "issues": issues}

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -77,7 +78,8 @@ class JobManager:
         self.hosts = hosts  # engine.hosts.Hosts: runs with distributed.nodes go through it
         self.store = store
         self.bus = bus
-        self.max_concurrent = max_concurrent
+        # A value set with queue.configure (kept in the store) wins over --max-jobs / EMBER_MAX_JOBS.
+        self.max_concurrent = int(store.get_setting("queue.max_concurrent", max_concurrent))
         self.stop_timeout_s = stop_timeout_s
         self._procs: dict[str, subprocess.Popen] = {}  # jobs this engine started itself
         self._multi: dict[str, Any] = {}  # run id -> engine.launch.multinode.MultiNodeRun
@@ -118,7 +120,7 @@ class JobManager:
         self.store.insert_run({
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
-            "parent_id": parent,
+            "parent_id": parent, "queue_pos": self.store.next_queue_pos(),
         })
         self.bus.publish("jobs", record(self.store, self.get(run_id)))
         self.schedule()
@@ -136,14 +138,18 @@ class JobManager:
         return {"host": self.hosts.spec(name).model_dump(mode="json"), "known_hosts": str(self.hosts.known_hosts)}
 
     def schedule(self) -> None:
+        """Start the queued jobs whose resources are free (engine/scheduler.py), then publish `queue`."""
         if self._closing:
             return
-        active = len(self.store.list_runs(state=ACTIVE, limit=10_000))
-        for run in self.store.list_runs(state="queued", limit=10_000, oldest_first=True):
-            if active >= self.max_concurrent:
-                break
-            self._launch(run)
-            active += 1
+        from engine import job_queue
+
+        plan = job_queue.plan_now(self)[0]
+        for run_id, gpus in plan.start:
+            run = self.store.get_run(run_id)
+            if run is not None and run["state"] == "queued":
+                self.store.update_run(run_id, gpus=gpus)
+                self._launch(self.get(run_id))
+        self.bus.publish("queue", job_queue.snapshot(self))
 
     def _launch(self, run: dict[str, Any]) -> None:
         run_dir = Path(run["run_dir"])
@@ -154,6 +160,10 @@ class JobManager:
             return
         argv = local.command(kind.module, spec, run_dir)
         env = job_env(EMBER_RUN_ID=run["id"])
+        local_gpus = (run.get("gpus") or {}).get("local")
+        if local_gpus:
+            # The GPUs the scheduler gave this job, numbered as nvidia-smi numbers them.
+            env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(map(str, local_gpus)))
         if run["kind"].startswith("compress."):
             # Timing jobs: OpenMP threads that spin between calls distort interleaved latencies.
             for key, value in EVAL_ENV.items():
@@ -211,11 +221,22 @@ class JobManager:
                 if exit_code is not None:
                     while follower.poll():  # drain what the job wrote before it ended
                         pass
-                    self._finish(run_id, follower, exit_code)
+                    await self._finish_when_stored(run_id, follower, exit_code)
                     return
                 await asyncio.sleep(POLL_S)
         finally:
             self._tasks.pop(run_id, None)
+
+    async def _finish_when_stored(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
+        """Settle the job, retrying while the store cannot be written (a full disk): a watcher that
+        died here would leave the run `running` until the next engine start."""
+        while not self._closing:
+            try:
+                self._finish(run_id, follower, exit_code)
+                return
+            except sqlite3.Error as exc:
+                log.warning("could not record the end of job %s (%s); retrying", run_id, exc)
+                await asyncio.sleep(1.0)
 
     def _exit_code(self, run_id: str) -> int | str | None:
         """None while running; the exit code (negative: signal) or 'unknown' once ended."""
@@ -261,7 +282,9 @@ class JobManager:
     def stop(self, run_id: str) -> dict[str, Any]:
         run = self.get(run_id)
         if run["state"] == "queued":
-            return self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
+            run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
+            self.schedule()  # what it held back for itself may let others start
+            return run
         if run["state"] != "running":
             raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a queued or running job can be stopped",
                            {"hint": "Use jobs.cancel to end a job that is already stopping."})
@@ -278,16 +301,19 @@ class JobManager:
         if run["state"] not in ("stopped", "cancelled", "failed"):
             raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a stopped or failed job can be resumed",
                            {"hint": "Wait for it to end, or stop it first."})
-        self.store.update_run(run_id, ended_at=None, exit_code=None, error=None, reported_state=None,
-                              stop_requested=None, pid=None, pid_started=None)
-        run = self._set_state(run_id, "queued")
+        # One UPDATE (one transaction): a crash in between must not leave a failed run without its error.
+        run = self._set_state(run_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
+                              stop_requested=None, pid=None, pid_started=None, gpus=None,
+                              queue_pos=self.store.next_queue_pos())
         self.schedule()
         return self.get(run_id)
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         run = self.get(run_id)
         if run["state"] == "queued":
-            return self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
+            run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
+            self.schedule()
+            return run
         if run["state"] not in ACTIVE:
             raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({run['state']})",
                            {"hint": "Nothing to cancel."})

@@ -27,6 +27,7 @@ INVALID_STATE = -32005
 UNSUPPORTED_VERSION = -32006
 SHUTTING_DOWN = -32007
 REMOTE_FAILED = -32008  # a host could not be reached, logged in to, or did not do what was asked
+CONFIRMATION_REQUIRED = -32009  # model.code needs the user's confirmation: data {path, sha256, size, preview}
 
 # Every method the engine answers, with one line each; `engine.methods` returns this.
 METHODS: dict[str, str] = {
@@ -75,8 +76,15 @@ METHODS: dict[str, str] = {
     "subscribe": "{topics: [glob], since?: seq} -> replay stored events after `since`, then live.",
     "unsubscribe": "{subscription} -> stop a subscription.",
     "events.query": "{topics: [glob], since?, limit?} -> stored events, without subscribing.",
-    "audit.list": "{limit?} -> the newest audit records.",
+    "audit.list": "{limit?, offset?, action?, client?, target?, since?, until?, ok?, text?} -> "
+                  "{records, total, offset, next_offset}: audit records, newest first.",
+    "runs.lineage": "{id} -> the run's lineage: spec, data and model hashes, code and package versions, "
+                    "parent runs, artifacts.",
     "diag.burst": "{topic, count, payload_bytes?} -> publish synthetic events (benchmarks, tests).",
+    "queue.get": "{} -> {jobs: [queued jobs in run order, each with its wait reason], running, resources, settings}.",
+    "queue.move": "{id, to: top|up|down|bottom} -> queue.get's reply: reorder a queued job.",
+    "queue.configure": "{max_concurrent?, cpu_cores?, allow_gpu_sharing?} -> queue.get's reply; kept across restarts.",
+    "jobs.prioritize": "{id, priority} -> queue.get's reply: a queued job's priority (higher runs first).",
 }
 
 

@@ -293,14 +293,46 @@ def validate_spec(kind: str, spec: Any) -> BaseModel:
                         "Fix the fields listed and start again.") from None
 
 
+MAX_JOB_FILE_BYTES = 1 << 20  # a job file is a page of settings; the protocol's frame limit is 1 MiB too
+MAX_JOB_FILE_NODES = 100_000  # values after anchors/aliases are expanded (a "billion laughs" file has 10**9)
+
+
+def _check_size(doc: Any, path: Path, limit: int = MAX_JOB_FILE_NODES) -> None:
+    """Refuse a document whose aliases expand past ``limit`` values; stops counting there, so it is bounded."""
+    count, stack = 0, [doc]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            raise SpecError(f"{path} expands to more than {limit:,} values (anchors and aliases)", [],
+                            "Write the values out instead of repeating them through aliases (*name).")
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def load_job_file(path: Path) -> tuple[str, BaseModel, str]:
-    """Read a job YAML ``{kind, spec, name?}`` (the file ``ember run`` takes)."""
+    """Read a job YAML ``{kind, spec, name?}`` (the file ``ember run`` takes).
+
+    safe_load only (no Python tags), a size limit, and a bound on what aliases expand to.
+    """
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = Path(path).read_bytes()
+        if len(raw) > MAX_JOB_FILE_BYTES:
+            raise SpecError(f"{path} is {len(raw):,} bytes; a job file may be at most {MAX_JOB_FILE_BYTES:,}", [],
+                            "A job file holds settings; point data.path at the dataset instead of pasting it in.")
+        doc = yaml.safe_load(raw.decode("utf-8"))
     except FileNotFoundError:
         raise SpecError(f"No such file: {path}", [], "Check the path.") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path} is not valid YAML: {exc}", [], "Fix the YAML syntax.") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a folder, not a job file", [], "Give the path of a .yaml job file.") from None
+    except OSError as exc:
+        raise SpecError(f"Cannot read {path}: {exc.strerror or exc}", [], "Check the path and its permissions.") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise SpecError(f"{path} is not valid YAML: {str(exc)[:500]}", [], "Fix the YAML syntax.") from None
+    _check_size(doc, path)
     if not isinstance(doc, dict) or "kind" not in doc:
         raise SpecError(f"{path} has no 'kind'",
                         [{"field": "kind", "message": "missing", "hint": "add kind: system.probe (for example)"}],
@@ -310,8 +342,13 @@ def load_job_file(path: Path) -> tuple[str, BaseModel, str]:
         raise SpecError(f"{path} has unknown top-level keys",
                         [{"field": k, "message": "not a top-level key", "hint": "move it under spec:"} for k in sorted(extra)],
                         "A job file has only kind, spec and name at the top level.")
-    kind = str(doc["kind"])
-    return kind, validate_spec(kind, doc.get("spec") or {}), str(doc.get("name") or "")
+    kind, name = doc["kind"], doc.get("name") or ""
+    for key, value in (("kind", kind), ("name", name)):
+        if not isinstance(value, str) or len(value) > 200:
+            raise SpecError(f"{path}: {key} must be a short text",
+                            [{"field": key, "message": "must be a string of at most 200 characters",
+                              "hint": "write it as plain text"}], "Fix the field listed.")
+    return kind, validate_spec(kind, doc.get("spec") or {}), name
 
 
 def dump_job_yaml(kind: str, spec: BaseModel, name: str = "") -> str:

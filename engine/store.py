@@ -96,6 +96,17 @@ MIGRATIONS: list[str] = [
     ALTER TABLE runs ADD COLUMN estimated_peak INTEGER;
     ALTER TABLE runs ADD COLUMN measured_peak INTEGER;
     """,
+    # v4: the job queue (docs/queue.md): priority and position of queued runs, the GPUs a run
+    # holds (so a restarted engine knows them), and the queue's settings.
+    """
+    ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN queue_pos REAL;
+    ALTER TABLE runs ADD COLUMN gpus TEXT;
+    CREATE TABLE settings (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -103,8 +114,9 @@ _RUN_COLUMNS = (
     "id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "pid_started",
     "exit_code", "error", "run_dir", "spec", "parent_id", "host", "events_offset",
     "reported_state", "stop_requested", "estimated_peak", "measured_peak",
+    "priority", "queue_pos", "gpus",
 )
-_JSON_COLUMNS = {"error", "spec"}
+_JSON_COLUMNS = {"error", "spec", "gpus"}
 # Secrets never reach the audit log.
 _SECRET_KEYS = ("token", "password", "passphrase", "secret", "private_key")
 
@@ -120,6 +132,34 @@ def _redact(value: Any) -> Any:
     if isinstance(value, list):
         return [_redact(v) for v in value]
     return value
+
+
+def audit_where(action: str | None = None, client: str | None = None, target: str | None = None,
+                since: float | None = None, until: float | None = None, ok: bool | None = None,
+                text: str | None = None) -> tuple[str, list[Any]]:
+    """The WHERE clause of an audit query. action, client and target match exactly, or as a glob
+    when they hold * ? or [ (``jobs.*``); text is a case-insensitive substring of any column."""
+    where: list[str] = []
+    args: list[Any] = []
+    for column, value in (("action", action), ("client", client), ("target", target)):
+        if value:
+            where.append(f"{column} GLOB ?" if any(c in value for c in "*?[") else f"{column} = ?")
+            args.append(value)
+    if since is not None:
+        where.append("t >= ?")
+        args.append(since)
+    if until is not None:
+        where.append("t < ?")
+        args.append(until)
+    if ok is not None:
+        where.append("ok = ?")
+        args.append(int(ok))
+    if text:
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        where.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("action", "client", "target", "params",
+                                                                             "error")) + ")")
+        args += [f"%{escaped}%"] * 5
+    return ("WHERE " + " AND ".join(where)) if where else "", args
 
 
 class Store:
@@ -205,6 +245,22 @@ class Store:
             [*args, limit],
         ).fetchall()
         return [self._run(r) for r in rows]
+
+    def queued_runs(self) -> list[dict[str, Any]]:
+        """Queued runs in the order they will be considered: priority (highest first), then position."""
+        rows = self.db.execute("SELECT * FROM runs WHERE state='queued' "
+                               "ORDER BY priority DESC, queue_pos IS NULL, queue_pos, created_at, id").fetchall()
+        return [self._run(r) for r in rows]
+
+    def next_queue_pos(self) -> float:
+        return float(self.db.execute("SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM runs").fetchone()[0])
+
+    def get_setting(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def set_setting(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
     def child_runs(self, run_id: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT id FROM runs WHERE parent_id=? ORDER BY created_at", (run_id,))]
@@ -359,8 +415,11 @@ class Store:
             (time.time(), client, action, target, json.dumps(_redact(params)), int(ok), error),
         )
 
-    def audit_records(self, limit: int = 100) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+    def audit_records(self, limit: int = 100, offset: int = 0, **filters: Any) -> list[dict[str, Any]]:
+        """Newest first; ``filters`` as ``audit_where`` takes them."""
+        where, args = audit_where(**filters)
+        rows = self.db.execute(f"SELECT * FROM audit {where} ORDER BY id DESC LIMIT ? OFFSET ?",
+                               [*args, limit, offset]).fetchall()
         out = []
         for r in rows:
             rec = dict(r)
@@ -368,3 +427,8 @@ class Store:
             rec["ok"] = bool(rec["ok"])
             out.append(rec)
         return out
+
+    def audit_count(self, **filters: Any) -> int:
+        where, args = audit_where(**filters)
+        return int(self.db.execute(f"SELECT COUNT(*) FROM audit {where}", args).fetchone()[0])
+

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from engine.protocol import INVALID_PARAMS, NOT_FOUND, RpcError
-from engine.specs import SpecError, dump_job_yaml, validate_spec
+from engine.specs import MAX_JOB_FILE_BYTES, SpecError, _check_size, dump_job_yaml, validate_spec
 
 
 def _file(root: Path, name: str) -> Path:
@@ -42,8 +42,11 @@ def list_all(root: Path) -> list[dict[str, Any]]:
     found = []
     for path in sorted(root.glob("*.yaml")) if root.is_dir() else []:
         try:
+            if path.stat().st_size > MAX_JOB_FILE_BYTES:
+                continue
             doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
+            _check_size(doc, path)  # an alias bomb would blow up the reply (and the engine's memory)
+        except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError, SpecError):
             continue  # a hand-edited file that no longer parses is skipped, not fatal
         if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):
             found.append({"name": doc.get("name") or path.stem, "kind": doc.get("kind", "train.finetune"),

@@ -31,6 +31,14 @@ class ModelSpec(_Part):
     builtin: str | None = Field(None, description="a built-in model name; None means `path`")
     path: str | None = Field(None, description="a Hugging Face model folder, or a weights file for image models")
     arch: str | None = Field(None, description="image models: resnet18, mobilenet_v3_small, efficientnet_b0, small_cnn")
+    # Custom model code (docs/custom-models.md): only the shapes of the values are checked here; the file
+    # is read by engine/custom_code.py (jobs.start) and imported only in the job process.
+    code: str | None = Field(None, min_length=4, max_length=4096, pattern=r"(?s)^.*\.py$",
+                             description="a Python file defining the model; runs in the job process after confirmation")
+    code_entry: str = Field("build_model", min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                            description="the function or class in `code` that returns the model")
+    code_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                    description="the sha256 of `code` the user confirmed; the job refuses any other")
 
 
 class AugmentSpec(_Part):
@@ -158,6 +166,10 @@ class TrainSpec(_Part):
             problems.append("distill trains the whole student: use method full")
         if self.precision == "fp16" and self.device == "cpu":
             problems.append("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+        if self.model.code is not None and self.task == "causal_lm":
+            problems.append("model.code supports text_classification and image_classification")
+        if self.model.code is not None and self.method.kind != "full":
+            problems.append("a model from model.code trains with method full")
         if self.task == "image_classification" and self.method.kind == "prompt_tuning":
             problems.append("prompt tuning applies to text models; use full or lora for images")
         if problems:
@@ -169,6 +181,8 @@ class TrainSpec(_Part):
         return sum(n.nproc for n in d.nodes) if d.nodes else d.nproc
 
     def model_name(self) -> str:
+        if self.model.code:  # the user's file and entry, e.g. "my_cnn.py:build_model"
+            return f"{self.model.code.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.model.code_entry}"
         return self.model.builtin or self.model.path or BUILTIN_MODELS[self.task]
 
     def data_name(self) -> str:

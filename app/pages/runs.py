@@ -40,6 +40,7 @@ from app.jobs_model import (
     JobsModel,
     display_name,
 )
+from app.pages.queue_panel import QueuePanel
 from app.widgets.common import label
 from app.widgets.run_details import RunDetails
 
@@ -86,6 +87,8 @@ class RunsPage(QWidget):
         self.compress_button = self._button("Compress…", "Make smaller, faster variants of this "
                                             "finished fine-tune (quantize, prune, distil)",
                                             self.compress_selected)
+        self.lineage_button = self._button("Lineage…", "Where this run's model came from: spec, data and "
+                                           "model hashes, versions, parent runs, artifacts", self.lineage_selected)
         self.resume_button = self._button("Resume", "Continue a stopped or failed fine-tune "
                                           "from its latest checkpoint", lambda: self._act("jobs.resume"))
         self.stop_button = self._button("Stop", "Ask the job to finish cleanly (a checkpoint "
@@ -106,7 +109,7 @@ class RunsPage(QWidget):
         outer.addLayout(tools)
         actions = QHBoxLayout()
         for button in (self.open_button, self.compare_button, self.duplicate_button,
-                       self.compress_button, self.resume_button):
+                       self.compress_button, self.lineage_button, self.resume_button):
             actions.addWidget(button)
         actions.addStretch(1)
         for button in (self.stop_button, self.cancel_button, self.delete_button):
@@ -168,6 +171,9 @@ class RunsPage(QWidget):
         splitter.setSizes([300, 340])  # about half and half to start; the user can drag
         splitter.setChildrenCollapsible(False)
         outer.addWidget(splitter, 1)
+        # Queued jobs in run order, why each waits, reordering and the concurrency settings.
+        self.queue_panel = QueuePanel(self._client)
+        outer.addWidget(self.queue_panel)
         self.message = label("", "error", wrap=True)
         self.message.hide()
         outer.addWidget(self.message)
@@ -325,6 +331,14 @@ class RunsPage(QWidget):
         if job is not None and job.get("kind") == FINETUNE and job.get("state") == "succeeded":
             self._window_call("compress_run", job["id"])
 
+    def lineage_selected(self) -> None:
+        job = self.selected_job()
+        if job is not None:
+            from app.pages.lineage_view import LineageDialog
+
+            self.lineage_dialog = LineageDialog(self._client, job["id"], self)
+            self.lineage_dialog.show()
+
     def _act(self, method: str) -> None:
         self.message.hide()
         for job in self.selected_jobs() or ([self.selected_job()] if self.selected_job() else []):
@@ -364,6 +378,7 @@ class RunsPage(QWidget):
         self.compare_button.setEnabled(len(finetunes) >= 2)
         self.duplicate_button.setEnabled(is_finetune)
         self.compress_button.setEnabled(is_finetune and job.get("state") == "succeeded")
+        self.lineage_button.setEnabled(connected and job is not None)
         self.resume_button.setEnabled(connected and bool(finetunes) and all(
             j.get("state") in RESUMABLE for j in finetunes) and len(finetunes) == len(jobs))
         self.stop_button.setEnabled(connected and "running" in states)

@@ -84,6 +84,10 @@ class SettingsPage(QWidget):
         self.machine_facts = FactsView()
         box.addWidget(self.machine_facts)
         outer.addWidget(machine_card)
+        from app.pages.audit_view import AuditView
+
+        self.audit_view = AuditView(self._client)  # Audit log: who changed what, with filters and export
+        outer.addWidget(self.audit_view)
         outer.addStretch(1)
 
         self._status_timer = QTimer(self, interval=STATUS_REFRESH_MS)

@@ -394,7 +394,14 @@ def _data_files(spec: TrainSpec) -> tuple[Path | None, Path | None, list[Issue]]
             return None, None, [Issue(f'unknown built-in text dataset "{name}"',
                                       f'use "{BUILTIN_DATA}", or set data.path to a JSONL file')]
         return DATA_DIR / "train.jsonl", DATA_DIR / "validation.jsonl", []
-    return Path(d.path).expanduser(), Path(d.val_path).expanduser() if d.val_path else None, []
+    from engine.jobctx import JobFailed
+    from engine.safe_archive import dataset_path
+
+    try:  # a .zip/.tar.gz JSONL dataset is unpacked safely first (engine/safe_archive.py)
+        path, val_path = dataset_path(d.path), dataset_path(d.val_path)
+    except JobFailed as exc:
+        return None, None, [Issue(str(exc), exc.hint, d.path)]
+    return Path(path).expanduser(), Path(val_path).expanduser() if val_path else None, []
 
 
 def _tokenize(tokenizer: Any, path: Path, rows: list, max_length: int) -> tuple[list[dict], list[Issue], int]:

@@ -83,6 +83,7 @@ class NewFinetunePage(QWidget):
             step.changed.connect(self._on_changed)
         self.task_step.template_chosen.connect(lambda t: self.load_spec(t.get("spec") or {}, ""))
         self.model_step.facts_changed.connect(self.method_step._on_facts)
+        self.model_step.code_mode_changed.connect(self.method_step.set_code_model)
         self.hardware_step.patch_requested.connect(self.apply_patch)
         self.review_step.template_saved.connect(lambda _n: self.task_step.reload_templates())
         self._client.connected.connect(self._on_connected)
@@ -235,7 +236,8 @@ class NewFinetunePage(QWidget):
                              lambda reply: self._checked(reply, spec, name), self._launch_failed)
 
     def _checked(self, reply: dict[str, Any], spec: dict[str, Any], name: str) -> None:
-        issues = reply.get("issues") or []
+        # model.code awaiting confirmation is not a problem to fix: jobs.start asks the user (code_confirm.py).
+        issues = [i for i in reply.get("issues") or [] if not i.get("confirmation")]
         if issues:
             self._launching = False
             self.review_step.show_check(issues, spec)
@@ -245,8 +247,10 @@ class NewFinetunePage(QWidget):
                              f"{' and '.join(sorted(where))}; see Review.", "error")
             return
         self._set_status("Starting the run…")
-        self._client.request("jobs.start", {"kind": KIND, "spec": launch_spec(spec), "name": name},
-                             self._started, self._launch_failed)
+        from app.pages.new_finetune.code_confirm import start_job
+
+        start_job(self, self._client, {"kind": KIND, "spec": launch_spec(spec), "name": name},
+                  self._started, self._launch_failed)
 
     def _started(self, job: dict[str, Any]) -> None:
         self._launching = False

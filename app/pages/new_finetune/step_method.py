@@ -62,6 +62,11 @@ class MethodStep(Step):
         self.qlora_reason = label("", "error", wrap=True)
         self.qlora_reason.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.qlora_reason)
+        self.code_reason = label("A model from your own Python file trains in full: LoRA and prompt tuning "
+                                 "pick their targets per known architecture.", "muted", wrap=True)
+        self.code_reason.setVisible(False)
+        box.addWidget(self.code_reason)
+        self._code_model = False
         box.addWidget(self.message_for("method.kind"))
         self.method_radios["lora"].setChecked(True)
         outer.addWidget(frame)
@@ -134,7 +139,7 @@ class MethodStep(Step):
         gpus = (info or {}).get("gpus") or []
         self._has_cuda = bool(gpus)
         radio = self.method_radios["qlora"]
-        radio.setEnabled(self._has_cuda)
+        radio.setEnabled(self._has_cuda and not self._code_model)
         if self._has_cuda:
             self.qlora_reason.setText("")
         elif info is None:
@@ -144,6 +149,18 @@ class MethodStep(Step):
         self.qlora_reason.setVisible(bool(self.qlora_reason.text()))
         if not self._has_cuda and radio.isChecked():
             self.method_radios["lora"].setChecked(True)
+
+    def set_code_model(self, on: bool) -> None:
+        """A user's own model file supports full fine-tuning only (the engine refuses the rest)."""
+        if on == self._code_model:
+            return
+        self._code_model = on
+        for key, radio in self.method_radios.items():
+            if key != "full":
+                radio.setEnabled(not on and (key != "qlora" or self._has_cuda))
+        if on:
+            self.method_radios["full"].setChecked(True)
+        self.code_reason.setVisible(on)
 
     def set_targets(self, names: list[str], automatic: list[str] | None = None) -> None:
         """LoRA target choices from the model's facts; none checked means automatic."""

@@ -58,6 +58,7 @@ class ModelStep(Step):
     title = "Model"
     prefixes = ("model",)
     facts_changed = Signal(dict)  # models.inspect facts ({} when unknown)
+    code_mode_changed = Signal(bool)  # "Model from my Python file" chosen or left
 
     def __init__(self, client: Any, parent: QWidget | None = None):
         super().__init__(parent)
@@ -85,6 +86,31 @@ class ModelStep(Step):
         self.builtin_note.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.builtin_note)
         box.addWidget(self.custom_radio)
+        # A model from the user's own Python file: the GUI only passes the path on; the engine asks for
+        # confirmation at launch (code_confirm.py) and only the training process imports it.
+        self.code_radio = QRadioButton("Model from my Python file…")
+        self.group.addButton(self.code_radio)
+        box.addWidget(self.code_radio)
+        self.code_box = QWidget()
+        code_form = QFormLayout(self.code_box)
+        code_form.setContentsMargins(24, 0, 0, 0)
+        code_row = QWidget()
+        crow = QHBoxLayout(code_row)
+        crow.setContentsMargins(0, 0, 0, 0)
+        self.code_edit = QLineEdit()
+        self.code_edit.setPlaceholderText("/path/to/my_model.py")
+        self.code_browse = QPushButton("Browse…")
+        self.code_browse.clicked.connect(self._browse_code)
+        crow.addWidget(self.code_edit, 1)
+        crow.addWidget(self.code_browse)
+        code_form.addRow(label("Python file"), with_message(code_row, self.message_for("model.code")))
+        self.entry_edit = QLineEdit("build_model")
+        code_form.addRow(label("Function or class"), with_message(self.entry_edit, self.message_for("model.code_entry")))
+        code_form.addRow("", label("It is called with num_labels (and spec) and returns a torch.nn.Module; "
+                                   "trains with method Full. You confirm the file's contents at launch; "
+                                   "see docs/custom-models.md.", "muted", wrap=True))
+        self.code_box.setEnabled(False)
+        box.addWidget(self.code_box)
 
         self.custom_box = QWidget()
         form = QFormLayout(self.custom_box)
@@ -131,6 +157,8 @@ class ModelStep(Step):
                                                 self._on_check, self._on_error)
         self.group.buttonToggled.connect(lambda _b, on: on and self._on_mode())
         self.path_edit.textChanged.connect(self.emit_changed)
+        self.code_edit.textChanged.connect(self.emit_changed)
+        self.entry_edit.textChanged.connect(self.emit_changed)
         self.arch_combo.currentTextChanged.connect(self.emit_changed)
         self._on_mode()
 
@@ -151,7 +179,15 @@ class ModelStep(Step):
 
     def _on_mode(self) -> None:
         self.custom_box.setEnabled(self.custom_radio.isChecked())
+        self.code_box.setEnabled(self.code_radio.isChecked())
+        self.code_mode_changed.emit(self.code_radio.isChecked())
         self.emit_changed()
+
+    def _browse_code(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose your model's Python file", self.code_edit.text(),
+                                              "Python (*.py)", options=QFileDialog.Option.DontUseNativeDialog)
+        if path:
+            self.code_edit.setText(path)
 
     def _browse(self) -> None:
         options = QFileDialog.Option.DontUseNativeDialog
@@ -170,7 +206,11 @@ class ModelStep(Step):
         model = spec.get("model") or {}
         self.set_task(spec.get("task", self._task))
         custom = bool(model.get("path")) or (bool(model.get("arch")) and not model.get("builtin"))
-        (self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        code = bool(model.get("code"))
+        (self.code_radio if code else self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        self.code_edit.setText(model.get("code") or "")
+        self.entry_edit.setText(model.get("code_entry") or "build_model")
+        self.code_box.setEnabled(code)
         self.path_edit.setText(model.get("path") or "")
         if model.get("arch") in IMAGE_ARCHS:
             self.arch_combo.setCurrentText(model["arch"])
@@ -178,13 +218,21 @@ class ModelStep(Step):
 
     def write(self, spec: dict[str, Any]) -> None:
         task = spec["task"]
-        if self.builtin_radio.isChecked():
+        if self.code_radio.isChecked():
+            # Text models keep the built-in tokenizer (MiniLM's); the file builds the network itself.
+            spec["model"] = {"builtin": BUILTIN_MODELS[task] if task == "text_classification" else None,
+                             "path": None, "arch": None, "code": self.code_edit.text().strip() or None,
+                             "code_entry": self.entry_edit.text().strip() or "build_model"}
+        elif self.builtin_radio.isChecked():
             spec["model"] = {"builtin": BUILTIN_MODELS[task], "path": None, "arch": None}
         elif task == "image_classification":
             spec["model"] = {"builtin": None, "path": self.path_edit.text().strip() or None,
                              "arch": self.arch_combo.currentText()}
         else:
             spec["model"] = {"builtin": None, "path": self.path_edit.text().strip() or None, "arch": None}
+
+    def missing_code(self) -> bool:
+        return self.code_radio.isChecked() and not self.code_edit.text().strip()
 
     def missing_path(self) -> bool:
         # An empty path means the built-in model to the engine: never launch that by surprise.
@@ -195,6 +243,8 @@ class ModelStep(Step):
         errors = {k: list(v) for k, v in errors.items()}
         if self.missing_path():
             errors.setdefault("model.path", []).append("Choose the model folder (or pick Built-in).")
+        if self.missing_code():
+            errors.setdefault("model.code", []).append("Choose your model's Python file (or pick Built-in).")
         default = "model.path" if self.custom_radio.isChecked() else "model"
         for issue in self._issues:
             field = issue_field(issue, ("model.arch", "model.path"), default)
@@ -205,6 +255,8 @@ class ModelStep(Step):
         problems = [f"Model: {i.get('message')}" for i in self._issues]
         if self.missing_path():
             problems.append("Model: choose the model folder")
+        if self.missing_code():
+            problems.append("Model: choose your model's Python file")
         return problems
 
     def busy(self) -> bool:
@@ -222,9 +274,18 @@ class ModelStep(Step):
         self.issues.set_issues([])
         self._issues = []
         show_text(self.note, "")
-        if self.missing_path():
+        if self.missing_path() or self.missing_code():
             self.inspector.cancel()
             self.status.stop()
+            return
+        if self.code_radio.isChecked():  # nothing looks inside the file before the user confirms it
+            self.inspector.cancel()
+            self.status.stop()
+            self.facts_changed.emit({})
+            show_text(self.note, "Ember does not read or run your file before launch: at launch it shows the "
+                                 "file and its SHA-256, and runs it in the training process only after you "
+                                 "confirm.")
+            self.changed.emit()
             return
         self.status.start("Checking the model")
         self.inspector.trigger()
