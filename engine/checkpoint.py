@@ -6,7 +6,13 @@ and scaler (``trainer.pt``), each rank's RNG state, ``trainer_state.json`` (step
 data position, best metric) and ``manifest.json`` (size and sha256 of every
 file). Everything is written to a hidden temporary dir, fsynced, renamed, and
 only then does ``latest`` (itself replaced atomically) point at it. A torn or
-corrupt checkpoint fails verification and the previous one is used.
+corrupt checkpoint fails verification and the previous one is used. A save that
+fails (a full disk) removes its temporary dir, so the space is free again and the
+previous checkpoint stays ``latest``.
+
+Test hook: ``EMBER_FAULT_CHECKPOINT_DELAY_S`` makes rank 0 sleep that long after the
+files are written and before the manifest and rename, so fault tests (tests/faults) can
+kill a job mid-save reliably. Unset, it costs nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,13 +98,37 @@ def _plain_state(model: Any, trainable_only: bool) -> dict[str, Any]:
     return sd
 
 
+FAULT_DELAY_ENV = "EMBER_FAULT_CHECKPOINT_DELAY_S"
+
+
 def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[str, Any],
          trainer_state: dict[str, Any], world: dist.World, layout: str, trainable_only: bool,
          keep: int) -> Path:
-    """Write checkpoint ``step`` atomically on every rank; returns its final path."""
-    import torch
+    """Write checkpoint ``step`` atomically on every rank; returns its final path.
+
+    A failure leaves no temporary dir behind; a full disk is raised as a JobFailed that names
+    the disk and its free space.
+    """
+    from engine.jobctx import disk_full
 
     name = f"step-{step:08d}"
+    try:
+        return _save(root, name, step, model, optimizer, trainer_objs, trainer_state, world, layout,
+                     trainable_only, keep)
+    except Exception as exc:
+        if world.is_main:
+            shutil.rmtree(root / f".{name}.tmp", ignore_errors=True)
+        full = disk_full(exc, root, f"writing checkpoint {name}")
+        if full is not None:
+            raise full from exc
+        raise
+
+
+def _save(root: Path, name: str, step: int, model: Any, optimizer: Any, trainer_objs: dict[str, Any],
+          trainer_state: dict[str, Any], world: dist.World, layout: str, trainable_only: bool,
+          keep: int) -> Path:
+    import torch
+
     tmp, final = root / f".{name}.tmp", root / name
     if world.is_main:
         root.mkdir(parents=True, exist_ok=True)
@@ -134,6 +165,9 @@ def save(root: Path, step: int, model: Any, optimizer: Any, trainer_objs: dict[s
                                                             "world_size": world.size, "layout": layout}))
     dist.barrier(world)
     if world.is_main:
+        delay = float(os.environ.get(FAULT_DELAY_ENV) or 0)
+        if delay > 0:
+            time.sleep(delay)  # test hook (see the module docstring): the files are written, nothing is final
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         manifest = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))

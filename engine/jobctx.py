@@ -9,8 +9,11 @@ asks it to stop gracefully (``ctx.stop_requested``). It never needs the engine.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -22,6 +25,11 @@ from typing import Any
 from engine.specs import Spec, SpecError, validate_spec
 
 TERMINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
+# Kept free in the run dir (``.reserve``) and given up when the disk fills, so the job can still
+# write why it failed: a job that dies silently on a full disk leaves the user a bare exit code.
+RESERVE_BYTES = 256 * 1024
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_WORDS = ("no space left", "disk is full", "disk quota", "file write failed")
 
 
 class JobFailed(Exception):
@@ -32,16 +40,68 @@ class JobFailed(Exception):
         self.hint = hint
 
 
+def _free_text(path: Path) -> str:
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return "unknown"
+    return f"{free / 1e9:.2f} GB" if free >= 1e8 else f"{free / 1e6:.1f} MB" if free >= 1e5 else f"{free / 1e3:.0f} kB"
+
+
+def disk_full(exc: BaseException, path: Path, what: str) -> JobFailed | None:
+    """A JobFailed naming the disk and its free space when ``exc`` (or its cause) is a full disk, else None.
+
+    torch.save reports a full disk as a RuntimeError ("file write failed") without an errno, so
+    the message is read too.
+    """
+    seen: BaseException | None = exc
+    full = False
+    while seen is not None and not full:
+        full = (isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS) or \
+            any(w in str(seen).lower() for w in _FULL_WORDS)
+        seen = seen.__cause__ or seen.__context__
+    if not full:
+        return None
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return JobFailed(f"The disk is full: {what} failed ({_free_text(path)} free on the disk holding {path})",
+                     "Free space on that disk (or point EMBER_HOME at a bigger one), then resume the run: "
+                     "it continues from its last complete checkpoint.")
+
+
 class JobContext:
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.stop_requested = False
-        self._events = open(self.run_dir / "events.jsonl", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        # One unbuffered O_APPEND write per event: a failed write leaves nothing queued to repeat later,
+        # and lines from several ranks never interleave.
+        self._fd = os.open(self.run_dir / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._torn = False  # a write failed part-way: the next event starts on a fresh line
+        self._reserve = self.run_dir / ".reserve"
+        with contextlib.suppress(OSError):
+            if not self._reserve.exists():
+                with open(self._reserve, "wb") as f:
+                    os.posix_fallocate(f.fileno(), 0, RESERVE_BYTES)
+
+    def release_reserve(self) -> None:
+        """Give the reserved space back (the disk is full): enough for the final events."""
+        with contextlib.suppress(OSError):
+            self._reserve.unlink()
 
     def emit(self, kind: str, **data: Any) -> None:
         record = {"t": time.time(), "kind": kind, **data}
-        self._events.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
-        self._events.flush()
+        line = ("\n" if self._torn else "") + json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        raw = line.encode("utf-8")
+        try:
+            written = os.write(self._fd, raw)
+        except OSError:
+            self._torn = True
+            raise
+        self._torn = written < len(raw)
+        if self._torn:
+            raise OSError(errno.ENOSPC, f"only {written} of {len(raw)} bytes of an event were written",
+                          str(self.run_dir / "events.jsonl"))
 
     def log(self, message: str) -> None:
         """A line for stdout.log, the job's human-readable log."""
@@ -64,7 +124,9 @@ class JobContext:
         return self.stop_requested
 
     def close(self) -> None:
-        self._events.close()
+        os.close(self._fd)
+        with contextlib.suppress(OSError):
+            self._reserve.unlink()  # the job is over: the space is the user's again
 
 
 def load_spec(run_dir: Path) -> tuple[str, Spec]:
@@ -92,13 +154,20 @@ def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | Non
         ctx.status(final)
         return 0
     except (JobFailed, SpecError) as exc:
+        if disk_full(exc, args.run_dir, "writing"):
+            ctx.release_reserve()
         ctx.emit("error", message=str(exc), hint=getattr(exc, "hint", ""))
         ctx.status("failed", message=str(exc), hint=getattr(exc, "hint", ""))
         return 1
     except Exception as exc:  # noqa: BLE001 - every failure must reach the user as an event
-        traceback.print_exc(file=sys.stderr)
-        message = f"{type(exc).__name__}: {exc}"
-        hint = "See stdout.log in the run directory for the traceback."
+        full = disk_full(exc, args.run_dir, f"writing ({type(exc).__name__}: {exc})")
+        if full is not None:
+            ctx.release_reserve()
+            message, hint = str(full), full.hint
+        else:
+            traceback.print_exc(file=sys.stderr)
+            message = f"{type(exc).__name__}: {exc}"
+            hint = "See stdout.log in the run directory for the traceback."
         ctx.emit("error", message=message, hint=hint)
         ctx.status("failed", message=message, hint=hint)
         return 1

@@ -85,6 +85,7 @@ class JobManager:
         self._multi: dict[str, Any] = {}  # run id -> engine.launch.multinode.MultiNodeRun
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
+        self._queue_json: str | None = None  # the last `queue` event, so an unchanged queue is not re-sent
 
     # ---- queries
     def get(self, run_id: str) -> dict[str, Any]:
@@ -149,7 +150,17 @@ class JobManager:
             if run is not None and run["state"] == "queued":
                 self.store.update_run(run_id, gpus=gpus)
                 self._launch(self.get(run_id))
-        self.bus.publish("queue", job_queue.snapshot(self))
+        self._publish_queue()
+
+    def _publish_queue(self, publish: bool = True) -> None:
+        from engine import job_queue
+
+        snap = job_queue.snapshot(self)
+        text = json.dumps(snap, sort_keys=True)
+        if text != self._queue_json:
+            self._queue_json = text
+            if publish:
+                self.bus.publish("queue", snap)
 
     def _launch(self, run: dict[str, Any]) -> None:
         run_dir = Path(run["run_dir"])
@@ -348,6 +359,7 @@ class JobManager:
     # ---- engine start / stop
     def rediscover(self) -> dict[str, int]:
         """Re-attach to live jobs after an engine restart; settle the ones that ended meanwhile."""
+        self._publish_queue(publish=False)  # the queue as stored is not news; clients ask queue.get
         counts = {"reattached": 0, "settled": 0, "queued": 0}
         for run in self.store.list_runs(state=ACTIVE, limit=100_000):
             spec = JOB_KINDS[run["kind"]].spec_model.model_validate(run["spec"])

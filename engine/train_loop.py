@@ -9,13 +9,14 @@ import contextlib
 import math
 import random
 import resource
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from engine import checkpoint, dist, methods
 from engine.data_order import ResumableOrder, eval_shards
-from engine.jobctx import JobFailed
+from engine.jobctx import JobFailed, disk_full
 from engine.strategies import get_strategy
 from engine.tasks import get_task
 from engine.tasks.base import InputError
@@ -222,8 +223,15 @@ class Trainer:
         if not self.spec.resume:
             return
         ckpt, notes = checkpoint.find_resumable(self.ckpt_root)
+        fallback = f"resuming from {ckpt.name} instead" if ckpt is not None else "starting from step 0 instead"
         for note in notes:
-            self.rc.emit("warning", message=note, hint="Resuming from an older checkpoint.")
+            # The user sees which checkpoint was bad and where the run really continues from.
+            self.rc.emit("warning", message=f"{note[0].upper()}{note[1:]}; {fallback}",
+                         hint="The damaged checkpoint is left on disk for inspection; delete it to free the space.")
+            self.rc.log(f"{note}; {fallback}")
+        if self.world.is_main:
+            for torn in self.ckpt_root.glob(".step-*.tmp"):  # a save that was killed part-way: never used
+                shutil.rmtree(torn, ignore_errors=True)
         if ckpt is None:
             return
         state = checkpoint.load(ckpt, self.model, self.optimizer,
@@ -446,14 +454,23 @@ class Trainer:
             sd = checkpoint.unwrap(self.model).state_dict()
         if self.world.is_main:
             out = self.run_dir / "model"
-            out.mkdir(exist_ok=True)
-            save_file({k: v.detach().contiguous().clone() for k, v in sd.items()}, str(out / "weights.safetensors"))
-            meta = {"task": self.spec.task, "model": self.spec.model.model_dump(), "method": self.spec.method.model_dump(),
-                    "data_info": {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list))},
-                    "metrics": self.last_metrics, "step": self.step}
-            if self.student_info is not None:
-                meta["student"] = self.student_info
-                meta["teacher_run"] = self.spec.distill.teacher_run
-            (out / "ember_model.json").write_text(json.dumps(meta, indent=1))
-            self.rc.emit("artifact", type="model", path=str(out), step=self.step)
+            try:
+                self._write_model(out, sd, save_file, json)
+            except Exception as exc:
+                full = disk_full(exc, out, "writing the final model")
+                if full is not None:
+                    raise full from exc
+                raise
         dist.barrier(self.world)
+
+    def _write_model(self, out: Path, sd: dict[str, Any], save_file: Any, json: Any) -> None:
+        out.mkdir(exist_ok=True)
+        save_file({k: v.detach().contiguous().clone() for k, v in sd.items()}, str(out / "weights.safetensors"))
+        meta = {"task": self.spec.task, "model": self.spec.model.model_dump(), "method": self.spec.method.model_dump(),
+                "data_info": {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list))},
+                "metrics": self.last_metrics, "step": self.step}
+        if self.student_info is not None:
+            meta["student"] = self.student_info
+            meta["teacher_run"] = self.spec.distill.teacher_run
+        (out / "ember_model.json").write_text(json.dumps(meta, indent=1))
+        self.rc.emit("artifact", type="model", path=str(out), step=self.step)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import dist
-from engine.jobctx import JobContext, JobFailed
+from engine.jobctx import JobContext, JobFailed, disk_full
 from engine.specs import SpecError
 from engine.tasks.base import InputError
 from engine.train_loop import Trainer
@@ -101,15 +101,19 @@ def main(argv: list[str] | None = None) -> int:
         rc.status(final)
         return 0
     except Exception as exc:  # noqa: BLE001 - every failure reaches the user as an event
-        message, hint = describe_failure(exc)
-        if not isinstance(exc, (JobFailed, InputError)):
+        message, hint = describe_failure(exc, run_dir)
+        full = disk_full(exc, run_dir, "writing")
+        if not isinstance(exc, (JobFailed, InputError)) and full is None:
             traceback.print_exc(file=sys.stderr)
         ctx = rc or RankContext(run_dir, world or dist.World(rank, 0, 1, "cpu", ""))
+        if full is not None:
+            ctx.ctx.release_reserve()  # room for the events that say why
         ctx.emit("error", message=message, hint=hint,
                  **({"issues": [vars(i) for i in exc.issues]} if isinstance(exc, InputError) else {}))
         restarts_left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - \
             int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        retryable = restarts_left > 0 and not isinstance(exc, (JobFailed, InputError, SpecError))
+        # A full disk stays full on a restart: fail at once, resumable once space is freed.
+        retryable = restarts_left > 0 and full is None and not isinstance(exc, (JobFailed, InputError, SpecError))
         # torchrun will start the group again, and it resumes from the last checkpoint.
         ctx.status("restarting" if retryable else "failed", message=message, hint=hint)
         return 1
@@ -118,12 +122,15 @@ def main(argv: list[str] | None = None) -> int:
             dist.shutdown(world)
 
 
-def describe_failure(exc: BaseException) -> tuple[str, str]:
+def describe_failure(exc: BaseException, run_dir: Path | None = None) -> tuple[str, str]:
     """What the user reads: the problem and the next thing to try."""
     if isinstance(exc, (JobFailed, InputError)):
         return str(exc), exc.hint
     if isinstance(exc, SpecError):
         return str(exc), exc.hint
+    full = disk_full(exc, run_dir or Path.cwd(), f"writing ({type(exc).__name__}: {exc})".split("\n")[0])
+    if full is not None:
+        return str(full), full.hint
     import torch
 
     if isinstance(exc, torch.OutOfMemoryError):
