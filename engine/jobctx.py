@@ -136,6 +136,22 @@ def load_spec(run_dir: Path) -> tuple[str, Spec]:
     return doc["kind"], validate_spec(doc["kind"], doc.get("spec") or {})
 
 
+def _record_environment(run_dir: Path) -> None:
+    """Versions as the job ran them (for the lineage report): packages, Python, Ember and its git commit."""
+    if os.environ.get("RANK", "0") != "0":
+        return  # one record per run: torchrun's other ranks run the same code
+    from engine.lineage import code_version, installed_versions
+
+    doc = {"t": time.time(), "python": sys.version.split()[0], "packages": installed_versions(),
+           "code": {**code_version(), "recorded": "when the job ran"}}
+    tmp = run_dir / ".environment.json.tmp"
+    try:
+        tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        os.replace(tmp, run_dir / "environment.json")
+    except OSError:  # a full disk is reported by the job's own writes; this record is best effort
+        tmp.unlink(missing_ok=True)
+
+
 def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | None = None) -> int:
     """Run a recipe's ``main(ctx, spec)``; report its outcome as the final status event."""
     parser = argparse.ArgumentParser()
@@ -148,6 +164,7 @@ def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | Non
 
     signal.signal(signal.SIGTERM, on_term)
     ctx.status("running", pid=os.getpid())
+    _record_environment(args.run_dir)
     try:
         _kind, spec = load_spec(args.run_dir)
         final = main(ctx, spec) or ("stopped" if ctx.stop_requested else "succeeded")

@@ -134,14 +134,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _packages(store: Any, run: dict[str, Any]) -> dict[str, Any]:
-    """The versions the job recorded (an event or result.json with ``packages``), else this engine's."""
-    for event in reversed(_events(store, run["id"], ("env", "status", "start"))):
-        if isinstance(event.get("packages"), dict):
-            return {"recorded": "by the job", "versions": event["packages"], "python": event.get("python")}
-    result = _read_json(Path(run["run_dir"]) / "result.json") or {}
-    for key in ("packages", "versions"):
-        if isinstance(result.get(key), dict):
-            return {"recorded": "by the job", "versions": result[key], "python": result.get("python")}
+    """The versions the job recorded in environment.json (engine/jobctx.py), else this engine's now."""
+    env = _read_json(Path(run["run_dir"]) / "environment.json") or {}
+    if isinstance(env.get("packages"), dict):
+        return {"recorded": "when the job ran", "versions": env["packages"], "python": env.get("python")}
     return {"recorded": "at report time", "versions": installed_versions(),
             "python": sys.version.split()[0],
             "note": "this job did not record its package versions; these are the engine's now"}
@@ -291,8 +287,10 @@ def gather(store: Any, run: dict[str, Any], pending: _Pending | None = None, dep
     seen = set(seen or ()) | {run["id"]}
     spec = run.get("spec") or {}
     kind = run.get("kind", "")
-    code: dict[str, Any] = {}
-    pending.code.append(code)
+    recorded = (_read_json(Path(run.get("run_dir") or ".") / "environment.json") or {}).get("code")
+    code: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
+    if not code:  # a job from before environment.json: the engine's code now, labelled so
+        pending.code.append(code)
     rec: dict[str, Any] = {
         "run": {k: run.get(k) for k in ("id", "kind", "name", "state", "created_at", "started_at", "ended_at",
                                           "host", "run_dir", "parent_id", "error")},

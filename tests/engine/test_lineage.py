@@ -82,7 +82,8 @@ def test_export_child_names_its_parent_with_hashes_and_the_audit_log_filters(eng
         assert rec["code"]["ember_version"] == engine.__version__
         assert rec["code"]["git_commit"] == (head.stdout.strip() if head.returncode == 0 else None)
         assert rec["packages"]["versions"]["torch"]
-        assert rec["packages"]["recorded"] in ("by the job", "at report time")
+        assert rec["packages"]["recorded"] == "when the job ran"  # environment.json of the job
+        assert rec["code"]["recorded"] == "when the job ran"
 
         # The audit log: both starts recorded with their targets; filters, paging and a total.
         page = c.call("audit.list", action="jobs.start", client="lineage-test")
