@@ -209,9 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_hosts.add_parser(sub)
     cli_export.add_parser(sub)
-    from engine import cli_audit
+    from engine import cli_audit, cli_queue
 
     cli_audit.add_parser(sub)
+    cli_queue.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

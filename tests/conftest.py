@@ -21,6 +21,21 @@ from engine.client import EngineClient, EngineNotRunning
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The fault-injection table (tests/faults): per scenario, the fault, what survived, rows expected vs stored."""
+    rows = [value for key in ("passed", "failed") for rep in terminalreporter.stats.get(key, [])
+            if getattr(rep, "when", "") == "call"
+            for name, value in getattr(rep, "user_properties", []) if name == "fault_report"]
+    if not rows:
+        return
+    tr = terminalreporter
+    tr.section("fault injection: what survived")
+    for scenario, fault, survived, expected, stored in rows:
+        tr.write_line(f"{scenario}: {fault}")
+        tr.write_line(f"    survived: {survived}")
+        tr.write_line(f"    rows expected: {expected} | rows stored: {stored}")
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests run only where CUDA is usable (run them with `pytest -m gpu` on a GPU machine)."""
     try:

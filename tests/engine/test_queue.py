@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
+from engine import cli
 from engine.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.scheduler import Capacity, Job, Settings, job_need, plan
 from tests.conftest import wait_for
@@ -99,7 +101,7 @@ def order(c) -> list[str]:
     return [j["id"] for j in c.call("queue.get")["jobs"]]
 
 
-def test_order_priority_and_settings_survive_an_engine_restart(engine_proc):
+def test_order_priority_and_settings_survive_an_engine_restart(engine_proc, capsys):
     with engine_proc.client() as c:
         c.subscribe(["queue"])
         conf = c.call("queue.configure", max_concurrent=1)
@@ -138,9 +140,18 @@ def test_order_priority_and_settings_survive_an_engine_restart(engine_proc):
         q = c.call("queue.get")
         assert q["settings"]["max_concurrent"] == 1
         assert [r["id"] for r in q["running"]] == [a["id"]]  # re-attached, still holding its slot
+        # The same from the command line: `ember queue priority`, then the listing in run order.
+        capsys.readouterr()
+        assert cli.main(["queue", "priority", d, "9"]) == 0
+        assert cli.main(["queue"]) == 0
+        out = capsys.readouterr().out
+        assert "limits: 1 jobs at once" in out
+        listed = re.findall(r"^\s+\d+\. (\S+)", out.split("limits:")[-1], re.MULTILINE)
+        assert listed == [d, b, e], out
+        assert order(c) == [d, b, e]
         c.call("jobs.cancel", id=a["id"])
-        wait_for(lambda: c.call("jobs.get", id=b)["state"] == "running", what="b to start next")
-        assert c.call("jobs.get", id=e)["state"] == "queued"
+        wait_for(lambda: c.call("jobs.get", id=d)["state"] == "running", what="d (priority 9) to start next")
+        assert c.call("jobs.get", id=b)["state"] == "queued" and c.call("jobs.get", id=e)["state"] == "queued"
         for job_id in (b, e, d):
             c.call("jobs.cancel", id=job_id)
 

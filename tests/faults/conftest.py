@@ -23,29 +23,17 @@ from engine.paths import Paths
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process, wait_for
 
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
-_REPORTS: list[tuple[str, str, str, str, str, str]] = []
 
 
 @pytest.fixture
 def fault_report(request: pytest.FixtureRequest) -> Callable[..., None]:
+    """Record one injected fault; tests/conftest.py prints them all at the end (also under xdist,
+    where the rows travel to the controller with the test's report)."""
     def report(scenario: str, fault: str, survived: str, expected: Any, stored: Any) -> None:
-        _REPORTS.append((scenario, fault, survived, str(expected), str(stored), request.node.name))
+        request.node.user_properties.append(
+            ("fault_report", (scenario, fault, survived, str(expected), str(stored))))
 
     return report
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _REPORTS:
-        return
-    tr = terminalreporter
-    tr.section("fault injection: what survived")
-    head = ("scenario", "injected fault", "what survived", "rows expected", "rows stored")
-    rows = [head, *[r[:5] for r in _REPORTS]]
-    widths = [min(60, max(len(r[i]) for r in rows)) for i in range(5)]
-    for n, row in enumerate(rows):
-        tr.write_line("  ".join(cell[:60].ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        if n == 0:
-            tr.write_line("  ".join("-" * w for w in widths))
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from engine.paths import read_token
 from engine.protocol import REMOTE_FAILED, RpcError
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(400)
 PASSWORD = "pw-Sup3rSecret-4711"
 PASSPHRASE = "pp-An0therSecret-0815"
 HF_TOKEN = "hf_SECRETtokenAbCdEfGhIjKlMnOpQrStUv"
@@ -63,6 +64,21 @@ def test_no_secret_is_written_anywhere(engine_proc_env, sshd):
     done = wait_for(lambda: (j := c.call("jobs.get", id=job["id"]))["state"] in ("succeeded", "failed") and j,
                     timeout=90, interval=0.3, what="the probe job")
     assert done["state"] == "succeeded", done["error"]
+    # A fine-tune and its export (ORT package and a Jetson bundle with its .tar.gz), run with the token in
+    # their environment: the bundles a user hands on carry no secret either.
+    ft = c.call("jobs.start", kind="train.finetune", name="digits",
+                spec={"task": "image_classification", "method": {"kind": "full"}, "max_steps": 2, "eval_every": 2,
+                      "batch_size": 8, "data": {"image_size": 16}})
+    ft = wait_for(lambda: (j := c.call("jobs.get", id=ft["id"]))["state"] in ("succeeded", "failed") and j,
+                  timeout=150, interval=0.5, what="the fine-tune")
+    assert ft["state"] == "succeeded", ft["error"]
+    ex = c.call("jobs.start", kind="export.model", name="export",
+                spec={"source_run": ft["id"], "formats": ["ort", "jetson"], "parity_samples": 8})
+    ex = wait_for(lambda: (j := c.call("jobs.get", id=ex["id"]))["state"] in ("succeeded", "failed") and j,
+                  timeout=150, interval=0.5, what="the export")
+    assert ex["state"] == "succeeded", ex["error"]
+    archives = list(Path(ex["run_dir"]).rglob("*.tar.gz"))
+    assert archives, "the Jetson bundle's archive"
     c.call("templates.save", name="t", spec={})
     audit = c.call("audit.list", limit=100)["records"]
     assert any(a["action"] == "hosts.prepare" and a["params"]["password"] == "***" for a in audit)
@@ -75,6 +91,12 @@ def test_no_secret_is_written_anywhere(engine_proc_env, sshd):
     assert any(f.name == "ember.db" for f in files) and any(f.name == "engine.log" for f in files)
     assert any(f.name == "events.jsonl" for f in files)
     leaks = [(what, str(f)) for f in files for what, secret in secrets.items() if secret.encode() in f.read_bytes()]
+    for archive in archives:  # compressed: look inside, member by member
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                data = tar.extractfile(member).read() if member.isfile() else b""
+                leaks += [(what, f"{archive}:{member.name}") for what, secret in secrets.items()
+                          if secret.encode() in data]
     assert not leaks, leaks
 
 
