@@ -20,4 +20,7 @@ echo "== ruff"
 echo "== import contracts"
 .venv/bin/lint-imports
 echo "== pytest"
-exec .venv/bin/python -m pytest "$@"
+# Two workers, one file each at a time (module fixtures are set up once); the long files go first
+# (tests/conftest.py). Most tests wait on real job processes, so two workers keep both cores busy.
+# Pass -n 0 to run in one process, e.g. scripts/test.sh -n 0 tests/engine/test_jobs.py
+exec .venv/bin/python -m pytest -n "${EMBER_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -36,8 +36,25 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"    rows expected: {expected} | rows stored: {stored}")
 
 
+# The longest files first: with `-n 2 --dist loadfile` (scripts/test.sh) each worker takes the next file
+# when it is free, so the long ones must not come last or one worker idles while the other finishes them.
+LONGEST_FIRST = (
+    "tests/engine/test_finetune.py", "tests/engine/test_compress_jobs.py", "tests/engine/test_strategies.py",
+    "tests/remote/test_multinode.py", "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
+    "tests/engine/test_lora_merge.py", "tests/app/test_end_to_end.py", "tests/app/test_runs_page.py",
+    "tests/app/test_compare.py", "tests/faults/test_soak.py", "tests/engine/test_export_formats.py",
+)
+
+
+def _file_rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run only where CUDA is usable (run them with `pytest -m gpu` on a GPU machine)."""
+    """The longest files first (see LONGEST_FIRST); `gpu` tests run only where CUDA is usable
+    (run them with `pytest -m gpu` on a GPU machine)."""
+    items.sort(key=_file_rank)  # stable: the order within a file, and among the rest, is kept
     try:
         import torch
 

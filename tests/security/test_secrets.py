@@ -73,7 +73,8 @@ def test_no_secret_is_written_anywhere(engine_proc_env, sshd):
                   timeout=150, interval=0.5, what="the fine-tune")
     assert ft["state"] == "succeeded", ft["error"]
     ex = c.call("jobs.start", kind="export.model", name="export",
-                spec={"source_run": ft["id"], "formats": ["ort", "jetson"], "parity_samples": 8})
+                spec={"source_run": ft["id"], "formats": ["ort", "jetson"], "target": "orin_nano",
+                      "parity_samples": 8})
     ex = wait_for(lambda: (j := c.call("jobs.get", id=ex["id"]))["state"] in ("succeeded", "failed") and j,
                   timeout=150, interval=0.5, what="the export")
     assert ex["state"] == "succeeded", ex["error"]
