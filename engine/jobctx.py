@@ -136,7 +136,7 @@ def load_spec(run_dir: Path) -> tuple[str, Spec]:
     return doc["kind"], validate_spec(doc["kind"], doc.get("spec") or {})
 
 
-def _record_environment(run_dir: Path) -> None:
+def record_environment(run_dir: Path) -> None:
     """Versions as the job ran them (for the lineage report): packages, Python, Ember and its git commit."""
     if os.environ.get("RANK", "0") != "0":
         return  # one record per run: torchrun's other ranks run the same code
@@ -164,7 +164,7 @@ def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | Non
 
     signal.signal(signal.SIGTERM, on_term)
     ctx.status("running", pid=os.getpid())
-    _record_environment(args.run_dir)
+    record_environment(args.run_dir)
     try:
         _kind, spec = load_spec(args.run_dir)
         final = main(ctx, spec) or ("stopped" if ctx.stop_requested else "succeeded")

@@ -75,6 +75,7 @@ def main() -> int:
     wait(app, lambda: runs.model.rowCount() >= 6, 30, "the run list")
     wait(app, lambda: runs.queue_panel.table.rowCount() == 3, 30, "the queue")
     runs.select_run(waiting[0])
+    runs.queue_panel.table.selectRow(1)  # tickets-lora, second in line: the move buttons apply to it
     pump(app, 1)
     shoot(app, window, "runs-queue.png")
 

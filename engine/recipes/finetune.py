@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import dist
-from engine.jobctx import JobContext, JobFailed, disk_full
+from engine.jobctx import JobContext, JobFailed, disk_full, record_environment
 from engine.specs import SpecError
 from engine.tasks.base import InputError
 from engine.train_loop import Trainer
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(rc, "stop_requested", True))
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         rc.status("running", pid=os.getpid(), world_size=world.size, restart=restarts)
+        if world.is_main:
+            record_environment(run_dir)
         final = Trainer(spec, world, rc, run_dir).run()
         if final == "succeeded" and spec.distill is not None and world.is_main:
             from engine.compress.variant import evaluate_student
