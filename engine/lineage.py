@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import engine
+from engine import machine
+from engine.run_records import read_json
 
 VERSION = 1
 MAX_DEPTH = 8  # parents followed; a deeper chain ends with a note
@@ -125,17 +127,9 @@ def _events(store: Any, run_id: str, kinds: tuple[str, ...]) -> list[dict[str, A
     return [json.loads(data) for _seq, _topic, _t, data in rows]
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def _packages(store: Any, run: dict[str, Any]) -> dict[str, Any]:
     """The versions the job recorded in environment.json (engine/jobctx.py), else this engine's now."""
-    env = _read_json(Path(run["run_dir"]) / "environment.json") or {}
+    env = read_json(Path(run["run_dir"]) / "environment.json") or {}
     if isinstance(env.get("packages"), dict):
         return {"recorded": "when the job ran", "versions": env["packages"], "python": env.get("python")}
     return {"recorded": "at report time", "versions": installed_versions(),
@@ -144,13 +138,7 @@ def _packages(store: Any, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def installed_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return machine.package_versions(PACKAGES)
 
 
 def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, Any]]:
@@ -287,7 +275,7 @@ def gather(store: Any, run: dict[str, Any], pending: _Pending | None = None, dep
     seen = set(seen or ()) | {run["id"]}
     spec = run.get("spec") or {}
     kind = run.get("kind", "")
-    recorded = (_read_json(Path(run.get("run_dir") or ".") / "environment.json") or {}).get("code")
+    recorded = (read_json(Path(run.get("run_dir") or ".") / "environment.json") or {}).get("code")
     code: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     if not code:  # a job from before environment.json: the engine's code now, labelled so
         pending.code.append(code)

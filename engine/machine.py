@@ -61,3 +61,16 @@ def info(data_dir: Path) -> dict[str, Any]:
         "gpus": gpus(),
         "disk_free": shutil.disk_usage(data_dir).free,
     }
+
+
+def package_versions(names: tuple[str, ...]) -> dict[str, str | None]:
+    """Installed versions of ``names`` (None: not installed), read from package metadata without importing."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out

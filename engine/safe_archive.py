@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -191,17 +189,8 @@ def dataset_path(path: str | None) -> str | None:
     key = hashlib.sha256(f"{archive.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
     stem = archive.name.split(".")[0][:40] or "data"
     final = _cache_dir() / f"{stem}-{key}"
-    if not final.is_dir():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-        try:
-            extract(archive, tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not final.is_dir():  # another rank won the race when it is there now
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+    from engine.tasks.base import build_once
+
+    # Racing ranks (torchrun): one extraction wins the rename, the others use its folder.
+    build_once(final, lambda tmp: extract(archive, tmp))
     return str(_content(final))

@@ -113,6 +113,16 @@ def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0)
     raise RuntimeError("engine did not come up")
 
 
+def alive(pid: int | None) -> bool:
+    """True while ``pid`` is a running process (a zombie counts as ended)."""
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def kill_job_groups(home: Path) -> None:
     """Jobs run detached; make sure none outlives its test."""
     for proc in psutil.process_iter(["pid", "cmdline"]):

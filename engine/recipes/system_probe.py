@@ -16,12 +16,12 @@ import shutil
 import socket
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from engine import machine
 from engine.jobctx import JobContext, run_job
 from engine.machine import cpu_model
 from engine.specs import ProbeSpec
@@ -31,13 +31,7 @@ PACKAGES = ("torch", "torchvision", "transformers", "peft", "deepspeed", "onnxru
 
 
 def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return machine.package_versions(PACKAGES)
 
 
 def torch_gpus() -> dict[str, Any]:

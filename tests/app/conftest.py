@@ -22,7 +22,7 @@ import pytest
 from engine import paths as paths_mod
 from engine.client import EngineClient, EngineNotRunning
 from engine.protocol import RpcError
-from tests.conftest import kill_job_groups
+from tests.conftest import alive, kill_job_groups
 
 CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start can be slow
 
@@ -34,15 +34,6 @@ def engine_pid(paths: paths_mod.Paths) -> int | None:
             return int(c.call("engine.status")["pid"])
     except (EngineNotRunning, OSError, RpcError):
         return None
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def engines_for(paths: paths_mod.Paths) -> set[int]:

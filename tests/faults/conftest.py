@@ -120,15 +120,6 @@ def kill_tree(pid: int) -> list[psutil.Process]:
     return tree
 
 
-def job_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def mount_tmpfs(where: Path, size_kb: int) -> str | None:
     """None when mounted, else why not (the caller skips with that reason)."""
     where.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from engine import checkpoint, store_guard
-from tests.conftest import wait_for
+from tests.conftest import alive, wait_for
 from tests.faults.conftest import (
     digits,
     file_events,
-    job_alive,
     loss_steps,
     mount_tmpfs,
     wait_final,
@@ -61,7 +60,7 @@ def test_a_full_disk_fails_the_run_cleanly_and_it_resumes_once_space_is_freed(em
                 (home / "probe").write_bytes(b"x" * 8192)
             assert full.value.errno == errno.ENOSPC
             pid = c.call("jobs.get", id=job["id"])["pid"]
-            wait_for(lambda: not job_alive(pid), timeout=60, what="the job to end on the full disk")
+            wait_for(lambda: not alive(pid), timeout=60, what="the job to end on the full disk")
             # The engine answers while its store cannot grow, and the store is intact.
             assert c.call("engine.status")["store"]["integrity"] == "ok"
             assert c.call("jobs.get", id=job["id"])["id"] == job["id"]

@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from engine import checkpoint
-from tests.conftest import wait_for
-from tests.faults.conftest import digits, events_of, job_alive, kill_tree, loss_steps, wait_final
+from tests.conftest import alive, wait_for
+from tests.faults.conftest import digits, events_of, kill_tree, loss_steps, wait_final
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +55,7 @@ def test_torchrun_group_killed_mid_checkpoint_fails_and_resumes_from_latest(star
         assert len(tree) >= 2
         failed = wait_final(c, job["id"])
         assert failed["state"] == "failed" and "SIGKILL" in failed["error"]["message"]
-        assert not any(job_alive(p.pid) for p in tree)
+        assert not any(alive(p.pid) for p in tree)
         # `latest` never points at the torn save; it names a checkpoint whose checksums verify.
         assert torn.is_dir() and not (torn / "manifest.json").exists()
         assert (ckpts / "latest").read_text() == "step-00000020"
