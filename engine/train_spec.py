@@ -57,7 +57,7 @@ class DataSpec(_Part):
     text_column: str = "text"
     label_column: str = "label"
     max_length: int = Field(128, ge=8, le=32768, description="tokens per example")
-    image_size: int = Field(32, ge=8, le=1024)
+    image_size: int = Field(32, ge=16, le=1024, description="pixels per side; 16 is the least the built-in CNN takes")
     augment: AugmentSpec = Field(default_factory=AugmentSpec)
     num_workers: int = Field(0, ge=0, le=64)
     min_per_class: int = Field(2, ge=1, description="fewer examples than this in a class is an error")

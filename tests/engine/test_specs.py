@@ -45,3 +45,10 @@ def test_yaml_is_loaded_safely(tmp_path):
     f.write_text("kind: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_job_file(f)
+
+
+def test_an_image_too_small_for_the_built_in_cnn_is_refused_before_launch():
+    with pytest.raises(SpecError) as err:
+        validate_spec("train.finetune", {"task": "image_classification", "data": {"image_size": 8}})
+    assert any(f["field"] == "data.image_size" for f in err.value.fields), err.value.fields
+    validate_spec("train.finetune", {"task": "image_classification", "data": {"image_size": 16}})

@@ -134,7 +134,7 @@ class DataStep(Step):
         self.max_length_label = label("Tokens per example")
         form.addRow(self.max_length_label,
                     with_message(self.max_length_spin, self.message_for("data.max_length")))
-        self.image_size_spin = _spin(8, 1024, 32, 8)
+        self.image_size_spin = _spin(16, 1024, 32, 8)
         self.image_size_label = label("Image size (px)")
         form.addRow(self.image_size_label,
                     with_message(self.image_size_spin, self.message_for("data.image_size")))
