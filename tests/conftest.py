@@ -93,6 +93,15 @@ class RunningEngine:
     def restart(self) -> None:
         self.proc = start_engine_process(self.paths)
 
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within 10 s."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
 
 def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0) -> subprocess.Popen:
     p.home.mkdir(parents=True, exist_ok=True)
@@ -136,12 +145,7 @@ def kill_job_groups(home: Path) -> None:
 def engine_proc(ember_home: paths_mod.Paths) -> Iterator[RunningEngine]:
     eng = RunningEngine(ember_home, start_engine_process(ember_home))
     yield eng
-    with contextlib.suppress(ProcessLookupError):
-        eng.proc.send_signal(signal.SIGTERM)
-    try:
-        eng.proc.wait(10)
-    except subprocess.TimeoutExpired:
-        eng.proc.kill()
+    eng.stop()
     kill_job_groups(ember_home.home)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,12 +66,7 @@ def start_engine(ember_home: Paths, monkeypatch: pytest.MonkeyPatch,
 
     yield start
     for eng in engines:
-        with contextlib.suppress(ProcessLookupError):
-            eng.proc.send_signal(signal.SIGTERM)
-        try:
-            eng.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            eng.proc.kill()
+        eng.stop()
     kill_job_groups(ember_home.home)
 
 
