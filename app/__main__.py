@@ -4,6 +4,7 @@
     ember --version              print the version
     ember jobs list | run F | …  headless commands, see `ember jobs --help`
     ember --measure-startup      print EMBER_FIRST_PAINT <time> when the window first paints
+    ember install-desktop-entry  add the menu entry and icon (--uninstall, --prefix DIR)
 
 Startup time is a feature: only the Qt modules the first window needs are
 imported here; pages import anything heavier when they are first shown.
@@ -15,11 +16,17 @@ import argparse
 import sys
 
 # First words that belong to the headless CLI (engine/cli.py) rather than the GUI.
-CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "resume"})
+# tests/app/test_gui_startup.py checks this against engine.cli's parser, so a new command is not missed.
+CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "resume", "hosts", "export", "queue",
+                          "audit", "lineage"})
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "install-desktop-entry":
+        from app.desktop_entry import main as desktop_entry_main
+
+        return desktop_entry_main(argv[1:])
     if argv and argv[0] in CLI_COMMANDS:
         from engine import cli
 
@@ -38,9 +45,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="ember", description="Ember Studio: fine-tune, compress and deploy PyTorch models.",
         epilog="Headless commands: ember engine|jobs|run|logs|stop|cancel ... (ember jobs --help).")
     ap.add_argument("--version", action="store_true", help="print the version and exit")
-    ap.add_argument("--page", default="runs", metavar="PAGE",
-                    help="page to open on: runs, new_finetune, monitor, compress, compare, "
-                         "export, hosts, settings")
+    ap.add_argument("--page", default=None, metavar="PAGE",
+                    help="page to open on: welcome, runs, new_finetune, monitor, compress, compare, "
+                         "export, hosts, settings (default: the page open when Ember Studio last closed)")
     ap.add_argument("--measure-startup", action="store_true",
                     help="print 'EMBER_FIRST_PAINT <unix time> torch_loaded=<bool>' at first paint")
     ap.add_argument("--exit-after-paint", action="store_true",
@@ -48,7 +55,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return ap.parse_known_args(argv)  # the rest (-style, -platform, ...) is Qt's
 
 
-def run_gui(page: str = "runs", measure_startup: bool = False, exit_after_paint: bool = False,
+def run_gui(page: str | None = None, measure_startup: bool = False, exit_after_paint: bool = False,
             qt_args: list[str] | None = None) -> int:
     import logging
 
@@ -58,40 +65,41 @@ def run_gui(page: str = "runs", measure_startup: bool = False, exit_after_paint:
     from app.main_window import PAGE_KEYS, MainWindow
     from app.style import apply_stylesheet, icon
 
-    if page not in PAGE_KEYS:
+    if page is not None and page not in PAGE_KEYS:
         print(f"ember: no page {page!r}; choose one of {', '.join(PAGE_KEYS)}", file=sys.stderr)
         return 2
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if QApplication.instance() is None:
+        # Fractional scales (1.25, 1.5) as the desktop sets them, not rounded: text and SVG icons stay sharp.
+        from PySide6.QtCore import Qt
+        from PySide6.QtGui import QGuiApplication
+
+        QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
     qapp = QApplication.instance() or QApplication(["ember", *(qt_args or [])])
     qapp.setApplicationName("Ember Studio")
     qapp.setWindowIcon(icon("ember"))
-    apply_stylesheet(qapp)
+    apply_stylesheet(qapp)  # in the theme of the preferences (light, dark or the system's)
     window = MainWindow()
-    window.show_page(page)
-    _report_uncaught_errors(window)
+    from app.prefs import restore_window
+
+    restore_window(window, page)  # geometry, and `page` or else the last page (else welcome)
+    from app.notifications import excepthook
+
+    # An exception in a Qt handler: logged, and an entry with the traceback under the bell; the app goes on.
+    sys.excepthook = excepthook(window.notifications)
     if measure_startup:
         from app.startup import FirstPaintReporter
 
         window.installEventFilter(FirstPaintReporter(exit_after_paint, window))
     window.show()
+    if not exit_after_paint:  # a startup measurement must not open the tour
+        from app.widgets.tour import start_first_run_tour
+
+        start_first_run_tour(window)  # the very first run only (prefs "tour_done")
     # Connect (or start the engine) once the event loop runs, so the window paints first.
     QTimer.singleShot(0, window.engine.start)
     return qapp.exec()
-
-
-def _report_uncaught_errors(window) -> None:
-    """An exception in a Qt handler is logged and shown in the status bar; the app goes on."""
-    import logging
-
-    log = logging.getLogger("app")
-
-    def hook(exc_type, exc, tb) -> None:
-        log.error("uncaught error", exc_info=(exc_type, exc, tb))
-        window.statusBar().showMessage(
-            f"Internal error: {exc_type.__name__}: {exc} (the traceback is in the log)", 15000)
-
-    sys.excepthook = hook
 
 
 if __name__ == "__main__":

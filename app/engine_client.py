@@ -62,6 +62,8 @@ class EngineClient(QObject):
     disconnected = Signal()
     event = Signal(str, int, dict)  # topic, seq, data (each seq once)
     error = Signal(str)  # a plain-language message for the user or the log
+    # A request sent without an error callback failed: method, RpcError (then `error` as text too).
+    request_failed = Signal(str, object)
 
     def __init__(self, client_name: str = "ember-gui", parent: QObject | None = None):
         super().__init__(parent)
@@ -206,6 +208,7 @@ class EngineClient(QObject):
         if error_callback is not None:
             self._call(error_callback, err)
         else:
+            self.request_failed.emit(method, err)
             self.error.emit(f"{method}: {err}")
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:

@@ -62,6 +62,7 @@ class EngineProcess(QObject):
         self.stop_reason = ""  # from the engine's `stopping` event, e.g. "requested by ember-cli"
         self.start_failure = ""  # set when the engine would not start; shown instead
         self.paths: engine_paths.Paths | None = None
+        self._home_from_prefs = False  # the home is the "data_dir" preference, passed on as EMBER_HOME
         self._child: subprocess.Popen | None = None
         self._child_answered = False  # our child became the engine we talked to
         self._failed_starts = 0
@@ -80,7 +81,7 @@ class EngineProcess(QObject):
     def start(self) -> None:
         """Connect to the engine, starting one if none answers."""
         self._closed = False
-        self.paths = engine_paths.resolve()
+        self.paths, self._home_from_prefs = engine_paths_from_prefs()
         self._stop_expected = False
         self._failed_starts = 0
         self._delay = FIRST_DELAY_S
@@ -184,6 +185,8 @@ class EngineProcess(QObject):
         root = _source_root()
         if root is not None:  # running from a checkout: let `-m engine` find the package
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+        if self._home_from_prefs:  # the data directory preference: the engine must use the same home
+            env["EMBER_HOME"] = str(self.paths.home)
         log_fd = os.open(self.paths.engine_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(log_fd, "ab") as out:
             self._child = subprocess.Popen(
@@ -208,6 +211,27 @@ class EngineProcess(QObject):
         self._reaper.stop()
         if code not in (0, DUPLICATE_ENGINE_EXIT) and not self._child_answered:
             self._failed_starts += 1
+
+
+def engine_paths_from_prefs() -> tuple[engine_paths.Paths, bool]:
+    """The engine's paths, and whether they come from the "data_dir" preference.
+
+    EMBER_HOME wins when set; then the preference; then the engine's default.
+
+    The engine started for a preferred data directory gets it as EMBER_HOME, so both sides
+    must agree on the runtime dir (socket, token) too: it is resolved here the way the
+    engine will, with EMBER_HOME set for the moment.
+    """
+    from app.prefs import prefs
+
+    data_dir = prefs().get("data_dir").strip()
+    if "EMBER_HOME" in os.environ or not data_dir:
+        return engine_paths.resolve(), False
+    os.environ["EMBER_HOME"] = str(Path(data_dir).expanduser().resolve())
+    try:
+        return engine_paths.resolve(), True
+    finally:
+        del os.environ["EMBER_HOME"]
 
 
 def _source_root() -> Path | None:

@@ -61,17 +61,30 @@ def job_duration(job: dict[str, Any], now: float | None = None) -> str:
     return duration(end - start)
 
 
-def size(n_bytes: Any) -> str:
+UNITS = {
+    # Binary units, named as such: memory and disk sizes agree with the engine and nvidia-smi.
+    "binary": (1024, ("B", "KiB", "MiB", "GiB", "TiB")),
+    # Decimal units: what disk makers and file managers print.
+    "decimal": (1000, ("B", "kB", "MB", "GB", "TB")),
+}
+
+
+def size(n_bytes: Any, units: str | None = None) -> str:
+    """Bytes as text, in the "units" preference (binary by default) unless ``units`` is given."""
     try:
         value = float(n_bytes)
     except (TypeError, ValueError):
         return str(n_bytes)
-    # Binary units, named as such: memory and disk sizes agree with the engine and nvidia-smi.
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
+    if units is None:
+        from app.prefs import prefs
+
+        units = prefs().get("units")
+    step, names = UNITS.get(units, UNITS["binary"])
+    for unit in names:
+        if abs(value) < step or unit == names[-1]:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+        value /= step
+    return f"{value:.1f} {names[-1]}"  # not reached: the last unit always returns
 
 
 _SIZE_KEYS = ("bytes", "total", "available", "free", "used", "rss", "memory")
@@ -96,3 +109,11 @@ def fact(value: Any, key: str = "") -> str:
             return "none"
         return "\n".join(fact(item, key) for item in value)
     return str(value)
+
+
+def eta_left(eta_s: float | None, at: float, now: float | None = None) -> float | None:
+    """Seconds left now, from an estimate of ``eta_s`` seconds made at time ``at``."""
+    if eta_s is None:
+        return None
+    now = time.time() if now is None else now
+    return max(0.0, float(eta_s) - max(0.0, now - at))

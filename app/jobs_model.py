@@ -21,6 +21,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
 from app import format as fmt
+from app.style import ThemeColours, colour
 
 COLUMNS = ("Name", "Task", "Model", "Method", "Strategy", "State", "Best metric", "Duration",
            "Created")
@@ -34,15 +35,16 @@ SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NONE = "—"
 
 # Same meaning as the status dot: green done, blue busy, amber winding down, red failed.
-STATE_COLOURS = {
-    "queued": "#5a6472",
-    "running": "#1864ab",
-    "stopping": "#a35f00",
-    "succeeded": "#2b8a3e",
-    "failed": "#c92a2a",
-    "stopped": "#a35f00",
-    "cancelled": "#5a6472",
-}
+# Read from the theme at each lookup (resources/themes/*.json), so they stay readable on dark too.
+STATE_COLOURS = ThemeColours({
+    "queued": "state-queued",
+    "running": "state-running",
+    "stopping": "state-stopping",
+    "succeeded": "state-succeeded",
+    "failed": "state-failed",
+    "stopped": "state-stopping",
+    "cancelled": "state-queued",
+})
 # The state filter on the Runs page: label -> states it keeps (None keeps all).
 STATE_GROUPS: dict[str, tuple[str, ...] | None] = {
     "All states": None,
@@ -147,20 +149,21 @@ def duration_seconds(job: dict[str, Any], now: float | None = None) -> float | N
 
 def state_dot(state: str, size: int = 10) -> QIcon:
     """A filled circle in the state's colour (cached: the table asks for it on every paint)."""
-    if state not in _DOTS:
+    fill = STATE_COLOURS.get(state, "#8a94a0")
+    if (state, fill) not in _DOTS:  # keyed by colour too: a theme switch draws new ones
         pixmap = QPixmap(size, size)
         pixmap.fill(Qt.GlobalColor.transparent)
         painter = QPainter(pixmap)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QColor(STATE_COLOURS.get(state, "#8a94a0")))
+        painter.setBrush(QColor(fill))
         painter.drawEllipse(1, 1, size - 2, size - 2)
         painter.end()
-        _DOTS[state] = QIcon(pixmap)
-    return _DOTS[state]
+        _DOTS[state, fill] = QIcon(pixmap)
+    return _DOTS[state, fill]
 
 
-_DOTS: dict[str, QIcon] = {}
+_DOTS: dict[tuple[str, str], QIcon] = {}
 
 
 # -- the model --------------------------------------------------------------------------------
@@ -193,7 +196,7 @@ class JobsModel(QAbstractTableModel):
             return self._sort_value(job, column)
         if column == STATE_COLUMN:
             if role == Qt.ItemDataRole.ForegroundRole:
-                return QColor(STATE_COLOURS.get(job.get("state", ""), "#1f2328"))
+                return QColor(STATE_COLOURS.get(job.get("state", ""), colour("text")))
             if role == Qt.ItemDataRole.DecorationRole:
                 return state_dot(job.get("state", ""))
         if role == Qt.ItemDataRole.ToolTipRole:

@@ -24,9 +24,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import notifications
+from app.accessibility import install_accessibility, make_accessible
 from app.engine_process import EngineProcess
 from app.style import icon
+from app.widgets.activity import ActivityIndicator
 from app.widgets.connection import ConnectionBanner, EngineStatus
+from app.widgets.notification_panel import NotificationBell
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class PageEntry:
 
 # The sidebar, top to bottom: the order a model goes through its life.
 PAGES = (
+    PageEntry("welcome", "Welcome", "WelcomePage"),
     PageEntry("runs", "Runs", "RunsPage"),
     PageEntry("new_finetune", "New fine-tune", "NewFinetunePage"),
     PageEntry("monitor", "Monitor", "MonitorPage"),
@@ -108,9 +113,22 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.engine_status)
         self.statusBar().setSizeGripEnabled(False)
         self.engine.client.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        # Job endings and errors from anywhere become entries under the bell (app/notifications.py).
+        self.notifications = notifications.NotificationCentre(self)
+        self.notifications.watch(self.engine)
+        notifications.install(self.notifications)
+        self.activity = ActivityIndicator(self.engine)
+        self.statusBar().addPermanentWidget(self.activity)
+        self.bell = NotificationBell(self.notifications)
+        self.statusBar().addPermanentWidget(self.bell)
 
         self.sidebar.currentRowChanged.connect(self._show_row)
         self.sidebar.setCurrentRow(0)
+        # Keys for the main actions, names for screen readers (app/shortcuts.py, app/accessibility.py).
+        from app.shortcuts import install_shortcuts  # here: it reads PAGES from this module
+
+        install_shortcuts(self)
+        install_accessibility(self)
 
     def page(self, key: str) -> QWidget:
         """The page for ``key``, built on first use."""
@@ -122,6 +140,7 @@ class MainWindow(QMainWindow):
             self.stack.removeWidget(stand_in)
             stand_in.deleteLater()
             self._pages[key] = page
+            make_accessible(page)  # Tab reaches every control; each has an accessible name
         return self._pages[key]
 
     def show_page(self, key: str) -> QWidget:
@@ -157,6 +176,9 @@ class MainWindow(QMainWindow):
             self.stack.setCurrentWidget(self.page(PAGES[row].key))
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        from app.prefs import save_window
+
+        save_window(self)  # geometry and page, restored at the next start
         # Only the connection closes; the engine and its jobs go on.
         self.engine.close()
         super().closeEvent(event)

@@ -13,7 +13,7 @@ if [ ! -d "$demo/home/runs" ]; then
   (cd "$demo/ember-studio" && .venv/bin/python benchmarks/compress_bench.py --keep "$demo/home")
 fi
 py="$demo/ember-studio/.venv/bin/python"
-export EMBER_HOME="$demo/home" DISPLAY=:98
+export EMBER_HOME="$demo/home" EMBER_SETTINGS_FILE="$demo/settings.ini" DISPLAY=:98
 Xvfb :98 -screen 0 1400x900x24 >/dev/null 2>&1 &
 xvfb=$!
 trap 'kill $xvfb 2>/dev/null; "$py" -m engine stop >/dev/null 2>&1 || true' EXIT

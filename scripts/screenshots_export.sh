@@ -11,7 +11,7 @@ demo=/tmp/ember-demo-export
 rm -rf "$demo" && mkdir -p "$demo/home"
 ln -s "$repo" "$demo/ember-studio"
 py="$demo/ember-studio/.venv/bin/python"
-export EMBER_HOME="$demo/home" DISPLAY=:96 EMBER_SSH_KNOWN_HOSTS=""
+export EMBER_HOME="$demo/home" EMBER_SETTINGS_FILE="$demo/settings.ini" DISPLAY=:96 EMBER_SSH_KNOWN_HOSTS=""
 Xvfb :96 -screen 0 1400x900x24 >/dev/null 2>&1 &
 xvfb=$!
 trap 'kill $xvfb 2>/dev/null; "$py" -m engine stop >/dev/null 2>&1 || true' EXIT

@@ -41,7 +41,8 @@ def pytest_terminal_summary(terminalreporter):
 LONGEST_FIRST = (
     "tests/engine/test_finetune.py", "tests/engine/test_compress_jobs.py", "tests/engine/test_strategies.py",
     "tests/remote/test_multinode.py", "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
-    "tests/engine/test_lora_merge.py", "tests/app/test_end_to_end.py", "tests/app/test_runs_page.py",
+    "tests/engine/test_lora_merge.py", "tests/app/test_newcomer.py", "tests/app/test_end_to_end.py",
+    "tests/app/test_runs_page.py",
     "tests/app/test_compare.py", "tests/faults/test_soak.py", "tests/engine/test_export_formats.py",
 )
 

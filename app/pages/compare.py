@@ -37,6 +37,7 @@ from app.engine_process import EngineProcess
 from app.jobs_model import FINAL_STATES, FINETUNE, best_text, display_name, peak_text, summary
 from app.pages.variants import VariantsView
 from app.widgets.common import label
+from app.widgets.empty_state import empty_state, window_action
 from app.widgets.overlay_chart import OverlayChart, run_colour
 from app.widgets.spec_diff import SpecDiff
 
@@ -45,6 +46,9 @@ MAX_POINTS = 5000  # per curve: far more than a chart can show, well under a fra
 # The task's headline metric, in order of preference: classification, then language models.
 TASK_METRICS = ("accuracy", "perplexity", "macro_f1", "f1_macro")
 SUMMARY_COLUMNS = ("Run", "State", "Best metric", "Duration", "Peak memory")
+NO_RUNS_TICKED = ("Tick two or more finished fine-tunes in the list, or select them on Runs and "
+                  "press Compare.")
+ONE_RUN_TICKED = "One run ticked: tick one more in the list to compare them."
 
 
 def _swatch(colour: str) -> QIcon:
@@ -129,9 +133,8 @@ class ComparePage(QWidget):
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(content)
 
-        self.empty = label("Nothing to compare yet: tick two or more runs in the list, or "
-                           "select them on the Runs page and press Compare.", "muted", wrap=True)
-        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty = empty_state("Nothing to compare yet", NO_RUNS_TICKED, "Open Runs",
+                                 window_action(self, "show_page", "runs"), icon_name="compare")
         self.body = QStackedWidget()
         self.body.addWidget(self.empty)
         self.body.addWidget(scroll)
@@ -291,7 +294,9 @@ class ComparePage(QWidget):
     # -- drawing -----------------------------------------------------------------------------
 
     def _render(self) -> None:
-        self.body.setCurrentIndex(1 if self._ids else 0)
+        # Comparing needs two runs; one alone is what Monitor shows.
+        self.body.setCurrentIndex(1 if len(self._ids) >= 2 else 0)
+        self.empty.set_text(ONE_RUN_TICKED if len(self._ids) == 1 else NO_RUNS_TICKED)
         names = [display_name(self._records.get(i) or self._candidates.get(i) or {"id": i})
                  for i in self._ids]
         colours = [run_colour(n) for n in range(len(self._ids))]

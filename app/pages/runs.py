@@ -42,6 +42,7 @@ from app.jobs_model import (
 )
 from app.pages.queue_panel import QueuePanel
 from app.widgets.common import label
+from app.widgets.empty_state import empty_state, window_action
 from app.widgets.run_details import RunDetails
 
 POLL_MS = 2000
@@ -75,6 +76,7 @@ class RunsPage(QWidget):
         self.filter_edit.textChanged.connect(self._on_filter)
         self.state_combo = QComboBox()
         self.state_combo.addItems(list(STATE_GROUPS))
+        self.state_combo.setToolTip("Show only the runs in this state")
         self.state_combo.currentTextChanged.connect(self._on_filter)
 
         self.open_button = self._button("Open in Monitor", "Follow this run's charts live "
@@ -152,10 +154,10 @@ class RunsPage(QWidget):
             self.table.addAction(action)
             self._menu_actions[button] = action  # enabled like its button
 
-        self.empty = label("No runs yet. Start a fine-tune from New fine-tune, probe this "
-                           "machine from Settings, or start a job with the ember command; it "
-                           "will appear here.", "muted", wrap=True)
-        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty = empty_state(
+            "No runs yet", "Start a fine-tune, probe this machine from Settings, or start a job with "
+            "the ember command; it appears here.", "Start your first fine-tune",
+            window_action(self, "show_page", "new_finetune"), icon_name="runs")
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.empty)
         self.list_stack.addWidget(self.table)

@@ -46,6 +46,10 @@ class SettingsPage(QWidget):
 
         outer = scrolling_body(self, spacing=16)
         outer.addWidget(label("Settings", "h1"))
+        from app.pages.preferences_card import PreferencesCard
+
+        self.preferences = PreferencesCard()  # theme, data directory, default hardware, units
+        outer.addWidget(self.preferences)
 
         # Engine
         engine_card, box = card()

@@ -37,13 +37,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.style import colour
 from app.widgets.common import label
 from app.widgets.series_buffer import SeriesBuffer
 
 REDRAW_MS = 40
 PALETTE = ("#e8590c", "#1864ab", "#2b8a3e", "#862e9c", "#c92a2a", "#0b7285", "#a35f00",
            "#5c7cfa", "#495057", "#d6336c")
-pg.setConfigOptions(antialias=False, background="w", foreground="#4a5563")
+pg.setConfigOptions(antialias=False)  # colours: from the theme, when each chart is made
+
+
+def use_theme_colours() -> None:
+    """Make pyqtgraph draw the next plots in the current theme (axes and text take these at creation)."""
+    pg.setConfigOptions(background=colour("chart-bg"), foreground=colour("chart-fg"))
 
 
 class RedrawClock(QObject):
@@ -118,6 +124,7 @@ class LiveChart(QWidget):
         self.following = True
         self._x_span: tuple[int, int] | None = None
 
+        use_theme_colours()
         self.plot = pg.PlotWidget()
         self.plot.setMinimumHeight(150)
         pi = self.plot.getPlotItem()
@@ -131,7 +138,7 @@ class LiveChart(QWidget):
         pi.setClipToView(True)
         # Top right suits falling curves (loss, lr); rising ones (scores) put it at the bottom.
         self.legend = pi.addLegend(offset=(-8, -8 if legend_bottom else 8), labelTextSize="8pt",
-                                   brush=(255, 255, 255, 200))
+                                   brush=(*pg.mkColor(colour("chart-bg")).getRgb()[:3], 200))
         self._right_vb: pg.ViewBox | None = None
         if right_label:
             self._add_right_axis(right_label)
@@ -167,7 +174,7 @@ class LiveChart(QWidget):
         layout.addWidget(self.readout)
         layout.addWidget(self.plot, 1)
 
-        self._cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen("#adb5bd", width=1))
+        self._cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(colour("chart-grid"), width=1))
         self._cursor.hide()
         pi.addItem(self._cursor, ignoreBounds=True)
         pi.hideButtons()  # "Fit to data" in the menu does what the A button would
@@ -189,7 +196,7 @@ class LiveChart(QWidget):
         color = color or PALETTE[len(self._series) % len(PALETTE)]
         item = pg.PlotDataItem(
             name=name, pen=pg.mkPen(color, width=width) if line else None,
-            symbol=symbol, symbolSize=7, symbolBrush=color, symbolPen=pg.mkPen("w"))
+            symbol=symbol, symbolSize=7, symbolBrush=color, symbolPen=pg.mkPen(colour("chart-bg")))
         if right and self._right_vb is not None:
             self._right_vb.addItem(item)
             self.legend.addItem(item, name)
@@ -240,8 +247,8 @@ class LiveChart(QWidget):
 
     def add_marker(self, x: int, text: str) -> None:
         """A dashed vertical line at ``x`` (a resume point, say)."""
-        line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen("#868e96", style=pg.QtCore.Qt.PenStyle.DashLine),
-                               label=text, labelOpts={"position": 0.92, "color": "#5a6472"})
+        line = pg.InfiniteLine(pos=x, angle=90, pen=pg.mkPen(colour("chart-grid"), style=pg.QtCore.Qt.PenStyle.DashLine),
+                               label=text, labelOpts={"position": 0.92, "color": colour("muted")})
         self.plot.getPlotItem().addItem(line, ignoreBounds=True)
         self._markers.append(line)
 

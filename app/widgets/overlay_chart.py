@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from app.style import colour as theme_colour
+from app.widgets.charts import use_theme_colours
 from app.widgets.common import label
 
 # Distinct on white and for the common colour-vision deficiencies (Okabe-Ito order, then more).
@@ -20,7 +22,8 @@ RUN_COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#d55e00", "#56b4e9",
 
 
 def run_colour(i: int) -> str:
-    return RUN_COLOURS[i % len(RUN_COLOURS)]
+    colour = RUN_COLOURS[i % len(RUN_COLOURS)]
+    return theme_colour("text") if colour == "#000000" else colour  # black vanishes on a dark chart
 
 
 class OverlayChart(QWidget):
@@ -31,7 +34,8 @@ class OverlayChart(QWidget):
         layout.setSpacing(4)
         self.title = label(title, "h2")
         layout.addWidget(self.title)
-        self.plot = pg.PlotWidget(background="w")
+        use_theme_colours()
+        self.plot = pg.PlotWidget()
         self.plot.setMinimumHeight(180)
         item = self.plot.getPlotItem()
         item.showGrid(x=True, y=True, alpha=0.15)
@@ -40,7 +44,7 @@ class OverlayChart(QWidget):
         item.getAxis("left").enableAutoSIPrefix(False)  # accuracy 0.91, not "910 (x0.001)"
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
-        self.legend = item.addLegend(offset=(-10, 10), labelTextColor="#1f2328")
+        self.legend = item.addLegend(offset=(-10, 10), labelTextColor=theme_colour("text"))
         self.empty = label("", "muted", wrap=True)
         self.empty.hide()
         layout.addWidget(self.plot, 1)

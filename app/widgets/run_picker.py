@@ -13,13 +13,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
-    QLabel,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
 )
 
-from app.widgets.common import label
+from app.widgets.empty_state import EmptyState, empty_state
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -45,17 +44,21 @@ class _Item(QTreeWidgetItem):
 
 
 class RunPicker:
-    """Mixin for a Step: ``source_list`` (one run chosen), ``empty_note`` and the records behind the rows."""
+    """Mixin for a Step: ``source_list`` (one run chosen), ``empty_note`` and the records behind the rows.
+
+    While no run is listed, the list gives way to ``empty_note``: an empty state saying what to do first.
+    """
 
     emit_changed: Callable[..., None]  # the Step's; annotated only, so the mixin does not shadow it
     source_list: QTreeWidget
-    empty_note: QLabel
+    empty_note: EmptyState
     _records: dict[str, dict[str, Any]]
     _describe: Callable[[dict[str, Any]], RunRow]
 
     def build_run_list(self, box: QVBoxLayout, columns: Sequence[str], describe: Callable[[dict[str, Any]], RunRow],
-                       empty_text: str, min_height: int) -> None:
-        """Add the list and its empty note to ``box``; newest first, as the last column says when a run ended."""
+                       empty_text: str, min_height: int, empty_title: str = "Nothing to choose yet",
+                       empty_action: tuple[str, Callable[[], object]] | None = None) -> None:
+        """Add the list and its empty state to ``box``; newest first, as the last column says when a run ended."""
         self._records, self._describe = {}, describe
         self.source_list = tree = QTreeWidget()
         tree.setColumnCount(len(columns))
@@ -71,8 +74,16 @@ class RunPicker:
         head.setStretchLastSection(True)
         tree.itemSelectionChanged.connect(self.emit_changed)
         box.addWidget(tree)
-        self.empty_note = label(empty_text, "muted", wrap=True)
+        action_text, on_action = empty_action or (None, None)
+        self.empty_note = empty_state(empty_title, empty_text, action_text, on_action, icon_name="runs")
+        self.empty_note.setMinimumHeight(min_height)
         box.addWidget(self.empty_note)
+        self._show_list()
+
+    def _show_list(self) -> None:
+        """The list when it has runs, else the empty state in its place."""
+        self.source_list.setVisible(bool(self._records))
+        self.empty_note.setVisible(not self._records)
 
     def set_runs(self, records: list[dict[str, Any]]) -> None:
         """Replace the list with ``records``, keeping the selection."""
@@ -83,7 +94,7 @@ class RunPicker:
         for record in records:
             self._add(record)
         self.source_list.blockSignals(False)
-        self.empty_note.setVisible(not self._records)
+        self._show_list()
         if chosen and not self.select(chosen):
             self.emit_changed()
 
@@ -93,7 +104,7 @@ class RunPicker:
         old = self._records.get(run_id)
         if old is None:
             self._add(record)
-            self.empty_note.setVisible(False)
+            self._show_list()
             return
         self._records[run_id] = {**old, **record}
         item = self._item(run_id)
@@ -107,7 +118,7 @@ class RunPicker:
         if item is not None:
             self._records.pop(run_id, None)
             self.source_list.takeTopLevelItem(self.source_list.indexOfTopLevelItem(item))
-            self.empty_note.setVisible(not self._records)
+            self._show_list()
             self.emit_changed()
 
     def _add(self, record: dict[str, Any]) -> None:

@@ -81,6 +81,17 @@ def no_gui_errors(caplog) -> Iterator[None]:
     assert not errors, "errors in the GUI:\n" + "\n".join(r.getMessage() for r in errors)
 
 
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path, monkeypatch) -> Iterator[None]:
+    """Every test gets its own settings file: none reads or writes the user's preferences."""
+    from app.prefs import reset_prefs
+
+    monkeypatch.setenv("EMBER_SETTINGS_FILE", str(tmp_path / "settings.ini"))
+    reset_prefs()
+    yield
+    reset_prefs()
+
+
 @pytest.fixture
 def gui_home(ember_home: paths_mod.Paths) -> Iterator[paths_mod.Paths]:
     yield ember_home

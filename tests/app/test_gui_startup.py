@@ -31,6 +31,21 @@ def test_engine_commands_are_handed_to_the_engine_cli(gui_home):
     assert engine_pid(gui_home) is None  # `status` never starts an engine
 
 
+def test_every_headless_command_reaches_the_engine_cli():
+    """`ember export …` used to open the GUI: every word engine.cli knows must be routed to it."""
+    from app.__main__ import CLI_COMMANDS
+    from engine.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) <= CLI_COMMANDS, set(sub.choices) - CLI_COMMANDS
+
+
+def test_queue_command_runs_headless(gui_home):
+    done = run_app("queue")
+    assert done.returncode == 0, done.stderr
+    assert "queued: none" in done.stdout, done.stdout  # the engine CLI's answer, not a window
+
+
 @pytest.mark.slow
 def test_measure_startup_reports_first_paint_without_torch(gui_home):
     done = run_app("--measure-startup", "--exit-after-paint", timeout=90)

@@ -11,6 +11,7 @@ from app.jobs_model import best_text, display_name
 from app.pages.compress.techniques import source_facts
 from app.pages.new_finetune.parts import Step, step_header
 from app.widgets.common import card
+from app.widgets.empty_state import window_action
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column
 
@@ -39,8 +40,10 @@ class SourceStep(RunPicker, Step):
                                               "Every finished fine-tune is listed. Each technique you pick next "
                                               "makes one variant of it, measured side by side with it."))
         frame, box = card()
-        self.build_run_list(box, COLUMNS, run_row, "No finished fine-tunes yet. Train one on New fine-tune; it is "
-                            "listed here once it has succeeded.", min_height=260)
+        self.build_run_list(box, COLUMNS, run_row, "Compress works on a finished fine-tune. Train one on New "
+                            "fine-tune; it is listed here once it has succeeded.", min_height=260,
+                            empty_title="No finished fine-tune to compress",
+                            empty_action=("Start a fine-tune", window_action(self, "show_page", "new_finetune")))
         box.addWidget(self.general_message)
         outer.addWidget(frame)
         outer.addStretch(1)

@@ -6,6 +6,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QWidget
 
+from app.glossary import option_tooltip
 from app.pages.compress.techniques import TECHNIQUES, unavailable_reason
 from app.pages.new_finetune.parts import Step, step_header
 from app.widgets.check_list import CheckList
@@ -39,7 +40,7 @@ class TechniquesStep(Step):
         """Enable what applies to ``record``; say why the rest does not (and untick it)."""
         for key in self.technique_checks:
             reason = unavailable_reason(key, record) if record is not None else ""
-            self.check_list.set_reason(key, reason, enabled=record is not None)
+            self.check_list.set_reason(key, reason, tip=option_tooltip(key), enabled=record is not None)
 
     def checked(self) -> list[str]:
         return self.check_list.checked()

@@ -6,6 +6,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QCheckBox, QFormLayout, QLineEdit, QWidget
 
+from app.glossary import option_tooltip
 from app.pages.export.form import FormStep, combo, spin
 from app.pages.export.plan import FORMAT_INFO, default_options, source_task, unavailable_reason
 from app.pages.new_finetune.parts import step_header
@@ -85,7 +86,8 @@ class FormatsStep(FormStep):
     def set_source(self, record: dict[str, Any] | None, task: str = "") -> None:
         """Enable what applies to ``record``; say why the rest does not (and untick it)."""
         for key in self.format_checks:
-            self.check_list.set_reason(key, unavailable_reason(key, record), tip=FORMAT_INFO[key][1])
+            self.check_list.set_reason(key, unavailable_reason(key, record),
+                                       tip=option_tooltip(key, FORMAT_INFO[key][1]))
         task = task or source_task(record)
         text = task in ("", "text_classification", "causal_lm")
         sequence = self.fields["dynamic_sequence"]

@@ -12,6 +12,7 @@ from app.pages.export.plan import FINETUNE, model_file, onnx_only, source_task
 from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.pages.variants.data import technique_label
 from app.widgets.common import FactsView, card, label
+from app.widgets.empty_state import window_action
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column
 
@@ -48,8 +49,10 @@ class SourceStep(RunPicker, Step):
                                               "format you pick next is checked against this model before it is "
                                               "called done."))
         frame, box = card()
-        self.build_run_list(box, COLUMNS, self.run_row, "No finished runs with a model yet. Fine-tune one (or "
-                            "compress it); it is listed here once it has succeeded.", min_height=240)
+        self.build_run_list(box, COLUMNS, self.run_row, "Export needs a finished run with a model. Fine-tune one "
+                            "(or compress it); it is listed here once it has succeeded.", min_height=240,
+                            empty_title="No model to export yet",
+                            empty_action=("Start a fine-tune", window_action(self, "show_page", "new_finetune")))
         self.facts = FactsView()
         box.addWidget(self.facts)
         self.note = label("", "muted", wrap=True)

@@ -35,6 +35,7 @@ from app.pages.hosts.card import HostCard
 from app.pages.hosts.host_dialog import HostDialog
 from app.pages.hosts.key_dialog import KeyDialog
 from app.widgets.common import card, label, scrolling_body
+from app.widgets.empty_state import empty_state
 from engine.protocol import INVALID_PARAMS, RpcError
 
 AGE_REFRESH_MS = 30_000
@@ -77,15 +78,9 @@ class HostsPage(QWidget):
         outer.addWidget(self.message)
 
         self.empty_state, box = card()
-        box.addWidget(label("No hosts yet", "h2"))
-        box.addWidget(label(EMPTY_TEXT, wrap=True))
-        row = QHBoxLayout()
-        self.empty_add_button = QPushButton("Add host")
-        self.empty_add_button.setProperty("role", "primary")
-        self.empty_add_button.clicked.connect(self.add_host)
-        row.addWidget(self.empty_add_button)
-        row.addStretch(1)
-        box.addLayout(row)
+        empty = empty_state("No hosts yet", EMPTY_TEXT, "Add host", self.add_host, icon_name="hosts")
+        self.empty_add_button = empty.action_button
+        box.addWidget(empty)
         outer.addWidget(self.empty_state)
 
         self._list = QVBoxLayout()

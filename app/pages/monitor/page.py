@@ -33,6 +33,7 @@ from app.jobs_model import ACTIVE_STATES, STATE_COLOURS
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.widgets.common import label
+from app.widgets.empty_state import empty_state, window_action
 from app.widgets.log_pane import LogPane
 
 KIND = "train.finetune"
@@ -125,10 +126,10 @@ class MonitorPage(QWidget):
         column.addWidget(self.facts_label)
         column.addWidget(splitter, 1)
 
-        self.empty = label("No fine-tune to watch yet. Start one on the New fine-tune page, or "
-                           "pick a run on the Runs page: its loss, learning rate, throughput "
-                           "and memory appear here while it trains.", "muted", wrap=True)
-        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty = empty_state(
+            "No run to watch yet", "Pick a run on Runs or start one: its loss, learning rate, "
+            "throughput and memory appear here while it trains.", "Start a fine-tune",
+            window_action(self, "show_page", "new_finetune"), icon_name="monitor")
         self.body = QStackedWidget()
         self.body.addWidget(self.empty)
         self.body.addWidget(content)
@@ -308,7 +309,7 @@ class MonitorPage(QWidget):
             self.step_label.setText(f"{total:,} steps" if total else "")
         eta = train.get("eta_s")
         if state in ("running", "stopping") and eta is not None:
-            left = max(0.0, float(eta) - max(0.0, time.time() - float(train.get("t") or time.time())))
+            left = fmt.eta_left(float(eta), float(train.get("t") or time.time()))
             self.eta_label.setText(f"ETA {fmt.duration(left)}")
         elif state == "queued":
             self.eta_label.setText("waiting to start")

@@ -115,6 +115,25 @@ class NewFinetunePage(QWidget):
             self.review_step.check_now()
         self._update_buttons()
 
+    def start_over(self, task: str = "text_classification") -> None:
+        """Every step back to ``task``'s defaults (built-in model and data, LoRA), on step 1.
+
+        What a fresh wizard shows, learning rate rule included (load_spec would keep a
+        loaded spec's rate fixed); Welcome's built-in start uses it.
+        """
+        self._base = defaults_for(task)
+        self._auto_lr = self._base["optim"]["lr"]
+        self._load_all(self._base)
+        self.review_step.set_name(None)
+        self.refresh()
+        self.go_to(0)
+
+    def open_own_data(self) -> None:
+        """The Data step with "My data" chosen and its file field focused, the rest kept."""
+        self.go_to(self.steps.index(self.data_step))
+        self.data_step.custom_radio.setChecked(True)
+        self.data_step.path_edit.setFocus()
+
     # -- the spec -----------------------------------------------------------------------
 
     def current_spec(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.glossary import term_tooltip, tip_combo_items
 from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import (
     DebouncedRequest,
@@ -83,6 +84,7 @@ class HardwareStep(Step):
         self._spec: dict[str, Any] = {}
         self._machine: dict[str, Any] | None = None
         self._estimated_key = ""
+        self._first_load = True  # the wizard's opening spec: "auto" there means "the preferred device"
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -150,6 +152,16 @@ class HardwareStep(Step):
         self.checkpoint_every_spin = _spin(1, 10_000_000, 50)
         form.addRow("Checkpoint every (steps)",
                     with_message(self.checkpoint_every_spin, self.message_for("checkpoint_every")))
+        # One-sentence explanations of the terms on this form (app/glossary.py).
+        tip_combo_items(self.strategy_combo)
+        tip_combo_items(self.zero_combo, {"1": "zero_1", "2": "zero_2", "3": "zero_3"})
+        tip_combo_items(self.precision_combo)
+        self.zero_combo.setToolTip(term_tooltip("DeepSpeed ZeRO"))
+        self.precision_combo.setToolTip(term_tooltip("mixed precision"))
+        for check in (self.offload_optimizer_check, self.offload_params_check):
+            check.setToolTip(term_tooltip("offload"))
+        self.accum_spin.setToolTip(term_tooltip("gradient accumulation"))
+        self.checkpointing_check.setToolTip(term_tooltip("activation checkpointing"))
         box.addLayout(form)
         box.addWidget(self.general_message)
         box.addStretch(1)
@@ -374,7 +386,13 @@ class HardwareStep(Step):
         self.rdzv_port_spin.setValue(int(dist.get("rdzv_port") or RDZV_PORT))
         self.rdzv_host_edit.setText(str(dist.get("rdzv_host") or ""))
         self.sync_check.setChecked(bool(dist.get("sync_data", True)))
-        _select(self.device_combo, spec.get("device", "auto"))
+        device = spec.get("device", "auto")
+        if self._first_load and device == "auto":
+            from app.prefs import prefs
+
+            device = prefs().get("default_device")  # the Preferences card's default hardware
+        self._first_load = False
+        _select(self.device_combo, device)
         self.nproc_spin.setMaximum(max(self.max_processes(), int(dist.get("nproc", 1))))
         self.nproc_spin.setValue(int(dist.get("nproc", 1)))
         _select(self.strategy_combo, dist.get("strategy", "single"))

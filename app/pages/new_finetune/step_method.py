@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.glossary import option_tooltip
 from app.pages.new_finetune.parts import Step, step_header, with_message
 from app.widgets.common import card, label
 
@@ -52,6 +53,7 @@ class MethodStep(Step):
         self.method_notes: dict[str, Any] = {}
         for key, title, text in METHODS:
             radio = QRadioButton(title)
+            radio.setToolTip(option_tooltip(key))
             self.group.addButton(radio)
             self.method_radios[key] = radio
             box.addWidget(radio)

@@ -11,6 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from app.glossary import term_tooltip
 from app.pages.variants.data import LATENCY_BASES, Row
 from app.widgets.common import label
 from app.widgets.overlay_chart import run_colour
@@ -40,6 +41,8 @@ class VariantsScatter(QWidget):
         layout.addWidget(self.title)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setMinimumHeight(260)
+        for widget in (self.title, self.plot):
+            widget.setToolTip(term_tooltip("Pareto front", "Marker size follows the file size."))
         item = self.plot.getPlotItem()
         item.showGrid(x=True, y=True, alpha=0.15)
         item.getAxis("left").enableAutoSIPrefix(False)

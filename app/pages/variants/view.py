@@ -42,6 +42,7 @@ from app.pages.variants.per_class import PerClassView
 from app.pages.variants.scatter import VariantsScatter
 from app.pages.variants.table import VariantsModel, VariantsSort
 from app.widgets.common import card, label
+from app.widgets.empty_state import empty_state, window_action
 from engine.protocol import METHOD_NOT_FOUND
 
 REFRESH_DELAY_MS = 250  # a burst of job events (start, running, succeeded) costs one request
@@ -173,12 +174,20 @@ class VariantsView(QWidget):
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(body)
         self.body = scroll
-        self.empty = label("Pick a parent run above, or press “Compare variants” on Compress, to see its "
-                           "compressed variants side by side.", "muted", wrap=True)
-        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty = empty_state(
+            "No parent run chosen", "Pick a finished fine-tune above, or press “Compare variants” on Compress, "
+            "to see its compressed variants side by side.", "Open Compress",
+            window_action(self, "show_page", "compress"), icon_name="compare")
+        # A parent without variants yet: say how to make some rather than show a one-row table.
+        self.no_variants = empty_state(
+            "No variants yet", "This run has no compressed variants: make smaller, faster ones on Compress "
+            "and they appear here as they finish.", "Compress this run", self._compress_parent,
+            icon_name="compress")
         outer.addWidget(self.empty, 1)
+        outer.addWidget(self.no_variants, 1)
         outer.addWidget(self.body, 1)
         self.body.hide()
+        self.no_variants.hide()
 
         self._refresh_timer = QTimer(self, singleShot=True, interval=REFRESH_DELAY_MS)
         self._refresh_timer.timeout.connect(self.refresh)
@@ -198,8 +207,19 @@ class VariantsView(QWidget):
             self._set_rows([])
         self._select_in_combo(run_id)
         self.empty.hide()
-        self.body.show()
+        self._show_body()
         self.refresh()
+
+    def _show_body(self) -> None:
+        """The table and chart, or the "no variants yet" state once the parent is known to have none."""
+        none_yet = bool(self._rows) and not any(not r.is_parent for r in self._rows)
+        self.no_variants.setVisible(none_yet)
+        self.body.setVisible(not none_yet)
+
+    def _compress_parent(self) -> None:
+        compress_run = getattr(self.window(), "compress_run", None)
+        if callable(compress_run) and self.parent_id:
+            compress_run(self.parent_id)
 
     def refresh(self) -> None:
         if not self.parent_id:
@@ -277,6 +297,8 @@ class VariantsView(QWidget):
         self._recompute()
         if selected and not self.select_run(selected):
             self.per_class.show_row(None)
+        if self.parent_id:
+            self._show_body()
         self._update_actions()
 
     def _fit_table(self) -> None:

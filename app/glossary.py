@@ -1,0 +1,157 @@
+"""One plain sentence per term the GUI uses, for tooltips where a newcomer meets the term.
+
+The sentences say what a thing does for the user, not how it is implemented; the
+docs go further. ``OPTION_TERMS`` maps the option keys the pages already use
+(spec values such as "lora", "fsdp", "static_int8") to the terms that explain them,
+so a page gives its choice a tooltip with one call and no wording of its own.
+"""
+
+from __future__ import annotations
+
+import html
+
+TERMS: dict[str, str] = {
+    # How much of the model is trained
+    "full fine-tune": "Every weight of the model is trained: usually the best result, but the most memory "
+                      "and a whole new model to save.",
+    "LoRA": "Small low-rank adapter matrices are trained beside the frozen weights, so training needs a "
+            "fraction of the memory and the saved adapter is a few megabytes.",
+    "QLoRA": "LoRA on a copy of the model stored in 4 bits, the least memory of all, for large models on a "
+             "CUDA GPU.",
+    "prompt tuning": "Only a few learned virtual tokens put before every input are trained; the model itself "
+                     "stays frozen.",
+    # How training is split across processes
+    "DDP": "Distributed Data Parallel: every process holds a full copy of the model and trains on its own "
+           "slice of each batch, then they average their gradients.",
+    "FSDP2": "Fully Sharded Data Parallel: the weights, gradients and optimizer state are split across the "
+             "processes, so each holds only its share of the model.",
+    "DeepSpeed ZeRO": "DeepSpeed's memory-saving data parallelism: the higher the ZeRO stage, the more of the "
+                      "training state is split across the processes instead of copied.",
+    "ZeRO-1": "ZeRO stage 1 splits the optimizer state across the processes, the largest saving for the "
+              "least communication.",
+    "ZeRO-2": "ZeRO stage 2 splits the optimizer state and the gradients across the processes.",
+    "ZeRO-3": "ZeRO stage 3 splits the optimizer state, the gradients and the weights themselves across the "
+              "processes, so a model larger than one device can train.",
+    "offload": "Offloading keeps part of the training state in CPU memory instead of on the device, which "
+               "saves device memory at the cost of speed.",
+    # Numbers and memory
+    "mixed precision": "Most arithmetic runs in a 16-bit format while a 32-bit copy keeps the weights "
+                       "accurate: less memory and faster on GPUs.",
+    "fp32": "32-bit floating point, full precision: the safe default and the most memory.",
+    "bf16": "bfloat16, a 16-bit format with fp32's range: half the activation memory and rarely any "
+            "accuracy cost.",
+    "fp16": "16-bit floating point: half the memory and fast on GPUs, but with a small range that can "
+            "overflow without loss scaling.",
+    "activation checkpointing": "Activations are recomputed during the backward pass instead of kept, "
+                                "which saves much memory for about 30% more time.",
+    "gradient accumulation": "Gradients of several small batches are added up before each weight update, "
+                             "so a large effective batch fits in little memory.",
+    "warmup": "The learning rate starts near zero and rises over the first steps, which keeps early "
+              "training stable.",
+    # Compression
+    "QDQ": "Quantize-DeQuantize pairs around each int8 operation in an ONNX graph, the form TensorRT and "
+           "ONNX Runtime read int8 models in.",
+    "dynamic int8": "Weights are stored as 8-bit integers and activations are quantized on the fly, with no "
+                    "calibration data needed.",
+    "static int8": "Weights and activations are both 8-bit integers, with activation ranges fixed beforehand "
+                   "by calibration.",
+    "calibration": "Calibration runs a few training examples through the model to measure the activation "
+                   "ranges that int8 must cover.",
+    "QAT": "Quantization-aware training fine-tunes for a few steps with int8 rounding simulated, so the "
+           "model learns to tolerate it.",
+    "structured pruning": "Whole attention heads, feed-forward units or channels are removed, so the model "
+                          "gets smaller and faster on any hardware.",
+    "distillation": "A smaller student model is trained to imitate this run's predictions, keeping most of "
+                    "its accuracy at a fraction of the size.",
+    "LoRA merge": "The LoRA adapters are folded into the base weights, leaving one plain model that needs "
+                  "no adapter code to run.",
+    "Pareto front": "The models for which nothing else is both faster and more accurate: the sensible "
+                    "choices, each a different trade-off.",
+    # Deployment
+    "ONNX": "An open file format for models that many runtimes and accelerators can load without PyTorch.",
+    "ONNX Runtime": "Microsoft's engine for running ONNX models fast on CPUs and GPUs, installed with pip "
+                    "install onnxruntime.",
+    "TorchScript": "A saved form of a PyTorch model that runs in Python or C++ (libtorch) without the "
+                   "model's source code.",
+    "torch.export": "PyTorch's whole-graph export (.pt2), the starting point for AOTInductor and ExecuTorch.",
+    "TensorRT": "NVIDIA's optimiser and runtime that compiles a model into an engine tuned for one GPU.",
+    "Triton": "NVIDIA Triton Inference Server, which serves models over HTTP and gRPC from a model "
+              "repository folder.",
+    "Jetson": "NVIDIA's small embedded computers with a GPU, for running models on devices at the edge.",
+}
+
+# Option keys used by the pages, and the terms that explain each (first is the main one).
+OPTION_TERMS: dict[str, tuple[str, ...]] = {
+    # fine-tune methods (spec method.kind)
+    "full": ("full fine-tune",),
+    "lora": ("LoRA",),
+    "qlora": ("QLoRA",),
+    "prompt_tuning": ("prompt tuning",),
+    # strategies (spec distributed.strategy) and ZeRO stages
+    "ddp": ("DDP",),
+    "fsdp": ("FSDP2",),
+    "deepspeed": ("DeepSpeed ZeRO",),
+    "zero_1": ("ZeRO-1",),
+    "zero_2": ("ZeRO-2",),
+    "zero_3": ("ZeRO-3",),
+    # precisions
+    "fp32": ("fp32",),
+    "bf16": ("bf16", "mixed precision"),
+    "fp16": ("fp16",),
+    # compress techniques
+    "lora_merge": ("LoRA merge",),
+    "dynamic_int8": ("dynamic int8",),
+    "static_int8": ("static int8", "QDQ", "calibration"),
+    "qat": ("QAT", "QDQ"),
+    "prune": ("structured pruning",),
+    "distill": ("distillation",),
+    # export formats
+    "onnx": ("ONNX",),
+    "ort": ("ONNX Runtime",),
+    "torchscript": ("TorchScript",),
+    "pt2": ("torch.export",),
+    "tensorrt": ("TensorRT",),
+    "triton": ("Triton",),
+    "jetson": ("Jetson",),
+}
+
+_BY_LOWER = {term.lower(): term for term in TERMS}
+
+
+def _term(term: str) -> str:
+    """The TERMS key for ``term``, whatever its case."""
+    try:
+        return _BY_LOWER[term.lower()]
+    except KeyError:
+        raise KeyError(f"No glossary entry for {term!r}; add one to app/glossary.py TERMS") from None
+
+
+def explain(term: str) -> str:
+    """The one-sentence explanation of ``term`` (case does not matter)."""
+    return TERMS[_term(term)]
+
+
+def term_tooltip(term: str, extra: str = "") -> str:
+    """Rich text for a tooltip: "<b>LoRA</b>: …", then ``extra`` (plain text) on its own line."""
+    key = _term(term)
+    text = f"<b>{html.escape(key, quote=False)}</b>: {html.escape(TERMS[key], quote=False)}"
+    return f"{text}<br>{html.escape(extra, quote=False)}" if extra else text
+
+
+def option_tooltip(key: str, extra: str = "") -> str:
+    """The tooltip for a page's option ``key`` ("lora", "static_int8", "onnx", …): its terms, then ``extra``."""
+    tips = [term_tooltip(term) for term in OPTION_TERMS[key]]
+    if extra:
+        tips.append(html.escape(extra, quote=False))
+    return "<br>".join(tips)
+
+
+def tip_combo_items(combo, keys: dict[object, str] | None = None) -> None:
+    """Give each item of ``combo`` the tooltip of its option key: ``keys[data]``, or its data itself."""
+    from PySide6.QtCore import Qt
+
+    for index in range(combo.count()):
+        data = combo.itemData(index)
+        key = (keys or {}).get(data, data)
+        if key in OPTION_TERMS:
+            combo.setItemData(index, option_tooltip(key), Qt.ItemDataRole.ToolTipRole)

@@ -1,0 +1,193 @@
+"""Welcome: what Ember Studio does, three ways to start, the tour, and the latest runs.
+
+The page is the first thing a newcomer sees, so every way forward is one click:
+the built-in path needs no download and no choices, the own-data path lands on
+the field to fill in, and past runs open on Monitor. The recent list follows the
+``jobs`` topic like Runs does, so a run started anywhere appears here at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QStackedWidget,
+    QWidget,
+)
+
+from app import format as fmt
+from app.engine_process import EngineProcess
+from app.jobs_model import FINETUNE, display_name, state_dot
+from app.style import icon, set_role
+from app.widgets.common import card, label, scrolling_body
+from app.widgets.empty_state import empty_state
+
+RECENT_LIMIT = 8
+ID_ROLE = Qt.ItemDataRole.UserRole
+
+# Job kinds in words, for the recent list (others show their kind as is).
+KIND_WORDS = {
+    FINETUNE: "Fine-tune",
+    "compress.run": "Compression",
+    "export.run": "Export",
+    "system.probe": "Machine probe",
+}
+
+
+def recent_line(job: dict[str, Any]) -> str:
+    """'name · kind · state · when', the one line a recent run gets."""
+    kind = str(job.get("kind") or "")
+    when = fmt.timestamp(job.get("created_at") or job.get("started_at"))
+    return f"{display_name(job)}  ·  {KIND_WORDS.get(kind, kind)}  ·  {job.get('state', '')}  ·  {when}"
+
+
+class WelcomePage(QWidget):
+    title = "Welcome"
+
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = engine.client
+        self._jobs: dict[str, dict[str, Any]] = {}
+
+        outer = scrolling_body(self, spacing=14)
+        outer.addWidget(label("Welcome to Ember Studio", "h1"))
+        outer.addWidget(label(
+            "Ember Studio fine-tunes PyTorch models on your data, makes them smaller and faster, and "
+            "packages them to run anywhere. Every step runs in a background engine, so closing the "
+            "window never stops a job. Pick a starting point below.", "muted", wrap=True))
+
+        row = QHBoxLayout()
+        row.setSpacing(12)
+        self.builtin_button = self._start_card(
+            row, "Fine-tune the built-in text model", "new_finetune",
+            "Teach a small text model to sort support tickets: no download, a few minutes on a CPU.",
+            self.start_builtin, primary=True)
+        self.own_data_button = self._start_card(
+            row, "Fine-tune on my data", "runs",
+            "Bring a CSV, JSONL file or image folder; Ember checks it before anything starts.",
+            self.start_own_data)
+        self.open_run_button = self._start_card(
+            row, "Open a past run", "monitor",
+            "Watch a run's charts, compare runs, compress or export a finished model.",
+            self.open_runs)
+        outer.addLayout(row)
+
+        tour_row = QHBoxLayout()
+        self.tour_button = QPushButton("Take the tour")
+        self.tour_button.setToolTip("A one-minute walk through the pages, one sentence each")
+        self.tour_button.clicked.connect(self.start_tour)
+        tour_row.addWidget(self.tour_button)
+        tour_row.addWidget(label("New here? The tour shows where everything is.", "muted"))
+        tour_row.addStretch(1)
+        outer.addLayout(tour_row)
+
+        frame, box = card()
+        box.addWidget(label("Recent runs", "h2"))
+        self.recent_list = QListWidget()
+        self.recent_list.setAccessibleName("Recent runs")
+        self.recent_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.recent_list.setMinimumHeight(160)
+        self.recent_list.itemActivated.connect(self._open_item)  # double-click or Enter
+        self.recent_empty = empty_state("No runs yet", "Your first fine-tune will appear here; a double-click "
+                                        "opens it on Monitor.", icon_name="runs")
+        self.recent_stack = QStackedWidget()
+        self.recent_stack.addWidget(self.recent_empty)
+        self.recent_stack.addWidget(self.recent_list)
+        box.addWidget(self.recent_stack)
+        outer.addWidget(frame, 1)
+
+        self._client.subscribe(["jobs"], self._on_job_event)
+        self._client.connected.connect(self.reload)
+        if self._client.is_connected:
+            self.reload()
+
+    def _start_card(self, row: QHBoxLayout, title: str, icon_name: str, text: str, slot,
+                    primary: bool = False) -> QPushButton:
+        frame, box = card()
+        button = QPushButton(icon(icon_name), title)
+        button.setIconSize(QSize(22, 22))
+        button.setMinimumHeight(52)
+        button.setToolTip(text)
+        if primary:
+            set_role(button, "primary")
+        button.clicked.connect(slot)
+        box.addWidget(button)
+        box.addWidget(label(text, "muted", wrap=True))
+        box.addStretch(1)
+        row.addWidget(frame, 1)
+        return button
+
+    # -- the three ways to start --------------------------------------------------------
+
+    def _window_call(self, name: str, *args: Any) -> Any:
+        target = getattr(self.window(), name, None)
+        return target(*args) if callable(target) else None
+
+    def start_builtin(self) -> None:
+        """The wizard on its first step, reset to the built-in text model, tickets and LoRA."""
+        wizard = self._window_call("show_page", "new_finetune")
+        if wizard is not None:
+            wizard.start_over("text_classification")
+
+    def start_own_data(self) -> None:
+        """The wizard on its Data step, "My data" chosen and the file field focused."""
+        wizard = self._window_call("show_page", "new_finetune")
+        if wizard is not None:
+            wizard.open_own_data()
+
+    def open_runs(self) -> None:
+        self._window_call("show_page", "runs")
+
+    def start_tour(self) -> None:
+        from app.widgets.tour import tour_for
+
+        tour_for(self.window()).start()
+
+    # -- recent runs --------------------------------------------------------------------
+
+    def reload(self, *_args: Any) -> None:
+        self._client.request("jobs.list", {"limit": RECENT_LIMIT}, self._on_list, lambda _err: None)
+
+    def _on_list(self, reply: dict[str, Any]) -> None:
+        self._jobs = {job["id"]: job for job in reply.get("jobs") or [] if job.get("id")}
+        self._fill()
+
+    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
+        job_id = data.get("id")
+        if not job_id:
+            return
+        if data.get("deleted"):
+            self._jobs.pop(job_id, None)
+        else:
+            self._jobs[job_id] = {**self._jobs.get(job_id, {}), **data}
+        self._fill()
+
+    def _fill(self) -> None:
+        current = self.recent_list.currentItem()
+        current_id = current.data(ID_ROLE) if current else None
+        newest = sorted(self._jobs.values(), key=lambda j: fmt.to_epoch(j.get("created_at")) or 0.0,
+                        reverse=True)[:RECENT_LIMIT]
+        self.recent_list.clear()
+        for job in newest:
+            item = QListWidgetItem(state_dot(str(job.get("state", ""))), recent_line(job))
+            item.setData(ID_ROLE, job["id"])
+            item.setToolTip("Double-click or press Enter to open this run on Monitor")
+            self.recent_list.addItem(item)
+            if job["id"] == current_id:
+                self.recent_list.setCurrentItem(item)
+        self.recent_stack.setCurrentWidget(self.recent_list if newest else self.recent_empty)
+
+    def recent_ids(self) -> list[str]:
+        """The runs listed, newest first (tests and the tour read it)."""
+        return [self.recent_list.item(i).data(ID_ROLE) for i in range(self.recent_list.count())]
+
+    def _open_item(self, item: QListWidgetItem) -> None:
+        job_id = item.data(ID_ROLE)
+        if job_id:
+            self._window_call("open_run", job_id)

@@ -1,0 +1,278 @@
+"""A short guided tour: one sidebar page at a time, outlined, with a sentence beside it.
+
+The tour opens each page it talks about (so the newcomer sees it, not just its
+name), outlines that page's sidebar item and puts a small bubble next to it with
+Back / Next / Skip tour. Esc ends it anywhere in the window. Finishing or
+skipping remembers ``tour_done`` in the preferences, so run_gui starts it by
+itself only once; the Welcome page's "Take the tour" starts it again at will.
+Both overlays are children of the main window, not separate windows, so they
+move and close with it and never steal the window manager's focus.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, Qt, QTimer
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+
+from app.style import set_role
+from app.widgets.common import label
+
+log = logging.getLogger(__name__)
+
+ACCENT = "#e8590c"  # the ember orange, used when the theme cannot name its accent
+BUBBLE_WIDTH = 340
+GAP = 14  # between the outlined item and the bubble
+
+
+@dataclass(frozen=True)
+class TourStep:
+    page: str  # the sidebar page this step opens and outlines
+    title: str
+    text: str  # one or two sentences
+
+
+STEPS = (
+    TourStep("welcome", "Welcome",
+             "Start here: the built-in model trains in a few minutes on a CPU, or bring your own data. "
+             "Your latest runs are listed here too."),
+    TourStep("new_finetune", "New fine-tune",
+             "Six steps from a task to a running job, each with a working default, so Next, Next, Launch "
+             "always gives a run."),
+    TourStep("monitor", "Monitor",
+             "Follow a run's loss, metrics, memory and logs live; it keeps running when you close Ember."),
+    TourStep("compress", "Compress",
+             "Make a finished model smaller and faster: quantize, prune or distil it, and see what it costs "
+             "in accuracy."),
+    TourStep("compare", "Compare",
+             "Overlay the curves and settings of several runs, and weigh compressed variants against the "
+             "original."),
+    TourStep("export", "Export",
+             "Package a model as ONNX, an ONNX Runtime package, TorchScript, TensorRT or a Jetson bundle, "
+             "checked to load and predict before you ship it."),
+    TourStep("settings", "Settings",
+             "Check what this machine can do and choose the theme, units and data folder."),
+)
+
+
+def mark_tour_done() -> None:
+    """Remember that the tour was seen; quietly nothing when preferences are not available."""
+    try:
+        from app.prefs import prefs
+    except ImportError:
+        return
+    try:
+        prefs().set("tour_done", True)
+    except Exception:  # noqa: BLE001 - a preference that cannot be saved must not break the tour
+        log.warning("could not remember that the tour was seen", exc_info=True)
+
+
+def tour_done() -> bool:
+    """Whether the tour was finished or skipped before (False when preferences are not available)."""
+    try:
+        from app.prefs import prefs
+    except ImportError:
+        return False
+    try:
+        return bool(prefs().get("tour_done"))
+    except Exception:  # noqa: BLE001 - an unreadable preference means "show it", not a crash
+        log.warning("could not read whether the tour was seen", exc_info=True)
+        return False
+
+
+def _accent() -> str:
+    try:
+        from app.style import colour
+    except ImportError:
+        return ACCENT
+    try:
+        return colour("accent") or ACCENT
+    except Exception:  # noqa: BLE001 - an unknown token falls back to the default accent
+        return ACCENT
+
+
+def tour_for(window: QWidget) -> Tour:
+    """The window's one tour (made on first use), so two starts never stack two bubbles."""
+    found = window.findChild(Tour)
+    return found if found is not None else Tour(window)
+
+
+class TourBubble(QFrame):
+    """The small panel beside the outlined item: title, text, 'Step n of m', the buttons."""
+
+    def __init__(self, parent: QWidget):
+        super().__init__(parent)
+        self.setObjectName("tourBubble")
+        set_role(self, "card")
+        self.setAccessibleName("Guided tour")
+        self.setStyleSheet(f"QFrame#tourBubble {{ border: 2px solid {_accent()}; border-radius: 8px; }}")
+        self.setFixedWidth(BUBBLE_WIDTH)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(16, 14, 16, 12)
+        box.setSpacing(8)
+        self.counter = label("", "muted")
+        self.title = label("", "h2")
+        self.text = label("", "", wrap=True)
+        box.addWidget(self.counter)
+        box.addWidget(self.title)
+        box.addWidget(self.text)
+        row = QHBoxLayout()
+        self.skip_button = QPushButton("Skip tour")
+        self.skip_button.setToolTip("End the tour (Esc); Welcome › Take the tour starts it again")
+        self.back_button = QPushButton("Back")
+        self.next_button = QPushButton("Next")
+        set_role(self.next_button, "primary")
+        row.addWidget(self.skip_button)
+        row.addStretch(1)
+        row.addWidget(self.back_button)
+        row.addWidget(self.next_button)
+        box.addLayout(row)
+
+
+class Tour(QObject):
+    """Walks ``window`` through STEPS; ``start()``, ``next()``, ``back()``, ``finish()``."""
+
+    def __init__(self, window: QWidget, steps: tuple[TourStep, ...] = STEPS):
+        super().__init__(window)
+        self.window = window
+        from app.main_window import PAGE_KEYS
+
+        self.steps = [step for step in steps if step.page in PAGE_KEYS]  # only pages the window has
+        self.step_index = -1
+        self.active = False
+        self._start_page: str | None = None
+
+        self.highlight = QFrame(window)
+        self.highlight.setObjectName("tourHighlight")
+        self.highlight.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.highlight.setStyleSheet(
+            f"QFrame#tourHighlight {{ border: 3px solid {_accent()}; border-radius: 6px; background: transparent; }}")
+        self.highlight.hide()
+        self.bubble = TourBubble(window)
+        self.bubble.hide()
+        self.bubble.next_button.clicked.connect(self.next)
+        self.bubble.back_button.clicked.connect(self.back)
+        self.bubble.skip_button.clicked.connect(self.finish)
+        self._escape = QShortcut(QKeySequence(Qt.Key.Key_Escape), window)
+        self._escape.setContext(Qt.ShortcutContext.WindowShortcut)
+        self._escape.setEnabled(False)
+        self._escape.activated.connect(self.finish)
+        window.installEventFilter(self)  # follow the window when it is resized
+
+    # -- walking -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the first step (again, when the tour was run before)."""
+        if not self.steps or self.active:
+            return
+        self._start_page = self._current_page()
+        self.active = True
+        self._escape.setEnabled(True)
+        self._show(0)
+
+    def next(self) -> None:
+        if self.step_index >= len(self.steps) - 1:
+            self.finish()
+        else:
+            self._show(self.step_index + 1)
+
+    def back(self) -> None:
+        if self.step_index > 0:
+            self._show(self.step_index - 1)
+
+    def finish(self) -> None:
+        """End the tour (last Next, Skip tour or Esc), remember it, and return to where it began."""
+        if not self.active:
+            return
+        self.active = False
+        self._escape.setEnabled(False)
+        self.bubble.hide()
+        self.highlight.hide()
+        mark_tour_done()
+        if self._start_page:
+            self.window.show_page(self._start_page)
+
+    def current(self) -> TourStep | None:
+        return self.steps[self.step_index] if 0 <= self.step_index < len(self.steps) else None
+
+    # -- drawing -------------------------------------------------------------------------
+
+    def _current_page(self) -> str | None:
+        from app.main_window import PAGES
+
+        row = self.window.sidebar.currentRow()
+        return PAGES[row].key if 0 <= row < len(PAGES) else None
+
+    def _show(self, index: int) -> None:
+        self.step_index = index
+        step = self.steps[index]
+        self.window.show_page(step.page)
+        bubble = self.bubble
+        bubble.counter.setText(f"Step {index + 1} of {len(self.steps)}")
+        bubble.title.setText(step.title)
+        bubble.text.setText(step.text)
+        bubble.back_button.setEnabled(index > 0)
+        last = index == len(self.steps) - 1
+        bubble.next_button.setText("Done" if last else "Next")
+        bubble.next_button.setToolTip("End the tour" if last else "The next page")
+        self._place()
+        self.highlight.show()
+        self.highlight.raise_()
+        bubble.show()
+        bubble.raise_()
+        bubble.next_button.setFocus()  # Enter or Space goes on; Tab reaches Back and Skip
+
+    def _target_rect(self) -> QRect:
+        """The outlined item's rectangle, in window coordinates."""
+        from app.main_window import PAGE_KEYS
+
+        sidebar = self.window.sidebar
+        item = sidebar.item(PAGE_KEYS.index(self.steps[self.step_index].page))
+        rect = sidebar.visualItemRect(item)
+        top_left = sidebar.viewport().mapTo(self.window, rect.topLeft())
+        return QRect(top_left, rect.size()).adjusted(-2, -2, 2, 2)
+
+    def _place(self) -> None:
+        if self.step_index < 0:
+            return
+        target = self._target_rect()
+        self.highlight.setGeometry(target)
+        self.bubble.adjustSize()
+        height = self.bubble.sizeHint().height()
+        # Beside the item, level with it, but never below the window's bottom edge.
+        y = min(target.top(), self.window.height() - height - 12)
+        self.bubble.move(QPoint(target.right() + GAP, max(8, y)))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.window and event.type() == QEvent.Type.Resize and self.active:
+            self._place()
+        return False
+
+
+class _AfterFirstPaint(QObject):
+    """Starts the window's tour once the window has painted (first run only)."""
+
+    def __init__(self, window: QWidget):
+        super().__init__(window)
+        self._window = window
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self._window and event.type() == QEvent.Type.Paint:
+            self._window.removeEventFilter(self)
+            # After this paint is handled, so the window is on screen before the bubble.
+            QTimer.singleShot(0, lambda: tour_for(self._window).start())
+        return False
+
+
+def start_first_run_tour(window: QWidget) -> bool:
+    """Start the tour after ``window`` first paints, unless it was finished or skipped before.
+
+    Called from run_gui only: a MainWindow built by a test or a second window never tours.
+    """
+    if tour_done():
+        return False
+    window.installEventFilter(_AfterFirstPaint(window))
+    return True
