@@ -91,6 +91,22 @@ def display_name(job: dict[str, Any]) -> str:
     return str(job.get("name") or job.get("id") or "")
 
 
+# Job kinds in words: the notification centre, the activity popup and Welcome's recent runs.
+KIND_NOUNS = {
+    FINETUNE: "Fine-tune",
+    "system.probe": "Machine probe",
+    "compress.lora_merge": "LoRA merge",
+    "compress.quantize": "Quantization",
+    "compress.qat": "Quantization-aware training",
+    "compress.prune": "Pruning",
+    "export.model": "Export",
+}
+
+
+def kind_noun(kind: str) -> str:
+    return KIND_NOUNS.get(kind, kind or "Job")
+
+
 def strategy_text(info: dict[str, Any]) -> str:
     strategy = info.get("strategy")
     if not strategy:

@@ -38,7 +38,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from app import format as fmt
-from app.jobs_model import FINETUNE, best_text
+from app.jobs_model import FINETUNE, best_text, kind_noun
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +48,6 @@ LOG_TAIL = 60  # lines of a failed job's log put in its Details
 TRAY_MESSAGE_MS = 8000
 
 # What a job of each kind is called in a sentence ("Export finished").
-KIND_NOUNS = {
-    FINETUNE: "Fine-tune",
-    "system.probe": "Machine probe",
-    "compress.lora_merge": "LoRA merge",
-    "compress.quantize": "Quantization",
-    "compress.qat": "Quantization-aware training",
-    "compress.prune": "Pruning",
-    "export.model": "Export",
-}
 
 # Client-side error codes (app/engine_client.py) that mean "no connection": the banner says so already.
 _CONNECTION_CODES = (-32090, -32091)
@@ -202,10 +193,6 @@ def desktop_notifications_wanted() -> bool:
 
 
 # -- job endings ------------------------------------------------------------------------------
-
-def kind_noun(kind: str) -> str:
-    return KIND_NOUNS.get(kind, kind or "Job")
-
 
 def job_title(job: dict[str, Any], verb: str) -> str:
     """'Fine-tune “tickets” finished'; a job named after its kind (the default) is not named twice."""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI step: build the one-folder app, then run its smoke tests (packaging/smoke.sh). Prints the time of each.
-# Needs the project's .venv (scripts/venv.sh); installs the `packaging` extra into it when missing.
+# build.sh sets up the project's .venv itself (the dev extra brings PyInstaller). CI runs build.sh, then the suite runs
+# the smoke through tests/test_packaging.py; this script is the same two steps by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)

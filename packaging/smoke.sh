@@ -3,7 +3,7 @@
 # start/status/stop, a real system.probe job and a 2-process digits fine-tune (children started by the
 # frozen binary, torchrun included), an offscreen GUI start, and the desktop entry.
 # Usage: packaging/smoke.sh [path/to/ember]     (default dist/ember-studio/ember)
-#        SMOKE_TRAIN=0 packaging/smoke.sh        skips the fine-tune (about a minute on 2 cores)
+#        SMOKE_TRAIN=0 packaging/smoke.sh        skips the fine-tune (about 20 s on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-dist/ember-studio/ember}")

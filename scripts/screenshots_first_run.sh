@@ -13,7 +13,7 @@ export EMBER_HOME="$demo/home" EMBER_SETTINGS_FILE="$demo/settings.ini" DISPLAY=
 Xvfb :96 -screen 0 1400x900x24 >/dev/null 2>&1 &
 xvfb=$!
 trap 'kill $xvfb 2>/dev/null; "$py" -m engine stop >/dev/null 2>&1 || true' EXIT
-sleep 2
+for _ in $(seq 50); do [ -S /tmp/.X11-unix/X93 ] && break; sleep 0.2; done  # Xvfb is up
 cd "$demo/ember-studio"
 "$py" -m engine start >/dev/null
 "$py" scripts/screenshots_first_run.py "$repo/docs/images"

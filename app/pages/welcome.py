@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.engine_process import EngineProcess
-from app.jobs_model import FINETUNE, display_name, state_dot
+from app.jobs_model import display_name, kind_noun, state_dot
 from app.style import icon, set_role
 from app.widgets.common import card, label, scrolling_body
 from app.widgets.empty_state import empty_state
@@ -31,20 +31,11 @@ from app.widgets.empty_state import empty_state
 RECENT_LIMIT = 8
 ID_ROLE = Qt.ItemDataRole.UserRole
 
-# Job kinds in words, for the recent list (others show their kind as is).
-KIND_WORDS = {
-    FINETUNE: "Fine-tune",
-    "compress.run": "Compression",
-    "export.run": "Export",
-    "system.probe": "Machine probe",
-}
-
-
 def recent_line(job: dict[str, Any]) -> str:
     """'name · kind · state · when', the one line a recent run gets."""
     kind = str(job.get("kind") or "")
     when = fmt.timestamp(job.get("created_at") or job.get("started_at"))
-    return f"{display_name(job)}  ·  {KIND_WORDS.get(kind, kind)}  ·  {job.get('state', '')}  ·  {when}"
+    return f"{display_name(job)}  ·  {kind_noun(kind)}  ·  {job.get('state', '')}  ·  {when}"
 
 
 class WelcomePage(QWidget):

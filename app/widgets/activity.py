@@ -36,8 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import format as fmt
-from app.jobs_model import ACTIVE_STATES, display_name, state_dot
-from app.notifications import kind_noun
+from app.jobs_model import ACTIVE_STATES, display_name, kind_noun, state_dot
 from app.style import set_role
 
 RUNNING = ("running", "stopping")
