@@ -146,6 +146,8 @@ class EngineClient(QObject):
         self.connected.emit(reply)
 
     def _on_hello_refused(self, err: protocol.RpcError) -> None:
+        if err.code == CONNECTION_LOST:
+            return  # the connection ended before the engine answered (say, the window quit): not a refusal
         self.error.emit(f"The engine refused this client: {err}")
         self._socket.abort()
 
