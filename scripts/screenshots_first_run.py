@@ -24,32 +24,18 @@ from app.style import apply_theme, icon
 from engine.client import EngineClient
 from engine.paths import resolve
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from screenshots import pump, wait  # noqa: E402 - the shared helpers of the other screenshots
+
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, "batch_size": 16,
         "data": {"max_length": 48}, "max_steps": 40, "eval_every": 10, "checkpoint_every": 40,
         "optim": {"lr": 0.003}}
 BROKEN = {"task": "text_classification", "method": {"kind": "lora"},
-          "data": {"source": "files", "path": "my-tickets/train.csv"}, "max_steps": 10}
+          "data": {"builtin": None, "path": "my-tickets/train.csv"}, "max_steps": 10}
 LONG = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 32, "max_steps": 3000,
         "eval_every": 200, "checkpoint_every": 1000}
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
-
-
-def pump(app: QApplication, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        app.processEvents()
-        time.sleep(0.02)
-
-
-def wait(app: QApplication, predicate, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        app.processEvents()
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise SystemExit(f"screenshots: timed out waiting for {what}")
 
 
 def shoot(app: QApplication, window: MainWindow, name: str, screen: bool = False) -> None:

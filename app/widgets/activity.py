@@ -327,8 +327,9 @@ class ActivityIndicator(QToolButton):
 
     def show_popup(self) -> None:
         self.popup.refresh()
+        self.popup.show()  # shown first: the size is only final once the rows are laid out and polished
         self.popup.adjustSize()
-        size = self.popup.sizeHint()
+        size = self.popup.size()
         corner = self.mapToGlobal(QPoint(self.width(), 0))
-        self.popup.move(corner.x() - size.width(), corner.y() - size.height() - 4)
-        self.popup.show()
+        right = self.window().mapToGlobal(QPoint(self.window().width(), 0)).x()  # never past the window's edge
+        self.popup.move(max(0, min(corner.x(), right) - size.width()), max(0, corner.y() - size.height() - 4))
