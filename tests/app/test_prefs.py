@@ -13,6 +13,7 @@ from app import prefs as prefs_mod
 from app import style
 from app.engine_process import EngineProcess
 from app.prefs import KEYS, PREFS_VERSION, prefs, reset_prefs, restore_window
+from engine import paths as paths_mod
 
 VALUES = {
     "data_dir": "/srv/ember data",
@@ -181,11 +182,16 @@ def test_data_dir_preference_is_the_engines_home(tmp_path, monkeypatch, qtbot):
     monkeypatch.delenv("EMBER_HOME", raising=False)
     monkeypatch.delenv("EMBER_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("EMBER_SSH_KNOWN_HOSTS", "")
+    # What the engine resolves with EMBER_HOME set to that folder (the socket's folder is <home>/run, or a
+    # short one under /tmp when that path is too long for a Unix socket).
+    with monkeypatch.context() as env:
+        env.setenv("EMBER_HOME", str(home))
+        expected = paths_mod.resolve()
     engine = EngineProcess()
     engine.start()
     try:
         assert engine.paths.home == home.resolve()
-        assert engine.paths.runtime == home.resolve() / "run"  # as the engine resolves it with EMBER_HOME set
+        assert engine.paths.runtime == expected.runtime
         assert "EMBER_HOME" not in os.environ
         qtbot.waitUntil(lambda: engine.state == "connected", timeout=CONNECT_TIMEOUT_MS)
         reply = {}
