@@ -55,7 +55,9 @@ def test_torchrun_group_killed_mid_checkpoint_fails_and_resumes_from_latest(star
         assert len(tree) >= 2
         failed = wait_final(c, job["id"])
         assert failed["state"] == "failed" and "SIGKILL" in failed["error"]["message"]
-        assert not any(alive(p.pid) for p in tree)
+        # A worker caught in a disk write (uninterruptible) dies when the write returns, which on a busy
+        # machine can be just after torchrun's exit has ended the job.
+        wait_for(lambda: not any(alive(p.pid) for p in tree), timeout=30, what="every killed process to be gone")
         # `latest` never points at the torn save; it names a checkpoint whose checksums verify.
         assert torn.is_dir() and not (torn / "manifest.json").exists()
         assert (ckpts / "latest").read_text() == "step-00000020"
