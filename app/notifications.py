@@ -39,6 +39,7 @@ from PySide6.QtWidgets import QSystemTrayIcon
 
 from app import format as fmt
 from app.jobs_model import FINETUNE, best_text, kind_noun
+from app.prefs import prefs
 
 log = logging.getLogger(__name__)
 
@@ -180,16 +181,8 @@ class NotificationCentre(QObject):
 
 
 def desktop_notifications_wanted() -> bool:
-    """The user's preference; on when there is no preference to read."""
-    try:
-        from app.prefs import prefs
-    except ImportError:
-        return True
-    try:
-        return bool(prefs().get("desktop_notifications"))
-    except Exception:  # noqa: BLE001 - a settings file from another version must not stop a notification
-        log.warning("could not read the desktop_notifications preference", exc_info=True)
-        return True
+    """The user's preference (on by default; an unreadable value reads as the default)."""
+    return bool(prefs().get("desktop_notifications"))
 
 
 # -- job endings ------------------------------------------------------------------------------

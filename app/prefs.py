@@ -87,6 +87,10 @@ def migrate(settings: QSettings) -> int:
         # A newer Ember wrote these; read what we know and leave its layout alone.
         log.info("settings: written by a newer version (layout %d, this one knows %d)", start, PREFS_VERSION)
         return start
+    if start == 0 and not settings.allKeys():
+        settings.setValue("version", PREFS_VERSION)  # a new store: nothing to migrate
+        settings.sync()
+        return start
     for version in range(start, PREFS_VERSION):
         log.info("settings: migrating layout %d -> %d", version, version + 1)
         MIGRATIONS[version](settings)

@@ -74,8 +74,8 @@ def selected_run(window: Any) -> tuple[str | None, dict[str, Any] | None]:
         job = page.selected_job()
         return (job.get("id"), job) if job else (None, None)
     if key == "monitor" and hasattr(page, "job_id"):
-        job_id = page.job_id()
-        return job_id, (page.job() or None) if job_id else None
+        job_id = page.job_id  # a property
+        return (job_id, page.job() or None) if job_id else (None, None)
     if key == "compare":
         variants = getattr(page, "variants", None)
         if variants is not None and page.tabs.currentWidget() is variants:

@@ -41,7 +41,7 @@ from app.jobs_model import (
     display_name,
 )
 from app.pages.queue_panel import QueuePanel
-from app.widgets.common import label
+from app.widgets.common import call_window, label
 from app.widgets.empty_state import empty_state, window_action
 from app.widgets.run_details import RunDetails
 
@@ -307,31 +307,26 @@ class RunsPage(QWidget):
 
     # -- actions -----------------------------------------------------------------------
 
-    def _window_call(self, name: str, *args: Any) -> None:
-        target = getattr(self.window(), name, None)
-        if callable(target):
-            target(*args)
-
     def open_selected(self) -> None:
         job = self.selected_job()
         if job is not None:
-            self._window_call("open_run", job["id"])
+            call_window(self, "open_run", job["id"])
 
     def compare_selected(self) -> None:
         ids = [job["id"] for job in self.selected_jobs() if job.get("kind") == FINETUNE]
         if len(ids) >= 2:
-            self._window_call("compare_runs", ids)
+            call_window(self, "compare_runs", ids)
 
     def duplicate_selected(self) -> None:
         job = self.selected_job()
         if job is not None and job.get("kind") == FINETUNE:
-            self._window_call("duplicate_run", dict(job.get("spec") or {}),
+            call_window(self, "duplicate_run", dict(job.get("spec") or {}),
                               f"{display_name(job)} copy")
 
     def compress_selected(self) -> None:
         job = self.selected_job()
         if job is not None and job.get("kind") == FINETUNE and job.get("state") == "succeeded":
-            self._window_call("compress_run", job["id"])
+            call_window(self, "compress_run", job["id"])
 
     def lineage_selected(self) -> None:
         job = self.selected_job()

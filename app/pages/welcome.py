@@ -25,7 +25,7 @@ from app import format as fmt
 from app.engine_process import EngineProcess
 from app.jobs_model import display_name, kind_noun, state_dot
 from app.style import icon, set_role
-from app.widgets.common import card, label, scrolling_body
+from app.widgets.common import call_window, card, label, scrolling_body
 from app.widgets.empty_state import empty_state
 
 RECENT_LIMIT = 8
@@ -116,24 +116,20 @@ class WelcomePage(QWidget):
 
     # -- the three ways to start --------------------------------------------------------
 
-    def _window_call(self, name: str, *args: Any) -> Any:
-        target = getattr(self.window(), name, None)
-        return target(*args) if callable(target) else None
-
     def start_builtin(self) -> None:
         """The wizard on its first step, reset to the built-in text model, tickets and LoRA."""
-        wizard = self._window_call("show_page", "new_finetune")
+        wizard = call_window(self, "show_page", "new_finetune")
         if wizard is not None:
             wizard.start_over("text_classification")
 
     def start_own_data(self) -> None:
         """The wizard on its Data step, "My data" chosen and the file field focused."""
-        wizard = self._window_call("show_page", "new_finetune")
+        wizard = call_window(self, "show_page", "new_finetune")
         if wizard is not None:
             wizard.open_own_data()
 
     def open_runs(self) -> None:
-        self._window_call("show_page", "runs")
+        call_window(self, "show_page", "runs")
 
     def start_tour(self) -> None:
         from app.widgets.tour import tour_for
@@ -181,4 +177,4 @@ class WelcomePage(QWidget):
     def _open_item(self, item: QListWidgetItem) -> None:
         job_id = item.data(ID_ROLE)
         if job_id:
-            self._window_call("open_run", job_id)
+            call_window(self, "open_run", job_id)

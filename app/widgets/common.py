@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
@@ -86,3 +87,9 @@ def show_text(widget: QLabel, text: str) -> None:
     """Set a note's text and hide it while empty, so empty notes leave no gaps (as the wizards' parts.show_text)."""
     widget.setText(text)
     widget.setVisible(bool(text))
+
+
+def call_window(widget: QWidget, name: str, *args: Any) -> Any:
+    """``widget.window().<name>(*args)``: cross-page navigation; None outside a MainWindow (a page tested alone)."""
+    target = getattr(widget.window(), name, None)
+    return target(*args) if callable(target) else None

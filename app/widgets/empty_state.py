@@ -13,7 +13,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.style import icon, set_role
-from app.widgets.common import label
+from app.widgets.common import call_window, label
 
 ICON_SIZE = 40
 
@@ -69,8 +69,6 @@ def window_action(widget: QWidget, name: str, *args: object) -> Callable[[], Non
     """A slot that calls ``widget.window().<name>(*args)`` when clicked (no-op outside a MainWindow)."""
 
     def call() -> None:
-        target = getattr(widget.window(), name, None)
-        if callable(target):
-            target(*args)
+        call_window(widget, name, *args)
 
     return call

@@ -11,19 +11,16 @@ move and close with it and never steal the window manager's focus.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QPoint, QRect, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from app.style import set_role
+from app.prefs import prefs
+from app.style import colour, set_role
 from app.widgets.common import label
 
-log = logging.getLogger(__name__)
-
-ACCENT = "#e8590c"  # the ember orange, used when the theme cannot name its accent
 BUBBLE_WIDTH = 340
 GAP = 14  # between the outlined item and the bubble
 
@@ -59,39 +56,13 @@ STEPS = (
 
 
 def mark_tour_done() -> None:
-    """Remember that the tour was seen; quietly nothing when preferences are not available."""
-    try:
-        from app.prefs import prefs
-    except ImportError:
-        return
-    try:
-        prefs().set("tour_done", True)
-    except Exception:  # noqa: BLE001 - a preference that cannot be saved must not break the tour
-        log.warning("could not remember that the tour was seen", exc_info=True)
+    """Remember that the tour was seen."""
+    prefs().set("tour_done", True)
 
 
 def tour_done() -> bool:
-    """Whether the tour was finished or skipped before (False when preferences are not available)."""
-    try:
-        from app.prefs import prefs
-    except ImportError:
-        return False
-    try:
-        return bool(prefs().get("tour_done"))
-    except Exception:  # noqa: BLE001 - an unreadable preference means "show it", not a crash
-        log.warning("could not read whether the tour was seen", exc_info=True)
-        return False
-
-
-def _accent() -> str:
-    try:
-        from app.style import colour
-    except ImportError:
-        return ACCENT
-    try:
-        return colour("accent") or ACCENT
-    except Exception:  # noqa: BLE001 - an unknown token falls back to the default accent
-        return ACCENT
+    """Whether the tour was finished or skipped before (an unreadable value reads as not yet)."""
+    return bool(prefs().get("tour_done"))
 
 
 def tour_for(window: QWidget) -> Tour:
@@ -108,7 +79,7 @@ class TourBubble(QFrame):
         self.setObjectName("tourBubble")
         set_role(self, "card")
         self.setAccessibleName("Guided tour")
-        self.setStyleSheet(f"QFrame#tourBubble {{ border: 2px solid {_accent()}; border-radius: 8px; }}")
+        self.setStyleSheet(f"QFrame#tourBubble {{ border: 2px solid {colour('accent')}; border-radius: 8px; }}")
         self.setFixedWidth(BUBBLE_WIDTH)
         box = QVBoxLayout(self)
         box.setContentsMargins(16, 14, 16, 12)
@@ -149,7 +120,7 @@ class Tour(QObject):
         self.highlight.setObjectName("tourHighlight")
         self.highlight.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         self.highlight.setStyleSheet(
-            f"QFrame#tourHighlight {{ border: 3px solid {_accent()}; border-radius: 6px; background: transparent; }}")
+            f"QFrame#tourHighlight {{ border: 3px solid {colour('accent')}; border-radius: 6px; background: transparent; }}")
         self.highlight.hide()
         self.bubble = TourBubble(window)
         self.bubble.hide()

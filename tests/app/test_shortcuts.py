@@ -13,7 +13,7 @@ from PySide6.QtTest import QTest
 
 from app.glossary import OPTION_TERMS, TERMS, explain, term_tooltip
 from app.main_window import PAGES
-from app.shortcuts import SHORTCUTS
+from app.shortcuts import SHORTCUTS, selected_run
 from tests.app.conftest import engine_pid, wait_connected
 
 CTRL = Qt.KeyboardModifier.ControlModifier
@@ -96,6 +96,11 @@ def test_shortcuts_and_term_tooltips(qtbot, make_window, gui_home):
     window.show_page("runs")
     QTest.keyClick(window, Qt.Key.Key_C, CTRL | Qt.KeyboardModifier.ShiftModifier)
     assert current_key(window) == "compress"
+    # From Monitor with no run shown (Monitor's job_id is a property, not a method).
+    window.show_page("monitor")
+    assert selected_run(window) == (None, None)
+    QTest.keyClick(window, Qt.Key.Key_E, CTRL)
+    assert current_key(window) == "export"
 
     # Ctrl+Q closes the window; the engine goes on.
     pid = engine_pid(gui_home)
