@@ -59,7 +59,12 @@ class DataSpec(_Part):
     max_length: int = Field(128, ge=8, le=32768, description="tokens per example")
     image_size: int = Field(32, ge=16, le=1024, description="pixels per side; 16 is the least the built-in CNN takes")
     augment: AugmentSpec = Field(default_factory=AugmentSpec)
-    num_workers: int = Field(0, ge=0, le=64)
+    num_workers: int | None = Field(None, ge=0, le=64, description="DataLoader worker processes per training "
+                                    "process; None: 4 (fewer on small machines) on a CUDA GPU, 0 on CPU")
+    prefetch_factor: int = Field(2, ge=1, le=64, description="batches each worker prepares ahead")
+    packing: bool = Field(False, description="causal_lm: several short examples per sequence, each attending "
+                                             "only to itself (no padding work)")
+    group_by_length: bool = Field(False, description="text tasks: batches of similar lengths, so less padding")
     min_per_class: int = Field(2, ge=1, description="fewer examples than this in a class is an error")
 
 
@@ -124,6 +129,20 @@ class DistillSpec(_Part):
     alpha: float = Field(0.5, ge=0, le=1, description="weight of the KL term; 1 - alpha weighs the task loss")
 
 
+class SpeedSpec(_Part):
+    """Throughput options (docs/speed.md); "auto" picks what is fastest and safe on the run's device."""
+
+    attention: Literal["auto", "sdpa", "flash_attention_2", "eager"] = Field(
+        "auto", description="attention kernel; auto: flash_attention_2 when installed on a CUDA GPU in 16-bit, "
+                            "else PyTorch's scaled dot-product attention where the model supports it")
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto", description="torch.compile the model; auto: on for CUDA with strategy single or ddp")
+    optimizer_impl: Literal["auto", "fused", "foreach", "for_loop"] = Field(
+        "auto", description="AdamW kernel; auto: fused on CUDA, foreach on CPU")
+    peak_tflops: float | None = Field(None, gt=0, le=1e6, description="the device's peak TFLOP/s for MFU; "
+                                      "None: the GPU table (engine/mfu.py), a measured matmul peak on CPU")
+
+
 class TrainSpec(_Part):
     """train.finetune: fine-tune a model for one of the tasks."""
 
@@ -137,7 +156,8 @@ class TrainSpec(_Part):
     grad_accum: int = Field(1, ge=1, le=4096)
     max_steps: int | None = Field(100, ge=1, description="optimizer steps; None trains for `epochs`")
     epochs: float | None = Field(None, gt=0)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 on a CUDA GPU that has it (compute capability 8.0+), fp32 otherwise")
     activation_checkpointing: bool = False
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0
@@ -150,6 +170,7 @@ class TrainSpec(_Part):
     nan_policy: Literal["skip", "stop"] = "stop"
     resume: bool = Field(True, description="continue from the latest complete checkpoint in the run dir")
     distill: DistillSpec | None = Field(None, description="train a student of a finished run")
+    speed: SpeedSpec = Field(default_factory=SpeedSpec)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSpec:
@@ -172,6 +193,12 @@ class TrainSpec(_Part):
             problems.append("a model from model.code trains with method full")
         if self.task == "image_classification" and self.method.kind == "prompt_tuning":
             problems.append("prompt tuning applies to text models; use full or lora for images")
+        if self.data.packing and self.task != "causal_lm":
+            problems.append("data.packing applies to causal_lm; use data.group_by_length for text classification")
+        if self.data.group_by_length and self.task == "image_classification":
+            problems.append("data.group_by_length applies to text tasks (images are all the same size)")
+        if self.speed.optimizer_impl == "fused" and self.optim.optimizer != "adamw":
+            problems.append("speed.optimizer_impl fused needs optim.optimizer adamw")
         if problems:
             raise ValueError("; ".join(problems))
         return self
