@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import resource
 import shutil
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine import checkpoint, dist, methods
+from engine import checkpoint, dist, methods, speed
 from engine.data_order import ResumableOrder, eval_shards
 from engine.jobctx import JobFailed, disk_full
 from engine.strategies import get_strategy
@@ -66,7 +67,9 @@ def make_optimizer(params: list[Any], spec: TrainSpec) -> Any:
     o = spec.optim
     if o.optimizer == "sgd":
         return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-    return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+    impl = spec.speed.optimizer_impl
+    kernel = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for_loop": {"foreach": False}}.get(impl, {})
+    return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
 
 
 def memory_record(world: dist.World) -> dict[str, Any]:
@@ -117,7 +120,10 @@ class Trainer:
     def setup(self) -> None:
         import torch
 
-        spec, world = self.spec, self.world
+        world = self.world
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.spec, self.speed = speed.resolve(self.spec, world.device, local_world)
+        spec = self.spec
         seed_everything(spec.seed)
         self.task = get_task(spec.task)
         issues = self.task.validate(spec)
@@ -136,6 +142,10 @@ class Trainer:
             self._checkpoint_activations(model)
         if not methods.is_quantized(model):
             model.to(world.device)
+        self.speed["attention"] = speed.attention_in_use(model) or spec.speed.attention
+        self._measure_flops(model)
+        if spec.speed.compile == "on":
+            model.compile()  # in place: parameter names (checkpoints, saved weights) stay as they are
         self.strategy = get_strategy(spec.distributed.strategy)
         self.deepspeed = spec.distributed.strategy == "deepspeed"
         if self.deepspeed and (reason := self.strategy.available()):
@@ -150,10 +160,45 @@ class Trainer:
                 self.model, self.optimizer, self.scheduler, world, spec)
         use_scaler = spec.precision == "fp16" and world.device.startswith("cuda")
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
-        self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed)
+        lengths = getattr(self.data, "lengths", None) if spec.data.group_by_length else None
+        grouping = {"lengths": lengths} if lengths else {}
+        self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed,
+                                    **grouping)
         self.trainable_only = spec.method.kind != "full"
         self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
+
+    def _measure_flops(self, model: Any) -> None:
+        """The model's training FLOPs per token (or example) and this device's peak, for MFU.
+
+        A failure here costs the MFU figure, never the run."""
+        from engine import mfu
+
+        spec, world = self.spec, self.world
+        self.flops: Any = None
+        try:
+            sample = _to_device(self.data.collate([self.data.train[i] for i in range(min(2, len(self.data.train)))]),
+                                world.device)
+            self.flops = mfu.flop_model(model, spec.task, sample)
+        except Exception as exc:  # noqa: BLE001 - an architecture the counter does not know
+            self.rc.log(f"no FLOP count for this model ({type(exc).__name__}: {exc}); MFU is not reported")
+        peak, self.peak_source = None, "unknown"
+        try:
+            peak, self.peak_source = mfu.device_peak(world.device, spec.precision, spec.speed.peak_tflops)
+        except Exception as exc:  # noqa: BLE001 - e.g. a device query failing
+            self.rc.log(f"could not tell this device's peak FLOP/s ({exc}); MFU is not reported")
+        peaks = dist.all_sum(world, [peak or 0.0, 0.0 if peak else 1.0])
+        self.peak_tflops = peaks[0] if not peaks[1] else None  # all processes together; none if any lacks one
+
+    def _step_flops(self, batch: dict[str, Any], stats: dict[str, float]) -> float:
+        if self.flops is None:
+            return 0.0
+        if self.task.HAS_TOKENS and "input_ids" in batch:
+            per_token = self.flops.per_token(int(batch["input_ids"].shape[-1]))
+            if per_token:
+                return per_token * stats.get("tokens", 0.0)
+        per_sample = self.flops.per_sample()
+        return per_sample * stats.get("samples", 0.0) if per_sample else 0.0
 
     def _student(self) -> Any:
         """The student of ``spec.distill``: the teacher's blocks thinned out, or the spec's own model."""
@@ -243,6 +288,13 @@ class Trainer:
         self.rc.emit("resumed", step=self.step, checkpoint=str(ckpt))
         self.rc.log(f"resumed from {ckpt.name} at step {self.step}")
 
+    def _flops_info(self) -> dict[str, Any]:
+        if self.flops is None:
+            return {"flops_per_token": None, "flops_per_sample": None, "flops_basis": None}
+        seq = self.spec.data.max_length if self.task.HAS_TOKENS else None
+        return {"flops_per_token": self.flops.per_token(seq) if seq else None,
+                "flops_per_sample": self.flops.per_sample(), "flops_basis": self.flops.basis}
+
     # ---- the loop
     def run(self) -> str:
         import torch
@@ -254,7 +306,9 @@ class Trainer:
         rc.emit("run_info", task=spec.task, model=spec.model_name(), method=spec.method.kind,
                 strategy=spec.distributed.strategy, world_size=world.size, device=world.device,
                 trainable_params=self.trainable, total_params=self.total_params, total_steps=self.steps,
-                start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info)
+                start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info,
+                speed=self.speed, peak_tflops=self.peak_tflops, peak_source=self.peak_source,
+                **self._flops_info())
         rc.log(f"{spec.task}: {spec.model_name()} with {spec.method.kind} on {world.size} process(es) "
                f"({spec.distributed.strategy}, {world.device}); {self.trainable:,} of {self.total_params:,} "
                f"parameters train; {self.steps} steps")
@@ -267,7 +321,7 @@ class Trainer:
         while self.step < self.steps:
             t0 = time.perf_counter()
             loss_sum = torch.zeros((), dtype=torch.float64)
-            samples = tokens = 0.0
+            samples = tokens = positions = flops = 0.0
             wait = 0.0
             for micro in range(spec.grad_accum):
                 tw = time.perf_counter()
@@ -287,10 +341,13 @@ class Trainer:
                 loss_sum += loss.detach().double().cpu()
                 samples += stats.get("samples", 0)
                 tokens += stats.get("tokens", 0)
+                positions += stats.get("positions", 0)
+                flops += self._step_flops(batch, stats)
             local_loss = float(loss_sum) / spec.grad_accum
             finite = math.isfinite(local_loss)
             totals = dist.all_sum(world, [local_loss if finite else 0.0, samples, tokens,
-                                          0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0])
+                                          0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0,
+                                          positions, flops])
             mean_loss = totals[0] / world.size
             if totals[3]:
                 if self.deepspeed:
@@ -319,6 +376,12 @@ class Trainer:
                          "progress": self.step / self.steps, "eta_s": eta}
                 if self.task.HAS_TOKENS:
                     event["tokens_per_s"] = totals[2] / dt
+                    if totals[5]:
+                        event["padding_frac"] = max(0.0, 1.0 - totals[2] / totals[5])
+                if totals[6] and dt:
+                    event["tflops"] = totals[6] / dt / 1e12
+                    if self.peak_tflops:
+                        event["mfu"] = event["tflops"] / self.peak_tflops
                 rc.emit("train", **event)
             if self.step % spec.memory_every == 0 or self.step == 1:
                 records = dist.gather_objects(world, memory_record(world))
@@ -359,11 +422,12 @@ class Trainer:
         # Its own generator: creating the iterator draws a seed, which must not shift the global
         # RNG (dropout), or a resumed run would diverge from an uninterrupted one.
         generator = torch.Generator().manual_seed(self.spec.seed)
+        workers = self.spec.data.num_workers or 0
+        prefetch = {"prefetch_factor": self.spec.data.prefetch_factor} if workers else {}
         return DataLoader(self.data.train, batch_sampler=Batches(self.position), collate_fn=self.data.collate,
-                          generator=generator,
-                          num_workers=self.spec.data.num_workers,
+                          generator=generator, num_workers=workers,
                           pin_memory=self.world.device.startswith("cuda"),
-                          persistent_workers=self.spec.data.num_workers > 0)
+                          persistent_workers=workers > 0, **prefetch)
 
     def _optimizer_step(self) -> float:
         import torch
@@ -392,12 +456,13 @@ class Trainer:
         spec, world = self.spec, self.world
         batches, most = eval_shards(len(self.data.val), spec.batch_size, world.rank, world.size)
         sums: dict[str, float] = {}
+        collate = getattr(self.data, "val_collate", None) or self.data.collate  # packed training, unpacked eval
         self.model.eval()
         with torch.no_grad(), self.autocast():
             for i in range(most):
                 real = i < len(batches)
                 idx = batches[i] if real else batches[0] if batches else [0]
-                batch = _to_device(self.data.collate([self.data.val[j] for j in idx]), world.device)
+                batch = _to_device(collate([self.data.val[j] for j in idx]), world.device)
                 part = self.task.eval_sums(self.model, batch)
                 if real:
                     for k, v in part.items():

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from engine.estimate.throughput import throughput
+from engine.speed import estimated_precision
 from engine.train_spec import TrainSpec
 
 MiB = 1 << 20
@@ -102,6 +103,11 @@ def _rounded(dev: dict[str, float], host: dict[str, float]) -> dict[str, dict[st
 
 def estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
     """The estimate.fit reply: devices, verdict, reason, suggestions, params, throughput, notes."""
+    if spec.precision == "auto":  # what the run will pick on this machine (engine/speed.py)
+        gpus = machine.get("gpus") or []
+        kind = "cuda" if spec.device == "cuda" or (spec.device == "auto" and gpus) else "cpu"
+        name = str(gpus[0].get("name", "")) if gpus else ""
+        spec = spec.model_copy(update={"precision": estimated_precision(spec, kind, name)})
     reply = _estimate(spec, facts, machine)
     if reply["verdict"] != "fits":
         reply["suggestions"] = suggestions(spec, facts, machine, reply)
