@@ -11,33 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-# Peak dense TFLOP/s (16-bit tensor cores, fp32), from the vendors' data sheets; first match wins.
-GPU_PEAK_TFLOPS = (
-    ("H200", 989.0, 67.0),
-    ("H100 PCIe", 756.0, 51.0),
-    ("H100", 989.0, 67.0),
-    ("A100", 312.0, 19.5),
-    ("L40S", 362.0, 91.6),
-    ("L4", 121.0, 30.3),
-    ("A10", 125.0, 31.2),
-    ("RTX 4090", 165.0, 82.6),
-    ("Orin", 42.5, 5.3),  # Jetson AGX Orin 64GB (the smaller Orins have less)
-    ("T4", 65.0, 8.1),
-)
-GPU_DEFAULT_TFLOPS = (100.0, 20.0)  # an unknown GPU: a mid-range data-centre card
+from engine.mfu import GPU_DEFAULT, GPU_PEAKS, gpu_peak
+
+# Peak dense TFLOP/s per GPU: the table lives with the MFU code, which the running trainer uses too.
+GPU_PEAK_TFLOPS = GPU_PEAKS
+GPU_DEFAULT_TFLOPS = GPU_DEFAULT
 GPU_UTILIZATION = 0.35  # model FLOPs utilization well-tuned training reaches; small models reach less
 GPU_STEP_FLOOR_S = 0.002  # launch-bound minimum per micro-step, plus per repeated block below
 GPU_BLOCK_FLOOR_S = 0.0006
 CPU_GFLOPS_PER_CORE = 40.0  # achieved fp32 GFLOP/s per core in PyTorch training (AVX2/AVX-512 server cores)
 CPU_STEP_FLOOR_S = 0.02  # Python, data loading and element-wise work per micro-step that FLOPs miss
-
-
-def gpu_peak(name: str, half: bool) -> tuple[float, str]:
-    """(peak TFLOP/s, the table row it came from) for a GPU name as torch reports it."""
-    for key, bf16, fp32 in GPU_PEAK_TFLOPS:
-        if key.lower() in name.lower():
-            return (bf16 if half else fp32), key
-    return GPU_DEFAULT_TFLOPS[0 if half else 1], "unknown GPU"
 
 
 def throughput(spec: Any, facts: dict[str, Any], machine: dict[str, Any], kind: str, nproc: int,
