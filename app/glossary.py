@@ -46,6 +46,23 @@ TERMS: dict[str, str] = {
                                 "which saves much memory for about 30% more time.",
     "gradient accumulation": "Gradients of several small batches are added up before each weight update, "
                              "so a large effective batch fits in little memory.",
+    # Training speed
+    "MFU": "Model FLOPs utilization: the share of the device's peak arithmetic rate that the model's own "
+           "training maths actually uses, the fairest single measure of how fast a run is.",
+    "torch.compile": "PyTorch compiles the model into fused kernels before training, which costs a minute "
+                     "at the start and usually makes every step faster on a GPU.",
+    "scaled dot-product attention": "PyTorch's built-in attention (SDPA) picks a fast fused kernel for the "
+                                    "device, using less memory than the step-by-step version.",
+    "flash attention": "FlashAttention-2, a separately installed attention kernel for recent NVIDIA GPUs in "
+                       "16-bit that is fast and needs little memory for long sequences.",
+    "fused AdamW": "The optimizer updates all weights in one or a few large kernels instead of one small "
+                   "step per weight tensor, which saves time on a GPU.",
+    "data workers": "Separate processes prepare the next batches while the device trains on this one, so it "
+                    "never waits for data.",
+    "sequence packing": "Several short training examples share one sequence, each attending only to itself, so "
+                        "no compute is spent on padding.",
+    "length grouping": "Examples of similar length are batched together, so short texts are not padded to the "
+                       "length of a long one.",
     "warmup": "The learning rate starts near zero and rises over the first steps, which keeps early "
               "training stable.",
     # Compression
@@ -98,6 +115,10 @@ OPTION_TERMS: dict[str, tuple[str, ...]] = {
     "fp32": ("fp32",),
     "bf16": ("bf16", "mixed precision"),
     "fp16": ("fp16",),
+    # speed options (spec speed.attention, speed.optimizer_impl)
+    "sdpa": ("scaled dot-product attention",),
+    "flash_attention_2": ("flash attention",),
+    "fused": ("fused AdamW",),
     # compress techniques
     "lora_merge": ("LoRA merge",),
     "dynamic_int8": ("dynamic int8",),

@@ -30,7 +30,7 @@ def test_glossary_is_one_plain_sentence_per_term():
     assert term_tooltip("ZeRO-3").startswith("<b>ZeRO-3</b>: ")
     assert all(term in TERMS for terms in OPTION_TERMS.values() for term in terms)
     with pytest.raises(KeyError, match="No glossary entry"):
-        explain("MFU")
+        explain("warp drive")
 
 
 def test_shortcuts_and_term_tooltips(qtbot, make_window, gui_home):

@@ -8,6 +8,7 @@ the shared redraw clock draws them. x is always the step, so a resumed run
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -37,7 +38,9 @@ class RunCharts(QWidget):
         self.throughput_chart = LiveChart("Throughput", "samples/s", right_label="tokens/s")
         self.throughput_chart.add_series("samples/s", "#2b8a3e")
         self.throughput_chart.add_series("tokens/s", "#0b7285", right=True)
-        self.step_chart = LiveChart("Step time", "seconds", right_label="data wait %")
+        # Percent of the step on the right: data wait, padding (token tasks) and MFU (when the
+        # device's peak is known); a series appears in the legend once its run reports it.
+        self.step_chart = LiveChart("Step time and utilisation", "seconds", right_label="%")
         self.step_chart.add_series("step time", "#495057")
         self.step_chart.add_series("data wait %", "#a35f00", right=True)
         self.memory_chart = LiveChart("Memory per rank", "GiB", legend_bottom=True)
@@ -77,9 +80,14 @@ class RunCharts(QWidget):
         self._put(self.throughput_chart, "samples/s", step, data.get("samples_per_s"))
         self._put(self.throughput_chart, "tokens/s", step, data.get("tokens_per_s"))
         self._put(self.step_chart, "step time", step, data.get("step_time_s"))
-        wait = _number(data.get("data_wait_frac"))
-        if wait is not None:
-            self.step_chart.append("data wait %", step, 100.0 * wait)
+        for field, name, colour in (("data_wait_frac", "data wait %", ""), ("padding_frac", "padding %", "#868e96"),
+                                    ("mfu", "MFU %", "#c2255c")):
+            fraction = _number(data.get(field))
+            if fraction is None:
+                continue  # an old run, or an image task: no series, never a line of zeros
+            if not self.step_chart.has_series(name):
+                self.step_chart.add_series(name, colour or None, right=True, width=1.5 if field == "mfu" else 1.0)
+            self.step_chart.append(name, step, 100.0 * fraction)
 
     def _on_eval(self, step: int, data: dict[str, Any]) -> None:
         metrics = data.get("metrics") or {}
@@ -125,6 +133,6 @@ class RunCharts(QWidget):
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None  # nan/inf: a gap, and no series made for a figure the run never had
     return float(value)

@@ -30,6 +30,9 @@ _ROOT_FIELDS = (
     ("prompt tuning", "method.kind"),
     ("fp16", "precision"),
     ("max_steps", "max_steps"),
+    ("data.packing", "data.packing"),
+    ("group_by_length", "data.group_by_length"),
+    ("optimizer_impl", "speed.optimizer_impl"),
 )
 
 
@@ -92,10 +95,25 @@ def validate(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, lis
             if path:
                 errors.setdefault(path, []).append(message)
                 continue
-            for sentence in message.split("; "):
+            for sentence in _sentences(message):
                 field = next((f for word, f in _ROOT_FIELDS if word in sentence), "")
                 errors.setdefault(field, []).append(sentence)
         return None, errors
+
+
+def _sentences(message: str) -> list[str]:
+    """The model validator's problems, joined with "; ", one each.
+
+    A problem may itself say "…; use X instead": a part that starts with "use " belongs
+    to the problem before it (and to that problem's field).
+    """
+    out: list[str] = []
+    for part in message.split("; "):
+        if out and part.startswith("use "):
+            out[-1] += f"; {part}"
+        else:
+            out.append(part)
+    return out
 
 
 def launch_spec(spec: dict[str, Any]) -> dict[str, Any]:

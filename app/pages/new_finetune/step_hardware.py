@@ -34,6 +34,7 @@ from app.pages.new_finetune.parts import (
     with_message,
 )
 from app.pages.new_finetune.spec_tools import launch_spec
+from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
 from engine.host_spec import LOCAL
@@ -42,7 +43,7 @@ STRATEGIES = (("single", "Single process"), ("ddp", "DDP (a full copy per proces
               ("fsdp", "FSDP2 (weights sharded across processes)"),
               ("deepspeed", "DeepSpeed ZeRO"))
 DEVICES = (("auto", "Automatic (GPU when there is one)"), ("cpu", "CPU"), ("cuda", "CUDA GPU"))
-PRECISIONS = (("fp32", "fp32 (full precision)"), ("bf16", "bf16 (half the activation memory)"),
+PRECISIONS = (("auto", "auto (bf16 on a capable GPU, else fp32)"), ("fp32", "fp32 (full precision)"), ("bf16", "bf16 (half the activation memory)"),
               ("fp16", "fp16 (CUDA only)"))
 SCHEDULES = ("linear", "cosine", "constant", "one_cycle")
 ESTIMATE_MS = 300
@@ -74,7 +75,8 @@ def _select(box: QComboBox, key: Any) -> None:
 class HardwareStep(Step):
     title = "Hardware"
     prefixes = ("distributed", "optim", "batch_size", "grad_accum", "max_steps", "epochs",
-                "precision", "activation_checkpointing", "device", "eval_every", "checkpoint_every")
+                "precision", "activation_checkpointing", "device", "eval_every", "checkpoint_every",
+                "speed", "data.num_workers", "data.packing", "data.group_by_length")
     patch_requested = Signal(dict)  # a suggestion's spec_patch, to merge into the form
     hosts_page_requested = Signal()  # "Open the Hosts page" (the main window's show_page is used too)
 
@@ -177,7 +179,17 @@ class HardwareStep(Step):
         box.addWidget(self.fit_note)
         box.addWidget(self.fit)
         box.addStretch(1)
-        columns.addWidget(frame, 1)
+        speed_frame, speed_box = card()
+        self.speed = SpeedBox()
+        speed_box.addWidget(self.speed)
+        for path in ("speed", "data.num_workers", "data.packing", "data.group_by_length"):
+            speed_box.addWidget(self.message_for(path))
+        right = QVBoxLayout()
+        right.setSpacing(14)
+        right.addWidget(frame)
+        right.addWidget(speed_frame)
+        right.addStretch(1)
+        columns.addLayout(right, 1)
         outer.addLayout(columns)
         outer.addStretch(1)
 
@@ -204,6 +216,7 @@ class HardwareStep(Step):
         for check in (self.offload_optimizer_check, self.offload_params_check, self.checkpointing_check):
             check.toggled.connect(self._on_form)
         self.lr_edit.textChanged.connect(self._on_form)
+        self.speed.changed.connect(self._on_form)
         self._update_visibility()
         self.refresh_hosts()
 
@@ -399,7 +412,7 @@ class HardwareStep(Step):
         _select(self.zero_combo, str(dist.get("zero_stage", 2)))
         self.offload_optimizer_check.setChecked(bool(dist.get("offload_optimizer")))
         self.offload_params_check.setChecked(bool(dist.get("offload_params")))
-        _select(self.precision_combo, spec.get("precision", "fp32"))
+        _select(self.precision_combo, spec.get("precision", "auto"))
         self.batch_spin.setValue(int(spec.get("batch_size", 16)))
         self.accum_spin.setValue(int(spec.get("grad_accum", 1)))
         self.checkpointing_check.setChecked(bool(spec.get("activation_checkpointing")))
@@ -413,6 +426,7 @@ class HardwareStep(Step):
         self.schedule_combo.setCurrentText(optim.get("schedule", "linear"))
         self.eval_every_spin.setValue(int(spec.get("eval_every", 50)))
         self.checkpoint_every_spin.setValue(int(spec.get("checkpoint_every", 50)))
+        self.speed.load(spec)
         self._update_visibility()
 
     def write(self, spec: dict[str, Any]) -> None:
@@ -442,6 +456,7 @@ class HardwareStep(Step):
                     epochs=None if steps else round(self.epochs_spin.value(), 2),
                     eval_every=self.eval_every_spin.value(),
                     checkpoint_every=self.checkpoint_every_spin.value())
+        self.speed.write(spec)  # after the Data step's write: it adds to spec["data"]
 
     def busy(self) -> bool:
         return False  # the estimate is advice: Launch never waits for it
