@@ -55,6 +55,8 @@ class TaskData:
     val: Dataset
     collate: Any  # callable(list[example]) -> dict[str, Tensor]
     info: dict[str, Any] = field(default_factory=dict)  # num_labels, label_names, counts, ...
+    lengths: list[int] | None = None  # tokens per train example (data.group_by_length), for ResumableOrder
+    val_collate: Any = None  # validation batches; None: `collate` (packing trains on packed rows only)
 
 
 def build_once(final: Path, build: Callable[[Path], None]) -> Path:

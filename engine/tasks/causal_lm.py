@@ -25,6 +25,9 @@ The loss covers the assistant contents (and the end-of-sequence token after
 each) only: every other position, and padding, has label -100. A row longer than
 ``data.max_length`` tokens is cut at the end, which keeps the start of its response;
 a row whose responses are cut away entirely is reported as an Issue.
+
+With ``data.packing`` the training rows are packed several to a sequence
+(engine/tasks/packing.py); validation stays unpacked.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.tasks import packing
 from engine.tasks.base import InputError, Issue, TaskData, build_once
 
 if TYPE_CHECKING:
@@ -424,6 +428,19 @@ def _tokenize(tokenizer: Any, path: Path, rows: list, max_length: int) -> tuple[
     return out, issues, cut
 
 
+def _packing_issues(spec: TrainSpec) -> list[Issue]:
+    if not spec.data.packing:
+        return []
+    issues = []
+    if spec.method.kind == "prompt_tuning":  # peft drops position_ids for prompt tuning: examples would mix
+        issues.append(Issue("data.packing does not work with method prompt_tuning (the virtual tokens need "
+                            "each row to be one example)", "turn off data.packing, or use method lora or full"))
+    if spec.distill is not None:
+        issues.append(Issue("data.packing does not work with distillation yet",
+                            "turn off data.packing for a distillation run"))
+    return issues
+
+
 def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
     folder, issues = _model_dir(spec)
     tokenizer = None
@@ -436,7 +453,7 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
             except InputError as exc:
                 issues += exc.issues
     train_path, val_path, data_issues = _data_files(spec)
-    issues += data_issues
+    issues += data_issues + _packing_issues(spec)
     if train_path is None:
         return None, issues
     train_rows, row_issues = read_rows(train_path)
@@ -474,7 +491,19 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         "max_length": spec.data.max_length,
     }
-    return TaskData(train=TokenRows(train), val=TokenRows(val), collate=Collator(pad_id), info=info), []
+    train_set: Any = TokenRows(train)
+    collate: Any = Collator(pad_id)
+    val_collate = None
+    if spec.data.packing:
+        train_set, pack_info = packing.pack(train_set, spec.data.max_length, spec.batch_size, spec.seed)
+        info.update(pack_info, packing=True)
+        collate, val_collate = packing.PackedCollator(pad_id, plain=Collator(pad_id)), Collator(pad_id)
+    lengths = None
+    if spec.data.group_by_length:
+        lengths = ([train_set.row_length(i) for i in range(len(train_set))] if spec.data.packing
+                   else [len(r["input_ids"]) for r in train])
+    return TaskData(train=train_set, val=TokenRows(val), collate=collate, info=info, lengths=lengths,
+                    val_collate=val_collate), []
 
 
 def validate(spec: TrainSpec) -> list[Issue]:
@@ -509,35 +538,69 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     dtype = quant.bnb_4bit_compute_dtype if quant is not None else torch.float32
     try:
         with _no_progress_bars():
-            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype, **extra)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=dtype,
+                                                         **attention_kwargs(spec), **extra)
     except Exception as exc:  # noqa: BLE001 - damaged weights, unknown architectures, missing shards, ...
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        if attention_kwargs(spec) and "attention" in first.lower():
+            raise InputError([Issue(f"speed.attention {spec.speed.attention} cannot be used ({first})",
+                                    "set speed.attention to auto", str(folder))]) from exc
         raise InputError([Issue(f"could not load the model ({type(exc).__name__}: {first})",
                                 "check that the weights match config.json and are complete; copy the folder again",
                                 str(folder))]) from exc
     model.config.use_cache = False
+    if spec.data.packing and (problem := packing.check_boundaries(model, logits)):
+        raise InputError([Issue(f"data.packing cannot be used with this model: {problem}",
+                                "turn off data.packing, or set speed.attention to sdpa or eager", str(folder))])
     return model
+
+
+def attention_kwargs(spec: TrainSpec) -> dict[str, str]:
+    """from_pretrained's attn_implementation when the spec names one ("auto": the transformers default)."""
+    return {} if spec.speed.attention == "auto" else {"attn_implementation": spec.speed.attention}
+
+
+def logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The model's logits for a padded batch (attention_mask) or a packed one (position_ids).
+
+    use_cache=False matters for packing too: with a KV cache, transformers does not read
+    packed sequences from the position ids and the examples would attend to each other.
+    """
+    kwargs: dict[str, Any] = {}
+    if "position_ids" in batch:
+        kwargs = packing.model_kwargs(model, batch)
+    elif "attention_mask" in batch:
+        kwargs = {"attention_mask": batch["attention_mask"]}
+    return model(input_ids=batch["input_ids"], use_cache=False, **kwargs).logits
 
 
 def _loss_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     import torch.nn.functional as F
 
     labels = batch["labels"]
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
-    if logits.shape[1] > labels.shape[1]:  # prompt tuning prepends virtual tokens
-        logits = logits[:, -labels.shape[1]:]
-    logits = logits[:, :-1].float()
+    logits_ = logits(model, batch)
+    if logits_.shape[1] > labels.shape[1]:  # prompt tuning prepends virtual tokens
+        logits_ = logits_[:, -labels.shape[1]:]
+    logits_ = logits_[:, :-1].float()
     targets = labels[:, 1:]
-    loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+    loss_sum = F.cross_entropy(logits_.reshape(-1, logits_.shape[-1]), targets.reshape(-1),
                                ignore_index=IGNORE, reduction="sum")
     return loss_sum, (targets != IGNORE).sum()
 
 
 def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean cross-entropy over the response tokens; stats count samples, all tokens and target tokens."""
+    """Mean cross-entropy over the response tokens.
+
+    Stats: samples (examples, also in a packed batch), tokens (real, non-pad), positions
+    (rows x width, all computed), target_tokens.
+    """
     loss_sum, n = _loss_sum(model, batch)
-    stats = {"samples": float(batch["input_ids"].shape[0]), "tokens": float(batch["attention_mask"].sum()),
-             "target_tokens": float(n)}
+    ids = batch["input_ids"]
+    if "row_tokens" in batch:  # packed
+        samples, tokens = float(batch["row_examples"].sum()), float(batch["row_tokens"].sum())
+    else:
+        samples, tokens = float(ids.shape[0]), float(batch["attention_mask"].sum())
+    stats = {"samples": samples, "tokens": tokens, "positions": float(ids.numel()), "target_tokens": float(n)}
     return loss_sum / n.clamp(min=1), stats
 
 

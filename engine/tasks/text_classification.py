@@ -385,7 +385,8 @@ def load_data(spec: TrainSpec) -> TaskData:
         "val_file": src.val,
         "pad_token_id": pad_id,
     }
-    return TaskData(train=train, val=val, collate=Collate(pad_id, tok.padding_side), info=info)
+    lengths = [len(e["input_ids"]) for e in train.items] if spec.data.group_by_length else None
+    return TaskData(train=train, val=val, collate=Collate(pad_id, tok.padding_side), info=info, lengths=lengths)
 
 
 # ---------------------------------------------------------------- model and metric
@@ -422,8 +423,14 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
         model = AutoModelForSequenceClassification.from_pretrained(
             folder, local_files_only=True, num_labels=len(names),
             id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)},
-            problem_type="single_label_classification", ignore_mismatched_sizes=True, **extra)
-    except ValueError as e:
+            problem_type="single_label_classification", ignore_mismatched_sizes=True,
+            **attention_kwargs(spec), **extra)
+    except (ValueError, ImportError) as e:
+        if attention_kwargs(spec) and "attention" in str(e).lower():
+            raise InputError([Issue(f"speed.attention {spec.speed.attention} cannot be used "
+                                    f"({str(e).strip()[:300]})", "set speed.attention to auto", folder)]) from e
+        if isinstance(e, ImportError):
+            raise
         if "Unrecognized configuration class" not in str(e):
             raise InputError([Issue(f"cannot load the model: {e}", "re-save the model with save_pretrained()", folder)]) from e
         kind = config.get("model_type", "unknown")
@@ -440,17 +447,23 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     return model.float()  # fp32 whatever the checkpoint's dtype (the recipe applies precision)
 
 
+def attention_kwargs(spec: TrainSpec) -> dict[str, str]:
+    """from_pretrained's attn_implementation when the spec names one ("auto": the transformers default)."""
+    return {} if spec.speed.attention == "auto" else {"attn_implementation": spec.speed.attention}
+
+
 def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
 def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean cross-entropy of the batch; stats: samples and non-pad tokens."""
+    """Mean cross-entropy of the batch; stats: samples, non-pad tokens and positions (rows x width)."""
     import torch.nn.functional as F
 
     logits = model(**_inputs(batch)).logits
     loss = F.cross_entropy(logits.float(), batch["labels"])
-    return loss, {"samples": int(batch["labels"].shape[0]), "tokens": int(batch["attention_mask"].sum())}
+    return loss, {"samples": int(batch["labels"].shape[0]), "tokens": int(batch["attention_mask"].sum()),
+                  "positions": int(batch["input_ids"].numel())}
 
 
 def eval_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -10,7 +10,6 @@ while the run is active and once more when it ends.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -34,6 +33,7 @@ from app.glossary import term_tooltip
 from app.jobs_model import ACTIVE_STATES, STATE_COLOURS
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
+from app.pages.monitor.speed_line import perf_summary, speed_summary
 from app.widgets.common import label
 from app.widgets.empty_state import empty_state, window_action
 from app.widgets.log_pane import LogPane
@@ -415,87 +415,7 @@ class MonitorPage(QWidget):
             self.body.setCurrentWidget(self.empty)
 
 
-# -- the speed and utilisation lines ---------------------------------------------------
-# Built from what the run reported; a field it did not report (an older run, an image task
-# with no tokens, a device with no known peak) is left out, never shown as "None" or "nan".
-
-_ATTENTION = {"sdpa": "SDPA attention", "flash_attention_2": "FlashAttention-2", "eager": "eager attention",
-              "auto": "default attention"}
-_OPTIMIZER = {"fused": "fused AdamW", "foreach": "foreach optimizer", "for_loop": "for-loop optimizer"}
-
-
-def speed_summary(speed: dict[str, Any], task: str = "") -> str:
-    """run_info's ``speed`` as one line: "bf16 · SDPA attention · compiled · fused AdamW · 4 workers · packing"."""
-    parts: list[str] = []
-    if isinstance(speed.get("precision"), str):
-        parts.append(speed["precision"])
-    attention = speed.get("attention")
-    if attention in _ATTENTION and task != "image_classification":  # a CNN has no attention
-        parts.append(_ATTENTION[attention])
-    if speed.get("compile") is True:
-        parts.append("compiled")
-    if speed.get("optimizer_impl") in _OPTIMIZER:
-        parts.append(_OPTIMIZER[speed["optimizer_impl"]])
-    workers = speed.get("num_workers")
-    if isinstance(workers, int) and not isinstance(workers, bool):
-        parts.append(f"{workers} data worker{'s' if workers != 1 else ''}" if workers else "no data workers")
-    if speed.get("pin_memory") is True:
-        parts.append("pinned memory")
-    if speed.get("packing") is True:
-        parts.append("packing")
-    if speed.get("group_by_length") is True:
-        parts.append("length-grouped batches")
-    return "  ·  ".join(parts)
-
-
-def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
-    """The latest train event's utilisation: "MFU 41% · 402 TFLOP/s of 989 peak (H200) · padding 12% · …"."""
-    parts: list[str] = []
-    mfu, tflops, peak = _finite(train.get("mfu")), _finite(train.get("tflops")), _finite(info.get("peak_tflops"))
-    if mfu is not None:
-        parts.append(f"MFU {_percent(mfu)}")
-    if tflops is not None:
-        scale, unit = (1.0, "TFLOP/s") if max(tflops, peak or 0.0) >= 1 else (1000.0, "GFLOP/s")
-        text = f"{_figure(tflops * scale)} {unit}"
-        if peak is not None and peak > 0:
-            text += f" of {_figure(peak * scale)} peak"
-            if _says(info.get("peak_source")):
-                text += f" ({info['peak_source'].strip()})"
-        elif mfu is None and _says(info.get("peak_source")):
-            text += f" (no MFU: {info['peak_source'].strip()})"  # e.g. a GPU missing from the table, and the fix
-        parts.append(text)
-    padding = _finite(train.get("padding_frac"))
-    if padding is not None:
-        parts.append(f"padding {_percent(padding)}")
-    wait = _finite(train.get("data_wait_frac"))
-    if wait is not None:
-        parts.append(f"data wait {_percent(wait)}")
-    return "  ·  ".join(parts)
-
-
 def _show_text(widget: Any, text: str) -> None:
     """Set a line's text and hide it while empty, so an old run's page has no blank lines."""
     widget.setText(text)
     widget.setVisible(bool(text))
-
-
-def _says(value: Any) -> bool:
-    return isinstance(value, str) and value.strip() not in ("", "unknown")
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _percent(fraction: float) -> str:
-    pct = 100.0 * fraction
-    return f"{pct:.1f}%" if abs(pct) < 10 else f"{pct:.0f}%"
-
-
-def _figure(value: float) -> str:
-    """Three significant figures without an exponent: 402, 40.2, 4.02, 0.402."""
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"

@@ -285,7 +285,8 @@ def test_model_head_targets_and_blocks(minilm):
     assert [t.__name__ for t in tc.block_types(model)] == ["BertLayer"]
     batch = data.collate([data.val[i] for i in range(6)])
     loss, stats = tc.forward(model, batch)
-    assert loss.ndim == 0 and stats == {"samples": 6, "tokens": int(batch["attention_mask"].sum())}
+    assert loss.ndim == 0 and stats == {"samples": 6, "tokens": int(batch["attention_mask"].sum()),
+                                        "positions": batch["input_ids"].numel()}
     sums = tc.eval_sums(model, batch)
     assert sums["count"] == 6 and sums["loss_sum"] == pytest.approx(loss.item() * 6, rel=1e-4)
     assert sum(sums[f"class{c}_count"] for c in range(data.info["num_labels"])) == 6
