@@ -321,7 +321,7 @@ class Trainer:
         while self.step < self.steps:
             t0 = time.perf_counter()
             loss_sum = torch.zeros((), dtype=torch.float64)
-            samples = tokens = positions = flops = 0.0
+            samples = tokens = slots = flops = 0.0
             wait = 0.0
             for micro in range(spec.grad_accum):
                 tw = time.perf_counter()
@@ -341,13 +341,13 @@ class Trainer:
                 loss_sum += loss.detach().double().cpu()
                 samples += stats.get("samples", 0)
                 tokens += stats.get("tokens", 0)
-                positions += stats.get("positions", 0)
+                slots += stats.get("positions", 0)  # padding included
                 flops += self._step_flops(batch, stats)
             local_loss = float(loss_sum) / spec.grad_accum
             finite = math.isfinite(local_loss)
             totals = dist.all_sum(world, [local_loss if finite else 0.0, samples, tokens,
                                           0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0,
-                                          positions, flops])
+                                          slots, flops])
             mean_loss = totals[0] / world.size
             if totals[3]:
                 if self.deepspeed:

@@ -50,7 +50,17 @@ def initialize(model: Any, optimizer: Any, scheduler: Any, world: Any, spec: Any
     if not world.device.startswith("cuda"):
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
+    import torch
+    import torch.distributed as dist
 
+    if not dist.is_initialized():
+        # One process: engine.dist leaves the process group out, but DeepSpeed needs one.
+        # An in-memory store is enough for a group of one (no port, no rendezvous).
+        cuda = world.device.startswith("cuda")
+        for name, value in (("LOCAL_RANK", world.local_rank), ("RANK", 0), ("WORLD_SIZE", 1)):
+            os.environ.setdefault(name, str(value))  # what torchrun would have set; DeepSpeed reads them
+        dist.init_process_group(backend="nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                device_id=torch.device(world.device) if cuda else None)
     engine, optimizer, _, scheduler = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config(spec), dist_init_required=False)
     return engine, optimizer, scheduler

@@ -35,3 +35,16 @@ def test_minilm_lora_learns_with_every_strategy(engine_proc, distributed):
         assert accuracy > baseline + 0.25, (accuracy, baseline)
         checkpoints = events_of(c, job["id"], "checkpoint")
         assert [e["step"] for e in checkpoints] == [20, 40]
+
+
+def test_deepspeed_runs_on_a_single_process(engine_proc):
+    """One process has no process group of torchrun's making; DeepSpeed still needs one."""
+    spec = {"task": "causal_lm", "method": {"kind": "full"}, "distributed": {"strategy": "deepspeed", "zero_stage": 2},
+            "batch_size": 4, "max_steps": 3, "eval_every": 3, "checkpoint_every": 3, "data": {"max_length": 64}}
+    with engine_proc.client() as c:
+        job = c.call("jobs.start", kind="train.finetune", spec=spec)
+        done = wait_final(c, job["id"], timeout=600)
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        info = events_of(c, job["id"], "run_info")[0]
+        assert info["world_size"] == 1 and info["strategy"] == "deepspeed"
+        assert sorted(train_losses(c, job["id"])) == [1, 2, 3]
