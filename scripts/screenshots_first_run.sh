@@ -10,7 +10,7 @@ ln -s "$repo" "$demo/ember-studio"
 py="$demo/ember-studio/.venv/bin/python"
 # A fresh data dir and settings file: nothing of this machine's user shows, nothing of theirs changes.
 export EMBER_HOME="$demo/home" EMBER_SETTINGS_FILE="$demo/settings.ini" DISPLAY=:93
-Xvfb :96 -screen 0 1400x900x24 >/dev/null 2>&1 &
+Xvfb :93 -screen 0 1400x900x24 >/dev/null 2>&1 &
 xvfb=$!
 trap 'kill $xvfb 2>/dev/null; "$py" -m engine stop >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 50); do [ -S /tmp/.X11-unix/X93 ] && break; sleep 0.2; done  # Xvfb is up

@@ -249,5 +249,11 @@ class FitBars(QWidget):
             trainable = params.get("trainable") or 0
             text += ("\n" if text else "") + (
                 f"Training {trainable:,} of {params['total']:,} parameters "
-                f"({100 * trainable / params['total']:.2g}%).")
+                f"({_share(trainable / params['total'])}).")
         return text
+
+
+def _share(fraction: float) -> str:
+    """0.33%, 4.2%, 100%: two significant figures below 10%, whole percent above (never 1e+02%)."""
+    pct = 100 * fraction
+    return f"{pct:.2g}%" if pct < 10 else f"{pct:.0f}%"

@@ -17,12 +17,12 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QSpinBox, QVBox
 from app.glossary import term_tooltip, tip_combo_items
 from app.widgets.common import label
 
-ATTENTION = (("auto", "auto (the fastest the model and GPU support)"),
-             ("sdpa", "SDPA (PyTorch scaled dot-product)"),
-             ("flash_attention_2", "FlashAttention-2 (CUDA, 16-bit)"),
+ATTENTION = (("auto", "auto (fastest the model allows)"),
+             ("sdpa", "SDPA (PyTorch)"),
+             ("flash_attention_2", "FlashAttention-2 (CUDA)"),
              ("eager", "eager (plain, slowest)"))
 COMPILE = (("auto", "auto (on for a CUDA GPU)"), ("on", "on"), ("off", "off"))
-OPTIMIZER_IMPL = (("auto", "auto (fused on a GPU, foreach on CPU)"), ("fused", "fused"),
+OPTIMIZER_IMPL = (("auto", "auto (fused on a GPU)"), ("fused", "fused"),
                   ("foreach", "foreach"), ("for_loop", "for-loop (slowest)"))
 AUTO_WORKERS = -1  # the spin box's lowest value, shown as "auto": spec data.num_workers None
 PACKING_TASKS = ("causal_lm",)
@@ -31,6 +31,9 @@ LENGTH_TASKS = ("text_classification", "causal_lm")
 
 def _combo(items: tuple[tuple[str, str], ...]) -> QComboBox:
     box = QComboBox()
+    # The card shares a column with the fit estimate: long item texts must not widen it.
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(12)
     for key, text in items:
         box.addItem(text, key)
     return box
@@ -75,11 +78,11 @@ class SpeedBox(QWidget):
         self.workers_spin.setToolTip(term_tooltip("data workers", "Per training process. auto: 4 (fewer on "
                                                   "small machines) on a CUDA GPU, none on CPU."))
         form.addRow("Data workers", self.workers_spin)
-        self.packing_check = QCheckBox("Pack short examples into full sequences (causal LM)")
+        self.packing_check = QCheckBox("Pack examples into full sequences")
         self.packing_check.setToolTip(term_tooltip("sequence packing", "Causal LM only. The loss is the same "
                                                    "as without packing; the steps do more real tokens."))
         form.addRow(self.packing_check)
-        self.group_check = QCheckBox("Batch examples of similar length together (text tasks)")
+        self.group_check = QCheckBox("Batch by similar length")
         self.group_check.setToolTip(term_tooltip("length grouping", "Text tasks only. Batches are still "
                                                  "shuffled, so training sees the same mix."))
         form.addRow(self.group_check)
