@@ -146,3 +146,16 @@ def test_a_run_reports_its_speed_choices_padding_and_mfu(ember_home, tmp_path):
         assert step["tflops"] > 0
         assert 0 < step["mfu"] < 1
         assert step["mfu"] == pytest.approx(step["tflops"] / info["peak_tflops"])
+
+
+def test_length_grouping_reaches_the_trainers_batches_and_cuts_padding(ember_home, tmp_path):
+    """MiniLM on the built-in tickets: the same 6 steps with and without data.group_by_length."""
+    base = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 16, "max_steps": 6,
+            "eval_every": 100, "checkpoint_every": 100, "data": {"max_length": 128}}
+    plain, _ = run(TrainSpec.model_validate(base), tmp_path, "plain")
+    grouped, trainer = run(TrainSpec.model_validate({**base, "data": {"max_length": 128, "group_by_length": True}}),
+                           tmp_path, "grouped")
+    assert trainer.order.lengths is not None and grouped.of("run_info")[0]["speed"]["group_by_length"] is True
+    padding = {name: sum(e["padding_frac"] for e in rec.of("train")) / 6 for name, rec in
+               (("plain", plain), ("grouped", grouped))}
+    assert padding["grouped"] < 0.5 * padding["plain"], padding
