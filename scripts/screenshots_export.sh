@@ -5,17 +5,8 @@
 # Runs from a neutral demo folder so no machine path shows in the pictures.
 # Needs: apt-get install xvfb libxcb-cursor0 openssh-server
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo="$(pwd)"
-demo=/tmp/ember-demo-export
-rm -rf "$demo" && mkdir -p "$demo/home"
-ln -s "$repo" "$demo/ember-studio"
-py="$demo/ember-studio/.venv/bin/python"
-export EMBER_HOME="$demo/home" EMBER_SETTINGS_FILE="$demo/settings.ini" DISPLAY=:96 EMBER_SSH_KNOWN_HOSTS=""
-Xvfb :96 -screen 0 1400x900x24 >/dev/null 2>&1 &
-xvfb=$!
-trap 'kill $xvfb 2>/dev/null; "$py" -m engine stop >/dev/null 2>&1 || true' EXIT
-sleep 1
-cd "$demo/ember-studio"
+source "$(dirname "$0")/demo_env.sh"
+demo_env ember-demo-export 96
+export EMBER_SSH_KNOWN_HOSTS=""
 "$py" scripts/screenshots_export.py "$demo/jetson" "$repo/docs/images"
 echo "screenshots in docs/images/export-*.png and variants-device.png"
