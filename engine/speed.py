@@ -96,6 +96,11 @@ def resolve(spec: TrainSpec, device: str, local_world: int = 1) -> tuple[TrainSp
     return resolved, choices
 
 
+def attention_kwargs(spec: TrainSpec) -> dict[str, str]:
+    """from_pretrained's attn_implementation when the spec names one ("auto": the transformers default)."""
+    return {} if spec.speed.attention == "auto" else {"attn_implementation": spec.speed.attention}
+
+
 def attention_in_use(model: Any) -> str | None:
     """The attention kernel a transformers model was built with (sdpa, eager, flash_attention_2)."""
     config = getattr(model, "config", None)

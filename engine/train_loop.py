@@ -160,10 +160,8 @@ class Trainer:
                 self.model, self.optimizer, self.scheduler, world, spec)
         use_scaler = spec.precision == "fp16" and world.device.startswith("cuda")
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
-        lengths = getattr(self.data, "lengths", None) if spec.data.group_by_length else None
-        grouping = {"lengths": lengths} if lengths else {}
         self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed,
-                                    **grouping)
+                                    lengths=self.data.lengths if spec.data.group_by_length else None)
         self.trainable_only = spec.method.kind != "full"
         self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
@@ -456,7 +454,7 @@ class Trainer:
         spec, world = self.spec, self.world
         batches, most = eval_shards(len(self.data.val), spec.batch_size, world.rank, world.size)
         sums: dict[str, float] = {}
-        collate = getattr(self.data, "val_collate", None) or self.data.collate  # packed training, unpacked eval
+        collate = self.data.val_collate or self.data.collate  # packed training, unpacked eval
         self.model.eval()
         with torch.no_grad(), self.autocast():
             for i in range(most):

@@ -105,13 +105,17 @@ def estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) ->
     """The estimate.fit reply: devices, verdict, reason, suggestions, params, throughput, notes."""
     if spec.precision == "auto":  # what the run will pick on this machine (engine/speed.py)
         gpus = machine.get("gpus") or []
-        kind = "cuda" if spec.device == "cuda" or (spec.device == "auto" and gpus) else "cpu"
         name = str(gpus[0].get("name", "")) if gpus else ""
-        spec = spec.model_copy(update={"precision": estimated_precision(spec, kind, name)})
+        spec = spec.model_copy(update={"precision": estimated_precision(spec, _device_kind(spec, machine), name)})
     reply = _estimate(spec, facts, machine)
     if reply["verdict"] != "fits":
         reply["suggestions"] = suggestions(spec, facts, machine, reply)
     return reply
+
+
+def _device_kind(spec: TrainSpec, machine: dict[str, Any]) -> str:
+    """Where the run will train: "cuda" when asked for, or on "auto" when the machine has a GPU."""
+    return "cuda" if spec.device == "cuda" or (spec.device == "auto" and machine.get("gpus")) else "cpu"
 
 
 def _method_counts(spec: TrainSpec, facts: dict[str, Any]) -> tuple[int, int]:
@@ -124,7 +128,7 @@ def _method_counts(spec: TrainSpec, facts: dict[str, Any]) -> tuple[int, int]:
 def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
     d = spec.distributed
     gpus = machine.get("gpus") or []
-    kind = "cuda" if spec.device == "cuda" or (spec.device == "auto" and gpus) else "cpu"
+    kind = _device_kind(spec, machine)
     nproc = d.nproc if d.strategy != "single" else 1
     total, trainable = _method_counts(spec, facts)
     half = spec.precision in ("bf16", "fp16")

@@ -40,6 +40,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.speed import attention_kwargs
 from engine.tasks import packing
 from engine.tasks.base import InputError, Issue, TaskData, build_once
 
@@ -553,11 +554,6 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
         raise InputError([Issue(f"data.packing cannot be used with this model: {problem}",
                                 "turn off data.packing, or set speed.attention to sdpa or eager", str(folder))])
     return model
-
-
-def attention_kwargs(spec: TrainSpec) -> dict[str, str]:
-    """from_pretrained's attn_implementation when the spec names one ("auto": the transformers default)."""
-    return {} if spec.speed.attention == "auto" else {"attn_implementation": spec.speed.attention}
 
 
 def logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.speed import attention_kwargs
 from engine.tasks.base import InputError, Issue, TaskData
 from engine.tasks.text_files import MAX_SAME_PROBLEM as MAX_SAME_PROBLEM  # re-exported
 from engine.tasks.text_files import Problems, Rows, read_rows
@@ -445,11 +446,6 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     if model.config.pad_token_id is None:
         model.config.pad_token_id = data.info.get("pad_token_id", 0)
     return model.float()  # fp32 whatever the checkpoint's dtype (the recipe applies precision)
-
-
-def attention_kwargs(spec: TrainSpec) -> dict[str, str]:
-    """from_pretrained's attn_implementation when the spec names one ("auto": the transformers default)."""
-    return {} if spec.speed.attention == "auto" else {"attn_implementation": spec.speed.attention}
 
 
 def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -34,7 +34,7 @@ from app.jobs_model import ACTIVE_STATES, STATE_COLOURS
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.pages.monitor.speed_line import perf_summary, speed_summary
-from app.widgets.common import label
+from app.widgets.common import label, show_text
 from app.widgets.empty_state import empty_state, window_action
 from app.widgets.log_pane import LogPane
 
@@ -249,8 +249,8 @@ class MonitorPage(QWidget):
         self.log_pane.clear()
         self.banner.dismiss()
         self.facts_label.clear()
-        _show_text(self.speed_label, "")
-        _show_text(self.perf_label, "")
+        show_text(self.speed_label, "")
+        show_text(self.perf_label, "")
         self._events = self._client.subscribe([f"run/{job_id}/*"], self._on_run_event, since=0)
         self._fetch_record(job_id)
         self._fill_combo()
@@ -331,7 +331,7 @@ class MonitorPage(QWidget):
             self.eta_label.setText(f"ran {fmt.job_duration(job)}")
         else:
             self.eta_label.clear()
-        _show_text(self.perf_label, perf_summary(train, self._info))
+        show_text(self.perf_label, perf_summary(train, self._info))
 
     def _show_facts(self) -> None:
         info = self._info
@@ -355,7 +355,7 @@ class MonitorPage(QWidget):
             parts.append(f"{self.run_facts['trainable params']} parameters train")
         self.facts_label.setText("  ·  ".join(p for p in parts if p))
         speed = info.get("speed") if isinstance(info.get("speed"), dict) else {}
-        _show_text(self.speed_label, speed_summary(speed, str(info.get("task") or "")))
+        show_text(self.speed_label, speed_summary(speed, str(info.get("task") or "")))
         notes = [str(n) for n in speed.get("notes") or [] if n]
         self.speed_label.setToolTip("\n".join(notes))
 
@@ -413,9 +413,3 @@ class MonitorPage(QWidget):
         self.run_combo.setEnabled(connected or self.run_combo.count() > 0)
         if self._job_id is None:
             self.body.setCurrentWidget(self.empty)
-
-
-def _show_text(widget: Any, text: str) -> None:
-    """Set a line's text and hide it while empty, so an old run's page has no blank lines."""
-    widget.setText(text)
-    widget.setVisible(bool(text))

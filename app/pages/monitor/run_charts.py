@@ -68,7 +68,7 @@ class RunCharts(QWidget):
             handler(int(data["step"]), data)
 
     def _on_train(self, step: int, data: dict[str, Any]) -> None:
-        loss = _number(data.get("loss"))
+        loss = number(data.get("loss"))
         if loss is not None:
             self.loss_chart.append("train loss", step, loss)
             smoothed = self.loss_chart.series("smoothed")
@@ -82,7 +82,7 @@ class RunCharts(QWidget):
         self._put(self.step_chart, "step time", step, data.get("step_time_s"))
         for field, name, colour in (("data_wait_frac", "data wait %", ""), ("padding_frac", "padding %", "#868e96"),
                                     ("mfu", "MFU %", "#c2255c")):
-            fraction = _number(data.get(field))
+            fraction = number(data.get(field))
             if fraction is None:
                 continue  # an old run, or an image task: no series, never a line of zeros
             if not self.step_chart.has_series(name):
@@ -115,7 +115,7 @@ class RunCharts(QWidget):
         for rank in data.get("ranks") or []:
             who = f"rank {rank.get('rank', '?')}@{rank.get('host') or '?'}"
             # CUDA: what the allocator holds now and at its peak; CPU: the process's RSS.
-            if _number(rank.get("allocated")) is not None:
+            if number(rank.get("allocated")) is not None:
                 pairs = [("allocated", rank.get("allocated")), ("peak", rank.get("peak"))]
             else:
                 pairs = [("rss", rank.get("rss"))]
@@ -127,12 +127,13 @@ class RunCharts(QWidget):
 
     @staticmethod
     def _put(chart: LiveChart, name: str, step: int, value: Any) -> None:
-        number = _number(value)
-        if number is not None:
-            chart.append(name, step, number)
+        figure = number(value)
+        if figure is not None:
+            chart.append(name, step, figure)
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A reported figure as a float; None for a missing, non-numeric, nan or infinite one."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None  # nan/inf: a gap, and no series made for a figure the run never had
     return float(value)

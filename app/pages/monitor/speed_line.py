@@ -6,8 +6,9 @@ known peak) is left out, never shown as "None" or "nan".
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from app.pages.monitor.run_charts import number
 
 _ATTENTION = {"sdpa": "SDPA attention", "flash_attention_2": "FlashAttention-2", "eager": "eager attention",
               "auto": "default attention"}
@@ -41,7 +42,7 @@ def speed_summary(speed: dict[str, Any], task: str = "") -> str:
 def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
     """The latest train event's utilisation: "MFU 41% · 402 TFLOP/s of 989 peak (H200) · padding 12% · …"."""
     parts: list[str] = []
-    mfu, tflops, peak = _finite(train.get("mfu")), _finite(train.get("tflops")), _finite(info.get("peak_tflops"))
+    mfu, tflops, peak = number(train.get("mfu")), number(train.get("tflops")), number(info.get("peak_tflops"))
     if mfu is not None:
         parts.append(f"MFU {_percent(mfu)}")
     if tflops is not None:
@@ -54,10 +55,10 @@ def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
         elif mfu is None and _says(info.get("peak_source")):
             text += f" (no MFU: {info['peak_source'].strip()})"  # e.g. a GPU missing from the table, and the fix
         parts.append(text)
-    padding = _finite(train.get("padding_frac"))
+    padding = number(train.get("padding_frac"))
     if padding is not None:
         parts.append(f"padding {_percent(padding)}")
-    wait = _finite(train.get("data_wait_frac"))
+    wait = number(train.get("data_wait_frac"))
     if wait is not None:
         parts.append(f"data wait {_percent(wait)}")
     return "  ·  ".join(parts)
@@ -65,12 +66,6 @@ def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
 
 def _says(value: Any) -> bool:
     return isinstance(value, str) and value.strip() not in ("", "unknown")
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def _percent(fraction: float) -> str:
