@@ -111,9 +111,31 @@ def fact(value: Any, key: str = "") -> str:
     return str(value)
 
 
+# The first steps of a run include warm-up (compilation, caches, data loader start): an ETA
+# from their pace is noise, so none is shown before this many steps.
+MIN_ETA_STEPS = 3
+# Below this many seconds left, say nothing rather than count down to "0.0 s": the estimate
+# runs out before the job does whenever the last steps, an evaluation or a save are slower.
+MIN_ETA_S = 1.0
+
+
 def eta_left(eta_s: float | None, at: float, now: float | None = None) -> float | None:
-    """Seconds left now, from an estimate of ``eta_s`` seconds made at time ``at``."""
+    """Seconds left now, from an estimate of ``eta_s`` seconds made at time ``at``.
+
+    None when there is no estimate, or when it has run out (under MIN_ETA_S left): a job
+    still running has an unknown time left then, never "0 s".
+    """
     if eta_s is None:
         return None
     now = time.time() if now is None else now
-    return max(0.0, float(eta_s) - max(0.0, now - at))
+    left = float(eta_s) - max(0.0, now - at)
+    return left if left >= MIN_ETA_S else None
+
+
+def train_eta(event: dict[str, Any], now: float | None = None) -> float | None:
+    """Seconds left of a fine-tune from its latest ``train`` event; None until it can be estimated."""
+    step, eta_s = event.get("step"), event.get("eta_s")
+    if not isinstance(step, (int, float)) or step < MIN_ETA_STEPS or eta_s is None:
+        return None
+    at = event.get("t")
+    return eta_left(float(eta_s), float(at) if at is not None else time.time(), now)

@@ -41,6 +41,7 @@ from app.style import set_role
 
 RUNNING = ("running", "stopping")
 MIN_FRACTION_FOR_ETA = 0.05  # before this, an extrapolated ETA is mostly noise
+MIN_SECONDS_FOR_ETA = 5.0  # nor after only a moment: the first stage is often not the typical pace
 TOPICS = ["jobs", "run/*/train", "run/*/progress", "run/*/sample"]
 
 
@@ -137,7 +138,10 @@ class ActivityTracker(QObject):
         if kind == "train":
             if data.get("progress") is not None:
                 job.fraction = float(data["progress"])
-            job.eta_s, job.eta_at = data.get("eta_s"), at
+            # No estimate from the first steps: their pace includes the warm-up.
+            step = data.get("step")
+            warm = isinstance(step, (int, float)) and step >= fmt.MIN_ETA_STEPS
+            job.eta_s, job.eta_at = (data.get("eta_s") if warm else None), at
             if data.get("step") is not None:
                 job.message = f"step {data['step']:,}"
         elif kind == "progress":
@@ -170,6 +174,8 @@ def extrapolated_eta(fraction: float | None, started_at: float | None, now: floa
     if fraction is None or started_at is None or fraction < MIN_FRACTION_FOR_ETA or fraction >= 1:
         return None
     elapsed = max(0.0, now - started_at)
+    if elapsed < MIN_SECONDS_FOR_ETA:
+        return None
     return elapsed * (1 - fraction) / fraction
 
 
@@ -237,7 +243,8 @@ class JobRow(QFrame):
         self.progress.setValue(int(1000 * min(1.0, job.fraction or 0.0)))
         left = job.eta(now)
         percent = f"{100 * job.fraction:.0f}%" if job.fraction is not None else ""
-        eta = f"ETA {fmt.duration(left)}" if left is not None else ""
+        eta = f"ETA {fmt.duration(left)}" if left is not None else \
+            "finishing" if job.state in RUNNING and (job.fraction or 0) >= 1 else ""
         self.eta_label.setText(" · ".join(p for p in (percent, eta) if p) or
                                ("waiting to start" if job.state == "queued" else ""))
         self.stop_button.setEnabled(job.state == "running")

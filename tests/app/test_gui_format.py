@@ -45,3 +45,41 @@ def test_event_lines_are_short_and_readable():
     assert line.split()[1:] == ["sample", "step=3", "cpu_percent=1.5"]
     long = event_line("run/r1/result", {"facts": {"x": "y" * 1000}})
     assert len(long) < 260 and long.endswith("…")
+
+
+def test_an_eta_is_shown_only_once_it_can_be_estimated_and_never_as_0_s():
+    assert fmt.eta_left(None, at=1000.0) is None
+    assert fmt.eta_left(100, at=1000.0, now=1030.0) == 70.0
+    # The estimate ran out while the job still runs (a slow evaluation, say): unknown, not "0.0 s".
+    assert fmt.eta_left(20, at=1000.0, now=1030.0) is None
+    assert fmt.eta_left(30.5, at=1000.0, now=1030.0) is None
+    # The first steps' pace includes the warm-up: no ETA from them.
+    assert fmt.train_eta({"step": 1, "eta_s": 500.0, "t": 1000.0}, now=1001.0) is None
+    assert fmt.train_eta({"step": fmt.MIN_ETA_STEPS, "eta_s": 500.0, "t": 1000.0}, now=1001.0) == 499.0
+    assert fmt.train_eta({"step": 10, "t": 1000.0}, now=1001.0) is None
+
+
+def test_status_bar_activity_has_no_eta_during_warm_up_or_after_the_estimate_ran_out(qtbot):
+    from app.widgets.activity import ActivityTracker, JobRow, extrapolated_eta, summary_text
+    from tests.app.test_compress_wizard import fake_engine, settle
+
+    engine = fake_engine({"jobs.list": {"jobs": []}})
+    tracker = ActivityTracker(engine)
+    settle(qtbot, engine.client)
+    now = time.time()
+    engine.client.publish("jobs", {"id": "r1", "kind": "train.finetune", "name": "tickets", "state": "running",
+                                   "started_at": now - 100})
+    engine.client.publish("run/r1/train", {"t": now, "step": 1, "progress": 0.01, "eta_s": 2.0})
+    assert summary_text(tracker, now + 1) == "1 job running · 1%"
+    engine.client.publish("run/r1/train", {"t": now, "step": 85, "progress": 0.85, "eta_s": 20.0})
+    assert summary_text(tracker, now + 5) == "1 job running · 85% · ETA 15 s"
+    assert summary_text(tracker, now + 60) == "1 job running · 85%"  # not "ETA 0.0 s"
+    # The popup's row says "finishing" once every step is done and the job still runs.
+    engine.client.publish("run/r1/train", {"t": now, "step": 100, "progress": 1.0, "eta_s": 0.0})
+    row = JobRow(tracker.job("r1"), tracker)
+    qtbot.addWidget(row)
+    assert row.eta_label.text() == "100% · finishing"
+    # Compress and export jobs: extrapolated only after a few seconds and a few percent.
+    assert extrapolated_eta(0.5, now - 2, now) is None
+    assert extrapolated_eta(0.01, now - 100, now) is None
+    assert extrapolated_eta(0.5, now - 100, now) == 100.0

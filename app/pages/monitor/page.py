@@ -10,7 +10,6 @@ while the run is active and once more when it ends.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
@@ -321,10 +320,12 @@ class MonitorPage(QWidget):
             self.step_label.setText(f"step {step:,} / {total:,}" if total else f"step {step:,}")
         else:
             self.step_label.setText(f"{total:,} steps" if total else "")
-        eta = train.get("eta_s")
-        if state in ("running", "stopping") and eta is not None:
-            left = fmt.eta_left(float(eta), float(train.get("t") or time.time()))
-            self.eta_label.setText(f"ETA {fmt.duration(left)}")
+        if state in ("running", "stopping"):
+            # No ETA before it can be estimated, nor once the estimate has run out.
+            left = fmt.train_eta(train)
+            finishing = progress is not None and progress >= 1
+            self.eta_label.setText(f"ETA {fmt.duration(left)}" if left is not None
+                                   else "finishing" if finishing else "")
         elif state == "queued":
             self.eta_label.setText("waiting to start")
         elif job.get("started_at"):
