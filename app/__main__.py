@@ -57,6 +57,13 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def run_gui(page: str | None = None, measure_startup: bool = False, exit_after_paint: bool = False,
             qt_args: list[str] | None = None) -> int:
+    from app.display_check import ensure_display
+
+    # Before anything loads Qt's display plugin: choose X11 or Wayland, and install (or name) the
+    # system libraries the plugin needs, which Qt would otherwise report one at a time.
+    stop = ensure_display(qt_args or [])
+    if stop is not None:
+        return stop
     import logging
 
     from PySide6.QtCore import QTimer
