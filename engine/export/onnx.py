@@ -251,3 +251,56 @@ def export_onnx(model: torch.nn.Module, task_name: str, example_batch: dict[str,
             "exporter": exporter, "fallback_reason": fallback_reason,
             "bytes": sum(Path(f).stat().st_size for f in files), "seconds": round(time.perf_counter() - started, 3),
             "slimmed": slimmed}
+
+
+def _opset_of(model) -> int | None:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def copy_variant(src: str | Path, dst: str | Path, metadata: dict[str, str], opset: int) -> dict[str, Any]:
+    """A quantized variant's ONNX model (written by the compression job) at ``dst``, with Ember's metadata,
+    converted to ``opset`` with ONNX's version converter when the file has another one.
+
+    The asked opset is applied or the export stops: a file at another opset than the spec says would break a
+    runtime that reads only older ones, unannounced. ``converted_from`` is the file's own opset (None when the
+    file already had the asked one)."""
+    import onnx
+
+    from engine.export.triton import model_io
+
+    started = time.perf_counter()
+    src, dst = Path(src), Path(dst)
+    model = onnx.load(str(src))
+    own = _opset_of(model)
+    converted_from = None
+    if own is not None and own != opset:
+        from onnx import version_converter
+
+        try:
+            converted = version_converter.convert_version(model, opset)
+            if converted.ByteSize() < TWO_GB:  # the checker cannot read a larger proto in memory
+                onnx.checker.check_model(converted)
+        except Exception as exc:  # noqa: BLE001 - the converter raises RuntimeError, the checker its own errors
+            raise JobFailed(f"The variant's ONNX model is opset {own} (written by the compression job), and ONNX's "
+                            f"version converter cannot convert it to opset {opset}: {_short(exc)}",
+                            f"Export it at opset {own}, the variant's own (opset: {own}), or pick another opset; "
+                            f"or export its parent run, which is exported at the opset asked.") from None
+        model, converted_from = converted, own
+    keep = [p for p in model.metadata_props if p.key not in metadata]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for key, value in metadata.items():
+        model.metadata_props.add(key=str(key), value=str(value))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")
+    try:
+        onnx.save(model, str(tmp))
+        os.replace(tmp, dst)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    inputs, outputs = model_io(dst)
+    how = f"copied (quantized variant), converted from opset {own}" if converted_from else "copied (quantized variant)"
+    return {"path": str(dst), "files": [str(dst)], "inputs": inputs, "outputs": outputs, "opset": _opset_of(model),
+            "converted_from": converted_from, "exporter": how, "fallback_reason": None,
+            "bytes": dst.stat().st_size, "seconds": round(time.perf_counter() - started, 3), "slimmed": None}

@@ -100,18 +100,29 @@ class Export:
         report = parity.check(fmt, path, self.task_name, self.batches, self.reference, self.spec.tolerance,
                               enforce=enforce)
         report["reference"] = self.reference_from
+        if not enforce:  # the GUI and docs say why on screen: a quantized model, or a reduced-precision engine
+            report["reported_because"] = "quantized" if self.onnx_only else "precision"
         self.ctx.log(f"{fmt}: max abs diff {report['max_abs_diff']:.3g}, top-1 agreement "
                      f"{report['top1_agreement']:.2%} on {report['samples']} examples")
         return report
 
     def onnx(self) -> dict[str, Any]:
         from engine.export import metadata
-        from engine.export.onnx import export_onnx
+        from engine.export.onnx import copy_variant, export_onnx
 
         meta = metadata.model_metadata(self.source, self.data, self.source.run_dir / "spec.yaml")
         path = self.out / "onnx" / "model.onnx"
         if self.onnx_only:
-            report = _copy_onnx(self.source.model_dir / "model.onnx", path, meta)
+            report = copy_variant(self.source.model_dir / "model.onnx", path, meta, self.spec.opset)
+            if report["converted_from"]:
+                self.ctx.log(f"ONNX: the variant's model (opset {report['converted_from']}) was converted to "
+                             f"opset {report['opset']}")
+            kept = [text for asked, text in ((self.spec.slim, "slim"),
+                                             (not self.spec.dynamic_batch, "a fixed batch"),
+                                             (not self.spec.dynamic_sequence, "a fixed sequence")) if asked]
+            if kept:  # the compression job's file is used as written: its axes are dynamic, its graph not slimmed
+                self.ctx.log(f"ONNX: {', '.join(kept)} does not apply to a quantized variant's model; "
+                             "it is kept as the compression job wrote it")
         else:
             report = export_onnx(self.model, self.task_name, self.example, path, opset=self.spec.opset,
                                  dynamic_batch=self.spec.dynamic_batch,
@@ -325,30 +336,6 @@ class Export:
 def _source_kind(source: sources.Source) -> str:
     variant = source.meta.get("variant") or {}
     return str(variant.get("technique") or "train.finetune")
-
-
-def _copy_onnx(src: Path, dst: Path, meta: dict[str, str]) -> dict[str, Any]:
-    """A quantized variant's ONNX model as it is, with Ember's metadata added."""
-    import onnx
-
-    t0 = time.perf_counter()
-    model = onnx.load(str(src))
-    keep = [p for p in model.metadata_props if p.key not in meta]
-    del model.metadata_props[:]
-    model.metadata_props.extend(keep)
-    for key, value in meta.items():
-        model.metadata_props.add(key=key, value=value)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(dst)
-    from engine.export.triton import model_io
-
-    inputs, outputs = model_io(dst)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
-    return {"path": str(dst), "files": [str(dst)], "inputs": inputs, "outputs": outputs,
-            "opset": opset, "exporter": "copied (quantized variant)", "fallback_reason": None,
-            "bytes": dst.stat().st_size, "seconds": round(time.perf_counter() - t0, 2), "slimmed": None}
 
 
 def main(ctx: JobContext, spec: Any) -> str | None:

@@ -220,3 +220,9 @@ def model_file(record: dict[str, Any]) -> str:
 def export_folder(record: dict[str, Any]) -> str:
     """The export job's export/ folder ('' before the engine said where the run lies)."""
     return str(PurePath(record["run_dir"]) / "export") if record.get("run_dir") else ""
+
+
+def format_folder(record: dict[str, Any], fmt: str) -> str:
+    """Where the export job writes format ``fmt``: export/<format>/ ('' before the run's folder is known)."""
+    folder = export_folder(record)
+    return str(PurePath(folder) / fmt) if folder and fmt else folder

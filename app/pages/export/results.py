@@ -90,6 +90,37 @@ def format_tooltip(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _reported_because(parity: dict[str, Any]) -> str:
+    """quantized | precision: why a parity check was not enforced (results before the engine said so: guessed)."""
+    why = parity.get("reported_because")
+    if why in ("quantized", "precision"):
+        return str(why)
+    return "quantized" if "parent" in str(parity.get("reference") or "") else "precision"
+
+
+def parity_note(formats: dict[str, dict[str, Any]]) -> str:
+    """The line under the table that says why a row's parity is "reported", with its top-1 agreement."""
+    reported = {name: entry["parity"] for name, entry in formats.items()
+                if isinstance(entry.get("parity"), dict) and entry["parity"].get("enforced") is False}
+    lines = []
+    for why, lead in (("quantized", "A quantized variant is compared with its fp32 parent, so its logits differ "
+                                    "by design: its figures are reported, not enforced. Top-1 agreement is the "
+                                    "share of examples where it picks the same class as the parent"),
+                      ("precision", "A reduced-precision TensorRT engine (fp16 or int8) is compared with the fp32 "
+                                    "model: its figures are reported, not enforced")):
+        figures = []
+        for name, parity in reported.items():
+            if _reported_because(parity) != why:
+                continue
+            samples = parity.get("samples")
+            of = f" of {samples} examples" if isinstance(samples, int) else ""
+            figures.append(f"{name} {_share(parity.get('top1_agreement'))}{of} "
+                           f"(max abs diff {_diff(parity.get('max_abs_diff'))})")
+        if figures:
+            lines.append(f"{lead}: {'; '.join(figures)}.")
+    return "\n".join(lines)
+
+
 def finding_rows(compat: dict[str, Any] | None) -> list[tuple[str, ...]]:
     """(severity, node, op, message, fix) of each TensorRT compatibility finding, errors first."""
     order = {"error": 0, "warning": 1, "info": 2}

@@ -8,11 +8,25 @@ from PySide6.QtWidgets import QCheckBox, QFormLayout, QLineEdit, QWidget
 
 from app.glossary import option_tooltip
 from app.pages.export.form import FormStep, combo, spin
-from app.pages.export.plan import FORMAT_INFO, default_options, source_task, unavailable_reason
+from app.pages.export.plan import (
+    FORMAT_INFO,
+    default_options,
+    onnx_only,
+    source_task,
+    unavailable_reason,
+)
 from app.pages.new_finetune.parts import step_header
 from app.widgets.check_list import CheckList
-from app.widgets.common import card, label
+from app.widgets.common import card, label, show_text
 from app.widgets.wizard_frame import step_column
+
+VARIANT_AXES = ("Fixed for a quantized variant: the compression job wrote its model with dynamic axes (batch, and "
+                "sequence for text)")
+VARIANT_NOTE = ("This quantized variant's model.onnx was written by the compression job. The export converts it to "
+                "the ONNX opset chosen above (ONNX's version converter) and stops with the reason if it cannot; its "
+                "dynamic axes stay as they are, and Slim does not apply.")
+DEFAULT_TIPS = {"dynamic_batch": "Off: the batch size is fixed to the example's",
+                "slim": "Constant folding and fusions; the parity check runs on the simplified model"}
 
 
 class FormatsStep(FormStep):
@@ -47,7 +61,7 @@ class FormatsStep(FormStep):
                        spin(13, 23, "18 suits current TensorRT and ONNX Runtime; TensorRT on older JetPacks "
                                     "reads only older opsets (the compatibility check says so)"))
         dynamic = QCheckBox("Any batch size at run time")
-        dynamic.setToolTip("Off: the batch size is fixed to the example's")
+        dynamic.setToolTip(DEFAULT_TIPS["dynamic_batch"])
         self.add_field(form, "dynamic_batch", "Dynamic batch", dynamic)
         sequence = QCheckBox("Any sequence length up to the run's max_length")
         sequence.setToolTip("Text models only: a dynamic sequence axis")
@@ -56,7 +70,7 @@ class FormatsStep(FormStep):
                        spin(1, 4096, "largest batch: the TensorRT profile's max and Triton's max_batch_size"))
         self.add_field(form, "opt_batch", "Opt batch", spin(1, 4096, "the batch TensorRT tunes for"))
         slim = QCheckBox("Simplify the graph with onnxslim")
-        slim.setToolTip("Constant folding and fusions; the parity check runs on the simplified model")
+        slim.setToolTip(DEFAULT_TIPS["slim"])
         self.add_field(form, "slim", "Slim", slim)
         self.add_field(form, "torchscript_mode", "TorchScript mode",
                        combo([("trace (runs the model on an example)", "trace"),
@@ -68,6 +82,9 @@ class FormatsStep(FormStep):
         self.fields["tolerance"].setToolTip("largest absolute logit difference allowed for fp32 formats")
         self.fields["tolerance"].setMaximumWidth(140)
         self._options_form = form
+        self.variant_note = label("", "muted", wrap=True)  # what the options do to a quantized variant's ONNX
+        self.variant_note.hide()
+        box.addWidget(self.variant_note)
         outer.addWidget(frame)
         outer.addWidget(self.general_message)
         outer.addStretch(1)
@@ -90,10 +107,27 @@ class FormatsStep(FormStep):
                                        tip=option_tooltip(key, FORMAT_INFO[key][1]))
         task = task or source_task(record)
         text = task in ("", "text_classification", "causal_lm")
+        variant = onnx_only(record)
         sequence = self.fields["dynamic_sequence"]
-        sequence.setEnabled(text)
-        sequence.setToolTip("Text models only: a dynamic sequence axis" if text
+        sequence.setEnabled(text and not variant)
+        sequence.setToolTip(VARIANT_AXES if variant else "Text models only: a dynamic sequence axis" if text
                             else f"Only text models have a sequence axis; this is a {task.replace('_', ' ')} model.")
+        # A quantized variant's model.onnx is used as the compression job wrote it (dynamic axes, not slimmed):
+        # those choices are shown as applied and not offered; its opset is converted to the one chosen.
+        self._loading = True
+        for key, applied, tip in (("dynamic_batch", True, VARIANT_AXES), ("dynamic_sequence", True, VARIANT_AXES),
+                                  ("slim", False, "Not for a quantized variant: its model.onnx is kept as the "
+                                                  "compression job wrote it")):
+            widget = self.fields[key]
+            if variant:
+                widget.setChecked(applied)
+                widget.setToolTip(tip)
+            elif key != "dynamic_sequence":
+                widget.setToolTip(DEFAULT_TIPS[key])
+            if key != "dynamic_sequence":
+                widget.setEnabled(not variant)
+        self._loading = False
+        show_text(self.variant_note, VARIANT_NOTE if variant else "")
         self._update_rows()
 
     def _update_rows(self) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QDesktopServices, QFontDatabase
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs_model import ACTIVE_STATES, FINAL_STATES, STATE_COLOURS
-from app.pages.export.plan import export_folder
+from app.pages.export.plan import export_folder, format_folder
 from app.pages.export.results import (
     FINDING_COLUMNS,
     FORMAT_COLUMNS,
@@ -36,9 +36,11 @@ from app.pages.export.results import (
     finding_rows,
     format_row,
     format_tooltip,
+    parity_note,
 )
 from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import FactsView, card, label
+from app.widgets.open_folder import FolderFallback, open_folder
 from app.widgets.wizard_frame import step_column
 
 MAX_DEVICE_LINES = 5000
@@ -111,7 +113,6 @@ class RunStep(Step):
         self.stop_button.setToolTip("Stop the export (what is written so far stays in its folder)")
         self.stop_button.clicked.connect(lambda: self.job_id and self.stop_requested.emit(self.job_id))
         self.open_button = QPushButton("Open folder")
-        self.open_button.setToolTip("Open the run's export/ folder")
         self.open_button.clicked.connect(self.open_folder)
         self.another_button = QPushButton("Export another")
         self.another_button.setToolTip("Back to the start of the wizard, for another model or other formats")
@@ -119,12 +120,19 @@ class RunStep(Step):
         for button in (self.stop_button, self.open_button, self.another_button):
             buttons.addWidget(button)
         box.addLayout(buttons)
+        self.folder_fallback = FolderFallback()  # the path and Copy, where no file manager opens
+        box.addWidget(self.folder_fallback)
         outer.addWidget(frame)
 
         frame, box = card()
         box.addWidget(label("Formats", "h2"))
         self.results_table = _table(FORMAT_COLUMNS, FORMAT_COLUMNS.index("File"))
+        self.results_table.itemSelectionChanged.connect(self._update_buttons)
         box.addWidget(self.results_table)
+        self.parity_label = label("", "muted", wrap=True)  # why a row says "reported", on screen
+        self.parity_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.parity_label.hide()
+        box.addWidget(self.parity_label)
         self.results_empty = label("No format is done yet.", "muted")
         box.addWidget(self.results_empty)
         outer.addWidget(frame)
@@ -170,6 +178,8 @@ class RunStep(Step):
         self.results_table.setRowCount(0)
         _fit_height(self.results_table)
         self.results_empty.show()
+        show_text(self.parity_label, "")
+        self.folder_fallback.hide()
         self.compat_card.hide()
         self.device_facts.set_facts([])
         self.device_log.clear()
@@ -272,6 +282,8 @@ class RunStep(Step):
         table.resizeRowsToContents()
         _fit_height(table)
         self.results_empty.setVisible(not self.formats)
+        show_text(self.parity_label, parity_note(self.formats))
+        self._update_buttons()
 
     def _render_compat(self, compat: Any) -> None:
         if not isinstance(compat, dict):
@@ -313,15 +325,35 @@ class RunStep(Step):
 
     def _update_buttons(self) -> None:
         self.stop_button.setEnabled(bool(self.job_id) and self.state in ACTIVE_STATES)
-        self.open_button.setEnabled(bool(export_folder(self.record)))
+        fmt = self.selected_format()
+        self.open_button.setEnabled(bool(self.target_folder()))
+        self.open_button.setToolTip(f"Open the run's export/{fmt + '/' if fmt else ''} folder"
+                                    + ("; select a row to open another format's folder"
+                                       if len(self.formats) > 1 else ""))
         self.another_button.setEnabled(self.state in FINAL_STATES or self.state in ("", "not started"))
 
     def folder(self) -> str:
+        """The run's export/ folder ('' before the engine said where the run lies)."""
         return export_folder(self.record)
 
-    def open_folder(self) -> None:
-        if self.folder():
-            QDesktopServices.openUrl(QUrl.fromLocalFile(self.folder()))
+    def selected_format(self) -> str:
+        """The format of the selected row, else the one format written besides ONNX (which the others start
+        from), else ONNX alone; '' when that leaves several."""
+        rows = {i.row() for i in self.results_table.selectedItems()}
+        if len(rows) == 1:
+            item = self.results_table.item(rows.pop(), 0)
+            if item is not None:
+                return item.text()
+        made = [f for f in self.formats if f != "onnx"] or list(self.formats)
+        return made[0] if len(made) == 1 else ""
+
+    def target_folder(self) -> str:
+        """What Open folder opens: the selected (or only) format's own folder, else export/."""
+        fmt = self.selected_format()
+        return format_folder(self.record, fmt) if fmt else self.folder()
+
+    def open_folder(self) -> bool:
+        return open_folder(self.target_folder(), self.folder_fallback)
 
     def format_cells(self) -> dict[str, list[str]]:
         """format -> the texts of its row (tests and screenshots read it)."""
