@@ -310,6 +310,111 @@ def test_a_failed_export_shows_its_message_and_hint(page, qtbot):
     assert page.current_step() == 1 and run.job_id is None and page.run_button.isEnabled()
 
 
+def test_open_folder_opens_the_formats_own_folder_or_shows_the_path_to_copy(page, qtbot, monkeypatch):
+    from PySide6.QtGui import QDesktopServices, QGuiApplication
+
+    asked, answer = [], {"opened": True}
+
+    def open_url(url):
+        asked.append(url.toLocalFile())
+        return answer["opened"]
+
+    monkeypatch.setattr(QDesktopServices, "openUrl", open_url)
+    start_job(page, qtbot, "onnx", "ort")
+    run = page.run_step
+    for fmt, path in (("onnx", "/runs/r-exp/export/onnx/model.onnx"), ("ort", "/runs/r-exp/export/ort")):
+        page._client.publish("run/r-exp/export", {"kind": "export", "format": fmt, "path": path,
+                                                  "parity": RESULT["formats"]["onnx"]["parity"]})
+    # ONNX is where the package starts from: the folder asked for is the package's.
+    qtbot.mouseClick(run.open_button, Qt.MouseButton.LeftButton)
+    assert asked == ["/runs/r-exp/export/ort"] and not run.folder_fallback.isVisibleTo(page)
+    assert "export/ort/" in run.open_button.toolTip()
+    run.results_table.selectRow(0)  # another row: its own folder
+    qtbot.mouseClick(run.open_button, Qt.MouseButton.LeftButton)
+    assert asked[-1] == "/runs/r-exp/export/onnx"
+
+    # No file-manager launcher on this desktop: the path is shown, and Copy puts it on the clipboard.
+    answer["opened"] = False
+    run.results_table.selectRow(1)
+    qtbot.mouseClick(run.open_button, Qt.MouseButton.LeftButton)
+    fallback = run.folder_fallback
+    assert fallback.isVisibleTo(page) and fallback.copy_button.isVisibleTo(page)
+    assert fallback.path_edit.text() == "/runs/r-exp/export/ort" and "No file manager" in fallback.note.text()
+    QGuiApplication.clipboard().clear()
+    qtbot.mouseClick(fallback.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "/runs/r-exp/export/ort"
+    assert fallback.copied.isVisibleTo(page)
+    answer["opened"] = True  # it opens now: the fallback goes
+    qtbot.mouseClick(run.open_button, Qt.MouseButton.LeftButton)
+    assert not fallback.isVisibleTo(page)
+
+
+def test_a_quantized_variants_reported_parity_is_explained_on_screen(page, qtbot):
+    start_job(page, qtbot, "onnx", "ort")
+    run = page.run_step
+    assert not run.parity_label.isVisibleTo(page)
+    reported = {"max_abs_diff": 0.328, "top1_agreement": 0.979, "samples": 48, "passed": False, "enforced": False,
+                "reference": "run r-digits (fp32 PyTorch, the variant's parent)", "reported_because": "quantized"}
+    for fmt in ("onnx", "ort"):
+        page._client.publish("run/r-exp/export", {"kind": "export", "format": fmt, "path": f"/runs/r-exp/export/{fmt}",
+                                                  "parity": reported})
+    assert run.format_cells()["onnx"][3:] == ["3.28e-01", "97.9% of 48", "reported"]
+    text = run.parity_label.text()
+    assert run.parity_label.isVisibleTo(page)
+    assert "quantized variant is compared with its fp32 parent" in text and "reported, not enforced" in text
+    assert "onnx 97.9% of 48 examples (max abs diff 3.28e-01)" in text and "ort 97.9%" in text
+    # An fp32 export that passed needs no such line.
+    page._client.publish("run/r-exp/result", {"kind": "result", "formats": {"onnx": RESULT["formats"]["onnx"]}})
+    run.reset()
+    run.set_format("onnx", RESULT["formats"]["onnx"])
+    assert not run.parity_label.isVisibleTo(page)
+
+
+def test_a_quantized_variant_offers_only_what_the_export_applies(page, qtbot):
+    fields, note = page.formats_step.fields, page.formats_step.variant_note
+    choose(page, qtbot, DIGITS["id"])
+    fields["slim"].setChecked(True)
+    fields["dynamic_batch"].setChecked(False)
+    assert fields["slim"].isEnabled() and not note.isVisibleTo(page)
+
+    choose(page, qtbot, "r-static")
+    # Its model.onnx is used as the compression job wrote it: axes and slimming are shown as applied, not offered.
+    assert not fields["slim"].isEnabled() and not fields["slim"].isChecked()
+    assert not fields["dynamic_batch"].isEnabled() and fields["dynamic_batch"].isChecked()
+    assert "compression job" in fields["dynamic_batch"].toolTip()
+    # The opset is applied: the file is converted to it (or the job stops), and the step says so.
+    assert fields["opset"].isEnabled() and note.isVisibleTo(page)
+    assert "converts it to the ONNX opset chosen above" in note.text()
+    fields["opset"].setValue(17)
+    spec = page.spec()
+    assert spec["opset"] == 17 and spec["slim"] is False and spec["dynamic_batch"] is True
+
+    choose(page, qtbot, DIGITS["id"])
+    assert fields["slim"].isEnabled() and fields["dynamic_batch"].isEnabled() and not note.isVisibleTo(page)
+
+
+def test_review_says_one_thing_about_saving_the_job_file(page, qtbot, tmp_path):
+    from PySide6.QtWidgets import QLabel
+
+    choose(page, qtbot, DIGITS["id"])
+    tick(page, "onnx", "ort")
+    page.go_to(3)
+    review = page.review_step
+    texts = " ".join(w.text() for w in review.findChildren(QLabel) if w.isVisibleTo(page))
+    assert "Saved as" not in texts and "Save YAML" in texts and "once the YAML is saved" in texts
+    assert review.command.text() == "ember run export.yaml" and review.save_button.isVisibleTo(page)
+
+    path = tmp_path / "my export.yaml"
+    review.write_yaml(str(path))
+    assert path.read_text() == page.review_view.toPlainText()
+    doc = yaml.safe_load(path.read_text())
+    assert validate_spec(doc["kind"], doc["spec"]).formats == ["onnx", "ort"]
+    assert review.command.text() == f"ember run '{path}'"
+    assert review.saved_note.text() == f"Saved {path}. Run it with: ember run '{path}'"
+    page.formats_step.fields["opset"].setValue(17)  # the file on disk is now older than the YAML shown
+    assert "changed since it was saved" in review.saved_note.text()
+
+
 # -- the real thing -------------------------------------------------------------------------------
 
 PARENT = {"task": "image_classification", "method": {"kind": "full"}, "max_steps": 12, "eval_every": 12,
