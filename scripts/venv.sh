@@ -19,14 +19,25 @@ ensure_venv() {
       return 1
     fi
   fi
-  local target="."
-  [ -n "$extras" ] && target=".[$extras]"
-  local stamp
-  stamp="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-${extras:-base}"
-  if [ "$(cat .venv/.ember-installed 2>/dev/null)" != "$stamp" ]; then
+  # The stamp is "<hash of pyproject.toml and constraints.txt>-<extras installed>" (e.g. "…-dev",
+  # "…-base"). A request is met when the hash matches and every extra asked for is installed, so a
+  # dev venv (test.sh) also serves run.sh; a reinstall keeps the extras already there.
+  local hash stamp installed="" wanted
+  hash="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
+  stamp="$(cat .venv/.ember-installed 2>/dev/null || true)"
+  case "$stamp" in *-*) installed="$(_ember_extras "${stamp#*-}")" ;; esac
+  wanted="$(_ember_extras "$extras" "$installed")"
+  if [ "${stamp%%-*}" != "$hash" ] || [ "$wanted" != "$installed" ]; then
+    local target="."
+    [ -n "$wanted" ] && target=".[$wanted]"
     echo "Installing Ember Studio ($target) into .venv..."
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -c constraints.txt -e "$target"
-    echo "$stamp" > .venv/.ember-installed
+    echo "$hash-${wanted:-base}" > .venv/.ember-installed
   fi
+}
+
+# The union of comma-separated lists of extras, sorted, without "base": _ember_extras dev base -> dev
+_ember_extras() {
+  printf '%s,' "$@" | tr ',' '\n' | { grep -v -x -e '' -e base || true; } | sort -u | paste -sd, -
 }
