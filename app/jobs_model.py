@@ -8,7 +8,9 @@ engine) falls back to what its spec says. Every cell also has a sort value
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import (
@@ -107,6 +109,95 @@ def kind_noun(kind: str) -> str:
     return KIND_NOUNS.get(kind, kind or "Job")
 
 
+# -- jobs made from another run (variants, exports) and the engine's own jobs -----------------
+
+SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs (a machine probe): not runs
+# What a job made of its parent, in a few words: "int8 of tickets-lora". Quantize and prune
+# are refined from the spec (variant_word).
+VARIANT_WORDS = {
+    "compress.lora_merge": "LoRA merge",
+    "compress.quantize": "int8",
+    "compress.qat": "QAT int8",
+    "compress.prune": "pruned",
+    "export.model": "export",
+}
+_MAX_PARENT_DEPTH = 8  # an export of a variant of a fine-tune is 2; a loop in bad records ends here
+
+Lookup = Callable[[str], "dict[str, Any] | None"]
+
+
+def is_system(job: dict[str, Any]) -> bool:
+    return str(job.get("kind") or "").startswith(SYSTEM_PREFIX)
+
+
+def parent_id(job: dict[str, Any]) -> str | None:
+    """The run this job was made from: the record's parent_id, else its spec's source (or teacher)."""
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    distill = spec.get("distill") if isinstance(spec.get("distill"), dict) else {}
+    found = job.get("parent_id") or spec.get("source_run") or distill.get("teacher_run")
+    return str(found) if found else None
+
+
+def variant_word(job: dict[str, Any]) -> str | None:
+    """'int8', 'fp16', 'pruned 30%', 'export', 'distilled'...; None for a job made from nothing."""
+    kind = str(job.get("kind") or "")
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    if kind == "compress.quantize":
+        return {"fp16": "fp16", "static": "static int8"}.get(str(spec.get("mode")), "int8")
+    if kind == "compress.prune":
+        ratio = spec.get("ratio")
+        return f"pruned {ratio:.0%}" if isinstance(ratio, (int, float)) else "pruned"
+    if kind == FINETUNE:
+        return "distilled" if spec.get("distill") else None
+    return VARIANT_WORDS.get(kind)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+
+
+def run_title(job: dict[str, Any], lookup: Lookup | None = None, _depth: int = 0) -> str:
+    """The job's name; for a variant or export named after its parent (as the wizards name them),
+    'int8 of <parent>' instead, so two children of one run no longer read alike.
+
+    A name the user chose is kept. ``lookup`` finds a record by id (None: names only).
+    """
+    name = display_name(job)
+    word, parent = variant_word(job), parent_id(job)
+    record = lookup(parent) if lookup and parent and _depth < _MAX_PARENT_DEPTH else None
+    if word is None or record is None:
+        return name
+    parent_name = run_title(record, lookup, _depth + 1)  # "export of int8 of tickets"
+    base = _slug(str(record.get("name") or record.get("id") or ""))
+    own = str(job.get("name") or "")
+    if own and own != job.get("kind") and not (base and own.startswith(base)):
+        return name  # named by hand
+    joint = "from" if word == "distilled" else "of"
+    return f"{word} {joint} {parent_name}"
+
+
+def run_summary(job: dict[str, Any], lookup: Lookup | None = None) -> dict[str, Any]:
+    """summary(job), with task, model and method taken from the fine-tune it was made from
+    when the job does not say (a compression variant or an export)."""
+    info = summary(job)
+    seen = {job.get("id")}
+    current = job
+    for _ in range(_MAX_PARENT_DEPTH):
+        if all(info.get(key) for key in ("task", "model", "method")) or lookup is None:
+            break
+        parent = parent_id(current)
+        record = lookup(parent) if parent and parent not in seen else None
+        if record is None:
+            break
+        seen.add(parent)
+        above = summary(record)
+        for key in ("task", "model", "method"):
+            if not info.get(key) and above.get(key):
+                info[key] = above[key]
+        current = record
+    return info
+
+
 def strategy_text(info: dict[str, Any]) -> str:
     strategy = info.get("strategy")
     if not strategy:
@@ -188,6 +279,7 @@ class JobsModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._jobs: list[dict[str, Any]] = []
+        self._by_id: dict[str, dict[str, Any]] = {}  # the same records, by id: parents of variants
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
         return 0 if parent.isValid() else len(self._jobs)
@@ -219,20 +311,28 @@ class JobsModel(QAbstractTableModel):
             error = job.get("error") or {}
             if error:
                 return "\n".join(filter(None, [error.get("message"), error.get("hint")]))
-            return f"{job.get('id')} ({job.get('kind')})"
+            title, name = self.title(job), display_name(job)
+            about = f"{job.get('id')} ({job.get('kind')})"
+            return f"{name}\n{about}" if column == NAME_COLUMN and title != name else about
         return None
 
-    @staticmethod
-    def _text(job: dict[str, Any], column: int) -> str:
+    def lookup(self, job_id: str) -> dict[str, Any] | None:
+        return self._by_id.get(job_id)
+
+    def title(self, job: dict[str, Any]) -> str:
+        """The Name column: 'int8 of <parent>' for a variant named after its parent."""
+        return run_title(job, self.lookup)
+
+    def _text(self, job: dict[str, Any], column: int) -> str:
         if column == NAME_COLUMN:
-            return display_name(job)
+            return self.title(job)
         if column == STATE_COLUMN:
             return str(job.get("state", ""))
         if column == DURATION_COLUMN:
             return fmt.job_duration(job)
         if column == CREATED_COLUMN:
             return fmt.timestamp(job.get("created_at"))
-        info = summary(job)
+        info = run_summary(job, self.lookup)
         if column == STRATEGY_COLUMN:
             return strategy_text(info)
         if column == BEST_COLUMN:
@@ -240,8 +340,7 @@ class JobsModel(QAbstractTableModel):
         key = {TASK_COLUMN: "task", MODEL_COLUMN: "model", METHOD_COLUMN: "method"}[column]
         return str(info.get(key) or NONE)
 
-    @classmethod
-    def _sort_value(cls, job: dict[str, Any], column: int) -> Any:
+    def _sort_value(self, job: dict[str, Any], column: int) -> Any:
         """A value of one type per column (None sorts last), so sorting is by meaning."""
         if column == STATE_COLUMN:
             return _STATE_ORDER.get(job.get("state", ""), len(_STATE_ORDER))
@@ -256,7 +355,7 @@ class JobsModel(QAbstractTableModel):
         if column == STRATEGY_COLUMN:
             info = summary(job)
             return f"{info.get('strategy') or '~'} {int(info.get('nproc') or 1):05d}"
-        text = cls._text(job, column)
+        text = self._text(job, column)
         return None if text == NONE else text.lower()
 
     def job(self, row: int) -> dict[str, Any] | None:
@@ -279,6 +378,7 @@ class JobsModel(QAbstractTableModel):
     def set_jobs(self, jobs: list[dict[str, Any]]) -> None:
         self.beginResetModel()
         self._jobs = [dict(job) for job in jobs]
+        self._by_id = {str(job.get("id")): job for job in self._jobs}
         self.endResetModel()
 
     def upsert(self, job: dict[str, Any]) -> int:
@@ -287,11 +387,19 @@ class JobsModel(QAbstractTableModel):
         if row < 0:
             self.beginInsertRows(QModelIndex(), 0, 0)
             self._jobs.insert(0, dict(job))
+            self._by_id[str(job.get("id"))] = self._jobs[0]
             self.endInsertRows()
+            self._children_changed(str(job.get("id")))  # a parent that arrived after its variants
             return 0
         self._jobs[row].update(job)
         self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+        self._children_changed(str(job.get("id")))  # their names and columns come from it
         return row
+
+    def _children_changed(self, job_id: str) -> None:
+        for row, job in enumerate(self._jobs):
+            if parent_id(job) == job_id:
+                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
 
     def remove(self, job_id: str) -> bool:
         row = self.row_of(job_id)
@@ -299,7 +407,9 @@ class JobsModel(QAbstractTableModel):
             return False
         self.beginRemoveRows(QModelIndex(), row, row)
         del self._jobs[row]
+        self._by_id.pop(job_id, None)
         self.endRemoveRows()
+        self._children_changed(job_id)
         return True
 
     def refresh_durations(self) -> None:
@@ -319,6 +429,7 @@ class JobsFilter(QSortFilterProxyModel):
         super().__init__(parent)
         self._text = ""
         self._states: tuple[str, ...] | None = None
+        self._show_system = False  # a machine probe is the engine's business, not a run
         self.setSortRole(SORT_ROLE)
         self.setDynamicSortFilter(True)
 
@@ -327,6 +438,12 @@ class JobsFilter(QSortFilterProxyModel):
 
     def set_state_group(self, group: str) -> None:
         self._refilter(lambda: setattr(self, "_states", STATE_GROUPS.get(group)))
+
+    def set_show_system(self, show: bool) -> None:
+        self._refilter(lambda: setattr(self, "_show_system", bool(show)))
+
+    def shows_system(self) -> bool:
+        return self._show_system
 
     def _refilter(self, change) -> None:
         if hasattr(self, "endFilterChange"):  # Qt 6.10+; invalidateFilter is deprecated there
@@ -342,6 +459,8 @@ class JobsFilter(QSortFilterProxyModel):
         job = model.job(source_row) if isinstance(model, JobsModel) else None
         if job is None:
             return True
+        if not self._show_system and is_system(job):
+            return False
         if self._states is not None and job.get("state") not in self._states:
             return False
         if not self._text:

@@ -38,7 +38,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from app import format as fmt
-from app.jobs_model import FINETUNE, best_text, kind_noun
+from app.jobs_model import FINETUNE, best_text, is_system, kind_noun
 from app.prefs import prefs
 
 log = logging.getLogger(__name__)
@@ -257,6 +257,8 @@ class JobWatcher(QObject):
         if job.get("deleted"):
             self._states.pop(job_id, None)
             return
+        if is_system(job):
+            return  # a machine probe: Settings shows its outcome where it was asked for
         state = str(job.get("state") or "")
         before, self._states[job_id] = self._states.get(job_id), state
         if state == before:

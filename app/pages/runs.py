@@ -16,6 +16,7 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
@@ -39,6 +40,7 @@ from app.jobs_model import (
     JobsFilter,
     JobsModel,
     display_name,
+    is_system,
 )
 from app.pages.queue_panel import QueuePanel
 from app.widgets.common import call_window, label
@@ -78,6 +80,10 @@ class RunsPage(QWidget):
         self.state_combo.addItems(list(STATE_GROUPS))
         self.state_combo.setToolTip("Show only the runs in this state")
         self.state_combo.currentTextChanged.connect(self._on_filter)
+        self.system_check = QCheckBox("Show system jobs")
+        self.system_check.setToolTip("Also list the engine's own jobs, such as Probe this machine "
+                                     "(from Settings); they are not runs")
+        self.system_check.toggled.connect(self._on_filter)
 
         self.open_button = self._button("Open in Monitor", "Follow this run's charts live "
                                         "(double-click a row does the same)", self.open_selected)
@@ -106,6 +112,7 @@ class RunsPage(QWidget):
         tools = QHBoxLayout()
         tools.addWidget(self.filter_edit, 1)
         tools.addWidget(self.state_combo)
+        tools.addWidget(self.system_check)
         tools.addStretch(1)
         tools.addWidget(self.refresh_button)
         outer.addLayout(tools)
@@ -163,6 +170,7 @@ class RunsPage(QWidget):
         self.list_stack.addWidget(self.table)
 
         self.details = RunDetails(self._client)
+        self.details.lookup = self.model.lookup  # a variant's parent: its name and task, model, method
         self.details.run_link_activated.connect(self.select_run)
 
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -219,7 +227,7 @@ class RunsPage(QWidget):
         self.message.hide()
         selected = self._selected_id
         self.model.set_jobs(reply.get("jobs", []))
-        self.list_stack.setCurrentWidget(self.table if self.model.rowCount() else self.empty)
+        self._show_list()
         if not (selected and self.select_run(selected)) and self.proxy.rowCount():
             self.table.selectRow(0)
         self._update_buttons()
@@ -234,8 +242,8 @@ class RunsPage(QWidget):
         is_new = self.model.row_of(job_id) < 0
         # The event carries the whole public record (state, times, exit code, error, summary).
         self._on_job_record(data)
-        self.list_stack.setCurrentWidget(self.table)
-        if is_new and self._selected_id is None:
+        self._show_list()
+        if is_new and self._selected_id is None and self.proxy.rowCount():
             self.table.selectRow(0)
 
     def _on_job_record(self, job: dict[str, Any]) -> None:
@@ -250,9 +258,14 @@ class RunsPage(QWidget):
             self._selected_id = None
             self.details.show_job(None)
         self.model.remove(job_id)
-        if not self.model.rowCount():
-            self.list_stack.setCurrentWidget(self.empty)
+        self._show_list()
         self._update_buttons()
+
+    def _show_list(self) -> None:
+        """The table, or the empty state while there is no run (hidden system jobs do not count)."""
+        jobs = self.model.jobs()
+        has_runs = any(not is_system(job) for job in jobs) or (self.proxy.shows_system() and bool(jobs))
+        self.list_stack.setCurrentWidget(self.table if has_runs else self.empty)
 
     # -- selection ---------------------------------------------------------------------
 
@@ -280,6 +293,8 @@ class RunsPage(QWidget):
         if not index.isValid():
             self.filter_edit.clear()
             self.state_combo.setCurrentIndex(0)
+            if is_system(self.model.job(row) or {}):
+                self.system_check.setChecked(True)
             index = self.proxy.mapFromSource(self.model.index(row, 0))
         self.table.selectionModel().setCurrentIndex(
             index, QItemSelectionModel.SelectionFlag.ClearAndSelect
@@ -296,6 +311,8 @@ class RunsPage(QWidget):
     def _on_filter(self, *_args) -> None:
         self.proxy.set_text(self.filter_edit.text())
         self.proxy.set_state_group(self.state_combo.currentText())
+        self.proxy.set_show_system(self.system_check.isChecked())
+        self._show_list()
         self._update_buttons()
 
     def _on_tick(self) -> None:
@@ -345,7 +362,7 @@ class RunsPage(QWidget):
         jobs = self.selected_jobs()
         if not jobs:
             return
-        names = ", ".join(display_name(job) for job in jobs[:5])
+        names = ", ".join(self.model.title(job) for job in jobs[:5])
         if len(jobs) > 5:
             names += f" and {len(jobs) - 5} more"
         what = f"the run {names}" if len(jobs) == 1 else f"{len(jobs)} runs ({names})"

@@ -23,19 +23,22 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.engine_process import EngineProcess
-from app.jobs_model import display_name, kind_noun, state_dot
+from app.jobs_model import Lookup, is_system, kind_noun, run_title, state_dot
 from app.style import icon, set_role
 from app.widgets.common import call_window, card, label, scrolling_body
 from app.widgets.empty_state import empty_state
 
 RECENT_LIMIT = 8
+# Records read to fill those lines: system jobs are left out, and a variant's parent names it.
+FETCH_LIMIT = 200
 ID_ROLE = Qt.ItemDataRole.UserRole
 
-def recent_line(job: dict[str, Any]) -> str:
+
+def recent_line(job: dict[str, Any], lookup: Lookup | None = None) -> str:
     """'name · kind · state · when', the one line a recent run gets."""
     kind = str(job.get("kind") or "")
     when = fmt.timestamp(job.get("created_at") or job.get("started_at"))
-    return f"{display_name(job)}  ·  {kind_noun(kind)}  ·  {job.get('state', '')}  ·  {when}"
+    return f"{run_title(job, lookup)}  ·  {kind_noun(kind)}  ·  {job.get('state', '')}  ·  {when}"
 
 
 class WelcomePage(QWidget):
@@ -139,7 +142,7 @@ class WelcomePage(QWidget):
     # -- recent runs --------------------------------------------------------------------
 
     def reload(self, *_args: Any) -> None:
-        self._client.request("jobs.list", {"limit": RECENT_LIMIT}, self._on_list, lambda _err: None)
+        self._client.request("jobs.list", {"limit": FETCH_LIMIT}, self._on_list, lambda _err: None)
 
     def _on_list(self, reply: dict[str, Any]) -> None:
         self._jobs = {job["id"]: job for job in reply.get("jobs") or [] if job.get("id")}
@@ -158,11 +161,12 @@ class WelcomePage(QWidget):
     def _fill(self) -> None:
         current = self.recent_list.currentItem()
         current_id = current.data(ID_ROLE) if current else None
-        newest = sorted(self._jobs.values(), key=lambda j: fmt.to_epoch(j.get("created_at")) or 0.0,
+        runs = [job for job in self._jobs.values() if not is_system(job)]  # a machine probe is no run
+        newest = sorted(runs, key=lambda j: fmt.to_epoch(j.get("created_at")) or 0.0,
                         reverse=True)[:RECENT_LIMIT]
         self.recent_list.clear()
         for job in newest:
-            item = QListWidgetItem(state_dot(str(job.get("state", ""))), recent_line(job))
+            item = QListWidgetItem(state_dot(str(job.get("state", ""))), recent_line(job, self._jobs.get))
             item.setData(ID_ROLE, job["id"])
             item.setToolTip("Double-click or press Enter to open this run on Monitor")
             self.recent_list.addItem(item)

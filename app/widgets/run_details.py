@@ -34,11 +34,14 @@ from app.engine_client import EngineClient, Subscription
 from app.jobs_model import (
     ACTIVE_STATES,
     FINETUNE,
+    Lookup,
     best_text,
     metrics_text,
+    parent_id,
     peak_text,
+    run_summary,
+    run_title,
     strategy_text,
-    summary,
 )
 from app.widgets.common import FactsView, label
 from app.widgets.run_outputs import RunOutputs
@@ -80,6 +83,7 @@ class RunDetails(QWidget):
     def __init__(self, client: EngineClient, parent: QWidget | None = None):
         super().__init__(parent)
         self._client = client
+        self.lookup: Lookup | None = None  # other jobs by id (the Runs page's): a variant's parent
         self._job: dict[str, Any] | None = None
         self._full: dict[str, Any] = {}  # jobs.get of the shown job (has `result`)
         self._final_metrics: dict[str, Any] = {}
@@ -258,7 +262,7 @@ class RunDetails(QWidget):
             self.events_view.setPlaceholderText("Select a run to see its events.")
             self.outputs.show_lineage()
             return
-        name = job.get("name") or job.get("id")
+        name = run_title(job, self.lookup)
         self.title.setText(f"{name}  ({job.get('state')})")
         facts = [str(job.get("id")), str(job.get("kind")),
                  f"started {fmt.timestamp(job.get('started_at'))}"]
@@ -311,8 +315,15 @@ class RunDetails(QWidget):
 
     def _training_rows(self, job: dict[str, Any]) -> list[tuple[str, str]]:
         if job.get("kind") != FINETUNE:
-            return []
-        info = summary({**job, **self._full})
+            # A variant or export: what it was made from, and that run's task, model and method.
+            info = run_summary(job, self.lookup)
+            parent = parent_id(job)
+            record = self.lookup(parent) if self.lookup and parent else None
+            if not parent:
+                return []
+            rows = [("Made from", run_title(record, self.lookup) if record else parent)]
+            return rows + [(key.capitalize(), str(info.get(key) or "—")) for key in ("task", "model", "method")]
+        info = run_summary({**job, **self._full}, self.lookup)
         memory = (self.outputs.files or {}).get("memory") or {}
         return [("Task", str(info.get("task") or "—")),
                 ("Model", str(info.get("model") or "—")),
