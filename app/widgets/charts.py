@@ -13,11 +13,15 @@ at full resolution.
 x must grow within a series. When a value comes again (a resumed run repeats
 the steps after its checkpoint), the series is cut back to that step first, so
 the line continues instead of drawing a zig-zag.
+
+The legend (``ChartLegend``) is a row of text above the plot, never a box over the
+curves, and it wraps rather than being cut; an exported image carries it too.
 """
 
 from __future__ import annotations
 
 import csv
+import html
 import math
 import time
 import weakref
@@ -27,9 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 import shiboken6
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QImage, QPainter, QTextDocument
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QLabel,
     QMenu,
     QSizePolicy,
     QToolButton,
@@ -37,7 +43,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.style import colour
+from app.style import colour, set_role, theme_tokens
 from app.widgets.common import label
 from app.widgets.series_buffer import SeriesBuffer
 
@@ -50,6 +56,85 @@ pg.setConfigOptions(antialias=False)  # colours: from the theme, when each chart
 def use_theme_colours() -> None:
     """Make pyqtgraph draw the next plots in the current theme (axes and text take these at creation)."""
     pg.setConfigOptions(background=colour("chart-bg"), foreground=colour("chart-fg"))
+
+
+# How a legend entry shows its series: the line it is drawn with, or its marker.
+LEGEND_MARKS = {"line": "\u2501\u2501", "dash": "\u254d\u254d", "dot": "\u25cf", "star": "\u2605",
+                "ring": "\u25ef"}
+
+
+class ChartLegend(QLabel):
+    """The names of a chart's series beside their colours, in a row of their own outside the plot.
+
+    Rich text that wraps: many series (one per rank, one per run) take a second line
+    instead of being cut, and never cover a curve. Hidden while there is nothing to name.
+    """
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        set_role(self, "muted")
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setWordWrap(True)
+        self.setMinimumWidth(0)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
+        self._entries: list[tuple[str, str, str]] = []  # name, colour, mark
+        self.hide()
+
+    def add(self, name: str, colour: str, mark: str = "line") -> None:
+        self._entries.append((name, colour, mark))
+        self._refresh()
+
+    def clear(self) -> None:
+        self._entries = []
+        self._refresh()
+
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self._entries]
+
+    def html(self) -> str:
+        # A no-break space ties each mark to its name; entries wrap at the plain space between them.
+        return "&nbsp;&nbsp;&nbsp; ".join(
+            f'<span style="color:{colour}">{LEGEND_MARKS.get(mark, LEGEND_MARKS["line"])}</span>'
+            f"&nbsp;{html.escape(name)}" for name, colour, mark in self._entries)
+
+    def _refresh(self) -> None:
+        self.setText(self.html())
+        self.setVisible(bool(self._entries))
+
+
+def with_legend(image: QImage, legend: ChartLegend, scale: float, background: QColor) -> QImage:
+    """``image`` (an exported plot) with the legend's text above it on ``background``, drawn at ``scale``."""
+    if not legend.names():
+        return image
+    # The text colour of whichever theme suits the plot's background (a chart may keep a white one).
+    text = theme_tokens("light" if background.lightness() > 127 else "dark")["text"]
+    doc = QTextDocument()
+    doc.setDefaultFont(legend.font())
+    doc.setDocumentMargin(4)
+    doc.setHtml(f'<span style="color:{text}">{legend.html()}</span>')
+    doc.setTextWidth(image.width() / scale)
+    top = math.ceil(doc.size().height() * scale)
+    out = QImage(image.width(), image.height() + top, QImage.Format.Format_ARGB32)
+    out.fill(background)
+    painter = QPainter(out)
+    painter.drawImage(0, top, image)
+    painter.scale(scale, scale)  # text drawn at the image's resolution, not scaled up from the screen's
+    doc.drawContents(painter)
+    painter.end()
+    return out
+
+
+def export_plot_png(plot: pg.PlotWidget, legend: ChartLegend, path: str, width: int) -> None:
+    """Save ``plot`` as a PNG ``width`` pixels wide, with ``legend`` above it."""
+    import pyqtgraph.exporters
+
+    item = plot.getPlotItem()
+    exporter = pyqtgraph.exporters.ImageExporter(item)
+    exporter.parameters()["width"] = width
+    image = exporter.export(toBytes=True)
+    scale = image.width() / max(1.0, item.sceneBoundingRect().width())
+    if not with_legend(image, legend, scale, plot.backgroundBrush().color()).save(str(path)):
+        raise OSError(f"Could not write the image {path}: check that its folder exists and is writable")
 
 
 class RedrawClock(QObject):
@@ -112,7 +197,7 @@ class LiveChart(QWidget):
     """A titled plot of named series; x is the step. Zoom and pan with the mouse."""
 
     def __init__(self, title: str, y_label: str = "", right_label: str = "",
-                 legend_bottom: bool = False, parent: QWidget | None = None):
+                 parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
         self.dirty = False
@@ -136,9 +221,8 @@ class LiveChart(QWidget):
         # PlotItem hands these to every item it adds (and would override the item's own).
         pi.setDownsampling(auto=True, mode="peak")
         pi.setClipToView(True)
-        # Top right suits falling curves (loss, lr); rising ones (scores) put it at the bottom.
-        self.legend = pi.addLegend(offset=(-8, -8 if legend_bottom else 8), labelTextSize="8pt",
-                                   brush=(*pg.mkColor(colour("chart-bg")).getRgb()[:3], 200))
+        # Above the plot, not over it: a legend in the view box hides the curves behind it.
+        self.legend = ChartLegend()
         self._right_vb: pg.ViewBox | None = None
         if right_label:
             self._add_right_axis(right_label)
@@ -171,6 +255,7 @@ class LiveChart(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(header)
+        layout.addWidget(self.legend)
         layout.addWidget(self.readout)
         layout.addWidget(self.plot, 1)
 
@@ -199,12 +284,12 @@ class LiveChart(QWidget):
             symbol=symbol, symbolSize=7, symbolBrush=color, symbolPen=pg.mkPen(colour("chart-bg")))
         if right and self._right_vb is not None:
             self._right_vb.addItem(item)
-            self.legend.addItem(item, name)
             item.setLogMode(False, self._log_y)
         else:
             self.plot.getPlotItem().addItem(item)
         item.setDownsampling(auto=True, method="peak")
         item.setClipToView(True)
+        self.legend.add(name, color, "line" if line else "dot")
         self._series[name] = _Series(name, SeriesBuffer(), item, right, scale)
 
     def has_series(self, name: str) -> bool:
@@ -388,13 +473,9 @@ class LiveChart(QWidget):
     # -- export ----------------------------------------------------------------------
 
     def export_png(self, path: str, width: int = 1600) -> None:
-        import pyqtgraph.exporters
-
         if self.dirty:
             self.redraw()
-        exporter = pyqtgraph.exporters.ImageExporter(self.plot.getPlotItem())
-        exporter.parameters()["width"] = width
-        exporter.export(str(path))
+        export_plot_png(self.plot, self.legend, path, width)
 
     def export_csv(self, path: str) -> None:
         """One row per step, one column per series; empty where a series has no point."""

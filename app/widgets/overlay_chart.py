@@ -1,4 +1,4 @@
-"""One metric of several runs on one chart: a line per run, one colour each, with a legend.
+"""One metric of several runs on one chart: a line per run, one colour each, named in a legend above it.
 
 Imports pyqtgraph, so only the Compare page (built on first show) imports this.
 Long runs stay fast: pyqtgraph draws only what is in view and downsamples
@@ -13,7 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.style import colour as theme_colour
-from app.widgets.charts import use_theme_colours
+from app.widgets.charts import ChartLegend, use_theme_colours
 from app.widgets.common import label
 
 # Distinct on white and for the common colour-vision deficiencies (Okabe-Ito order, then more).
@@ -34,6 +34,8 @@ class OverlayChart(QWidget):
         layout.setSpacing(4)
         self.title = label(title, "h2")
         layout.addWidget(self.title)
+        self.legend = ChartLegend()  # outside the plot: a box in it would hide the lines behind it
+        layout.addWidget(self.legend)
         use_theme_colours()
         self.plot = pg.PlotWidget()
         self.plot.setMinimumHeight(180)
@@ -44,7 +46,6 @@ class OverlayChart(QWidget):
         item.getAxis("left").enableAutoSIPrefix(False)  # accuracy 0.91, not "910 (x0.001)"
         item.setDownsampling(auto=True, mode="peak")
         item.setClipToView(True)
-        self.legend = item.addLegend(offset=(-10, 10), labelTextColor=theme_colour("text"))
         self.empty = label("", "muted", wrap=True)
         self.empty.hide()
         layout.addWidget(self.plot, 1)
@@ -69,6 +70,7 @@ class OverlayChart(QWidget):
                                    pen=pg.mkPen(colour, width=2), symbol=symbol, symbolSize=5,
                                    symbolBrush=colour, symbolPen=None)
             self._curves.append(curve)
+            self.legend.add(name, colour, "line")
         self.empty.setText(empty_text)
         self.empty.setVisible(not self._curves and bool(empty_text))
         self.plot.getPlotItem().enableAutoRange()

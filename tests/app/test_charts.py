@@ -6,6 +6,7 @@ import csv
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QImage
 
 from app.widgets.charts import LiveChart, redraw_clock
@@ -158,3 +159,104 @@ def test_the_clock_skips_charts_whose_window_is_gone(qtbot):
     chart.deleteLater()
     qtbot.waitUntil(lambda: not shiboken6.isValid(chart), timeout=2000)
     redraw_clock().tick()  # a closed window's chart must not break the others' redraws
+
+
+def view_box_rect_in(chart, plot) -> QRect:
+    """The plot area (pyqtgraph's view box) in ``chart``'s own coordinates."""
+    vb = plot.getPlotItem().vb
+    in_view = plot.mapFromScene(vb.sceneBoundingRect()).boundingRect()
+    return in_view.translated(plot.viewport().mapTo(chart, QPoint(0, 0)))
+
+
+def legend_rect_in(chart, legend) -> QRect:
+    return legend.geometry().translated(legend.parentWidget().mapTo(chart, QPoint(0, 0)))
+
+
+def test_the_legend_names_every_series_outside_the_plot_area(qtbot):
+    chart = LiveChart("Evaluation", "score", right_label="perplexity")
+    qtbot.addWidget(chart)
+    chart.resize(420, 300)
+    chart.show()
+    for step in range(1, 20):
+        chart.append("accuracy", step, step / 20)
+    chart.add_series("eval loss", "#1864ab", symbol="o", line=False)
+    chart.add_series("perplexity", right=True)
+    chart.append("perplexity", 5, 3.0)
+    chart.redraw()
+    qtbot.waitUntil(lambda: chart.legend.isVisible())
+    assert chart.legend.names() == ["accuracy", "eval loss", "perplexity"]  # right-axis series too
+    assert chart.plot.getPlotItem().legend is None  # no box drawn over the curves
+    legend, area = legend_rect_in(chart, chart.legend), view_box_rect_in(chart, chart.plot)
+    assert legend.height() > 0 and area.height() > 50
+    assert not legend.intersects(area), f"legend {legend} over the plot area {area}"
+    assert "#1864ab" in chart.legend.html() and "\u25cf" in chart.legend.html()  # a marker-only series shows its dot
+
+
+def test_a_long_legend_wraps_instead_of_widening_the_chart(qtbot):
+    chart = LiveChart("Memory per rank", "GiB")
+    qtbot.addWidget(chart)
+    for rank in range(8):
+        chart.add_series(f"rank {rank} allocated")
+        chart.add_series(f"rank {rank} reserved")
+    assert chart.minimumSizeHint().width() < 300
+    chart.resize(360, 400)
+    chart.show()
+    qtbot.waitUntil(lambda: chart.legend.isVisible())
+    line = chart.legend.fontMetrics().lineSpacing()
+    assert chart.legend.height() > 2 * line  # on several lines, all of it shown
+    assert not legend_rect_in(chart, chart.legend).intersects(view_box_rect_in(chart, chart.plot))
+
+
+def test_an_exported_image_carries_the_legend(tmp_path, qtbot):
+    chart = LiveChart("Loss", "loss")
+    qtbot.addWidget(chart)
+    chart.resize(500, 300)
+    chart.show()
+    for step in range(1, 50):
+        chart.append("loss", step, 1.0 / step)
+    bare = tmp_path / "bare.png"
+    chart.legend.clear()
+    chart.export_png(str(bare), width=800)
+    chart.legend.add("loss", "#e8590c")
+    named = tmp_path / "named.png"
+    chart.export_png(str(named), width=800)
+    without, with_legend = QImage(str(bare)), QImage(str(named))
+    assert with_legend.width() == without.width() == 800
+    assert with_legend.height() > without.height()  # a band above the plot for the names
+    band = [with_legend.pixelColor(x, y).name() for x in range(0, 200) for y in range(with_legend.height()
+                                                                                   - without.height())]
+    assert "#e8590c" in band  # the series' colour, in the mark beside its name
+
+
+def test_comparison_and_variant_charts_name_their_lines_outside_the_plot(qtbot):
+    from app.pages.variants.data import Row
+    from app.pages.variants.scatter import FRONT_COLOUR, VariantsScatter
+    from app.widgets.overlay_chart import OverlayChart
+
+    overlay = OverlayChart("Eval loss", "loss")
+    qtbot.addWidget(overlay)
+    overlay.resize(420, 320)
+    overlay.show()
+    overlay.set_series([("run-a", "#0072b2", [1, 2, 3], [1.0, 0.8, 0.7]),
+                        ("run-b", "#e69f00", [1, 2, 3], [1.1, 0.9, 0.6]),
+                        ("no points", "#009e73", [], [])])
+    qtbot.waitUntil(lambda: overlay.legend.isVisible())
+    assert overlay.legend.names() == ["run-a", "run-b"]
+    assert overlay.plot.getPlotItem().legend is None
+    assert not legend_rect_in(overlay, overlay.legend).intersects(view_box_rect_in(overlay, overlay.plot))
+
+    scatter = VariantsScatter()
+    qtbot.addWidget(scatter)
+    scatter.resize(520, 380)
+    scatter.show()
+    rows = [Row("p", "parent", "parent", "succeeded", is_parent=True, metric=0.9, b1_ms=10.0, size_bytes=400),
+            Row("q", "int8", "dynamic int8", "succeeded", metric=0.89, b1_ms=4.0, size_bytes=100),
+            Row("h", "fp16", "fp16", "succeeded", metric=0.88, b1_ms=8.0, size_bytes=200)]
+    scatter.set_rows(rows, "b1", front=["q", "p"], recommended="q")
+    qtbot.waitUntil(lambda: scatter.legend.isVisible())
+    assert scatter.legend.names() == ["Pareto front", "recommended"]
+    assert FRONT_COLOUR in scatter.legend.html()
+    assert scatter.plot.getPlotItem().legend is None
+    assert not legend_rect_in(scatter, scatter.legend).intersects(view_box_rect_in(scatter, scatter.plot))
+    scatter.set_rows(rows, "b1", front=["q"], recommended=None)  # one point on the front: no line to name
+    assert scatter.legend.names() == [] and not scatter.legend.isVisible()

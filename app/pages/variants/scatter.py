@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.glossary import term_tooltip
 from app.pages.variants.data import LATENCY_BASES, Row
+from app.widgets.charts import ChartLegend, export_plot_png
 from app.widgets.common import label
 from app.widgets.overlay_chart import run_colour
 
@@ -39,6 +40,9 @@ class VariantsScatter(QWidget):
         layout.setSpacing(4)
         self.title = label("Latency and accuracy", "h2")
         layout.addWidget(self.title)
+        # Above the plot: no corner of it is sure to be empty (labels and markers go anywhere).
+        self.legend = ChartLegend()
+        layout.addWidget(self.legend)
         self.plot = pg.PlotWidget(background="w")
         self.plot.setMinimumHeight(260)
         for widget in (self.title, self.plot):
@@ -47,8 +51,6 @@ class VariantsScatter(QWidget):
         item.showGrid(x=True, y=True, alpha=0.15)
         item.getAxis("left").enableAutoSIPrefix(False)
         item.getAxis("bottom").enableAutoSIPrefix(False)
-        # Top left: nothing can be there (it would be faster and better than everything).
-        self.legend = item.addLegend(offset=(10, 10), labelTextColor="#1f2328")
         layout.addWidget(self.plot, 1)
         self.note = label("Marker size follows the file size. ◆ in the table and the orange line: the Pareto "
                           "front (nothing else is both faster and better).", "muted", wrap=True)
@@ -82,6 +84,7 @@ class VariantsScatter(QWidget):
         if len(line) > 1:
             self.plot.plot([x for x, _ in line], [y for _, y in line], name="Pareto front",
                            pen=pg.mkPen(FRONT_COLOUR, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
+            self.legend.add("Pareto front", FRONT_COLOUR, "dash")
         self.front_xy = line
         spots = []
         for i, row in enumerate(drawn):
@@ -104,6 +107,7 @@ class VariantsScatter(QWidget):
                                       size=marker_size(row.size_bytes, largest) + 12,
                                       pen=pg.mkPen(RECOMMENDED_COLOUR, width=3))
             self.plot.addItem(ring)
+            self.legend.add("recommended", RECOMMENDED_COLOUR, "ring")
         item.enableAutoRange()
         # Room for the labels and the largest markers at the edges.
         xs, ys = [p[1] for p in self._points], [p[2] for p in self._points]
@@ -148,8 +152,4 @@ class VariantsScatter(QWidget):
         return list(self._points)
 
     def save_png(self, path: str, width: int = 1600) -> None:
-        import pyqtgraph.exporters
-
-        exporter = pyqtgraph.exporters.ImageExporter(self.plot.getPlotItem())
-        exporter.parameters()["width"] = width
-        exporter.export(str(path))
+        export_plot_png(self.plot, self.legend, path, width)
