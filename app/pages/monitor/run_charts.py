@@ -31,8 +31,7 @@ class RunCharts(QWidget):
         self.loss_chart.add_series("train loss", "#f4a77a")
         self.loss_chart.add_series("smoothed", "#d9480f")
         self.loss_chart.add_series("eval loss", "#1864ab", symbol="o", line=False)
-        self.eval_chart = LiveChart("Evaluation", "score", right_label="perplexity",
-                                    legend_bottom=True)
+        self.eval_chart = LiveChart("Evaluation", "score", right_label="perplexity")
         self.lr_chart = LiveChart("Learning rate", "lr")
         self.lr_chart.add_series("lr", "#862e9c")
         self.throughput_chart = LiveChart("Throughput", "samples/s", right_label="tokens/s")
@@ -43,7 +42,7 @@ class RunCharts(QWidget):
         self.step_chart = LiveChart("Step time and utilisation", "seconds", right_label="%")
         self.step_chart.add_series("step time", "#495057")
         self.step_chart.add_series("data wait %", "#a35f00", right=True)
-        self.memory_chart = LiveChart("Memory per rank", "GiB", legend_bottom=True)
+        self.memory_chart = LiveChart("Memory per rank", "GiB")
 
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
