@@ -1,9 +1,11 @@
-"""The Runs page against real fine-tunes: columns, sorting, filtering, checkpoints, delete."""
+"""The Runs page: against real fine-tunes (columns, sorting, filtering, checkpoints, delete), and on
+canned engine records (variants and exports named by their parent, system jobs, the page's minimum size)."""
 
 from __future__ import annotations
 
 import copy
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,6 @@ from app.jobs_model import (
 from engine.client import EngineClient
 from tests.app.conftest import wait_connected
 
-# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
 TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
         "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2}
@@ -57,6 +57,9 @@ def click_header(qtbot, runs, column: int) -> None:
     qtbot.mouseClick(head.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, head.height() // 2))
 
 
+# Real runs on two shared cores: minutes, not the default two, when the machine is busy.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_runs_table_sort_filter_checkpoints_and_delete(qtbot, make_window, gui_home, monkeypatch):
     window = make_window(page="runs")
     wait_connected(qtbot, window)
@@ -140,3 +143,116 @@ def test_runs_table_sort_filter_checkpoints_and_delete(qtbot, make_window, gui_h
     assert not run_dir.exists()
     assert runs.model.row_of(r8["id"]) >= 0 and Path(r8["run_dir"]).is_dir()
     assert not runs.message.isVisible()
+
+
+# -- canned records, shaped as jobs.list returns them (engine/run_records.py record()) ---------
+
+def child_record(run_id: str, kind: str, name: str, spec: dict, parent: str, offset: float) -> dict:
+    """A finished compress or export job: the engine validates its spec, and its summary says nothing."""
+    from engine.specs import validate_spec
+
+    now = time.time()
+    return {"id": run_id, "kind": kind, "name": name, "state": "succeeded", "created_at": now - offset,
+            "started_at": now - offset + 1, "ended_at": now - offset + 30, "pid": None, "exit_code": 0,
+            "error": None, "run_dir": f"/tmp/ember/runs/{run_id}",
+            "spec": validate_spec(kind, {"source_run": parent, **spec}).model_dump(mode="json"),
+            "parent_id": parent, "host": None,
+            "summary": {"task": None, "model": None, "method": None, "strategy": None, "nproc": None,
+                        "nodes": [], "best": None, "estimated_peak": None, "measured_peak": None}}
+
+
+def canned_jobs() -> list[dict]:
+    from tests.app.test_compress_wizard import finetune_record
+
+    parent = finetune_record("r20261201-1932-aaaaaa", "text-lora-1201-1932",
+                             {"task": "text_classification", "method": {"kind": "lora"}}, 0.91, "minilm")
+    int8 = child_record("r20261201-1940-bbbbbb", "compress.quantize", "text-lora-1201-1932-int8-dynamic",
+                        {"mode": "dynamic"}, parent["id"], 300)
+    export = child_record("r20261201-1950-cccccc", "export.model", "text-lora-1201-1932-int8-dynamic-export",
+                          {"formats": ["onnx"]}, int8["id"], 200)
+    pruned = child_record("r20261201-1955-dddddd", "compress.prune", "text-lora-1201-1932-pruned-30pct",
+                          {"ratio": 0.3}, parent["id"], 150)
+    mine = child_record("r20261201-1958-eeeeee", "export.model", "production bundle", {"formats": ["onnx"]},
+                        parent["id"], 120)
+    probe = {"id": "r20261201-2000-ffffff", "kind": "system.probe", "name": "system.probe", "state": "succeeded",
+             "created_at": time.time() - 60, "started_at": time.time() - 59, "ended_at": time.time() - 50,
+             "pid": None, "exit_code": 0, "error": None, "run_dir": "/tmp/ember/runs/probe", "spec": {},
+             "parent_id": None, "host": None, "summary": {"task": None, "model": None, "best": None}}
+    return [probe, mine, pruned, export, int8, parent]
+
+
+QUEUE = {"jobs": [], "running": [],
+         "resources": {"local": {"cpu_limit": 16, "used": {"cores": 2}, "gpus": 2, "free": {"gpus": [1]}}},
+         "settings": {"max_concurrent": 2, "cpu_cores": 0, "allow_gpu_sharing": False}}
+
+
+@pytest.fixture
+def canned_runs(qtbot):
+    from app.pages.runs import RunsPage
+    from tests.app.test_compress_wizard import fake_engine, settle
+
+    jobs = canned_jobs()
+    engine = fake_engine({"jobs.list": {"jobs": copy.deepcopy(jobs)}, "queue.get": QUEUE,
+                          "jobs.get": lambda p: next(copy.deepcopy(j) for j in jobs if j["id"] == p["id"]),
+                          "jobs.logs": {"lines": []}})
+    page = RunsPage(engine)
+    qtbot.addWidget(page)
+    page.resize(828, 620)
+    page.show()
+    settle(qtbot, engine.client)
+    yield page, engine, jobs
+    settle(qtbot, engine.client)
+
+
+def test_variants_and_exports_are_named_by_their_parent_with_its_columns(canned_runs):
+    page, _engine, jobs = canned_runs
+    probe, mine, pruned, export, int8, parent = jobs
+    assert cell(page, int8["id"], NAME_COLUMN) == "int8 of text-lora-1201-1932"
+    assert cell(page, export["id"], NAME_COLUMN) == "export of int8 of text-lora-1201-1932"
+    assert cell(page, pruned["id"], NAME_COLUMN) == "pruned 30% of text-lora-1201-1932"
+    assert cell(page, mine["id"], NAME_COLUMN) == "production bundle"  # a name given by hand stays
+    for job in (int8, export, pruned, mine):
+        assert (cell(page, job["id"], TASK_COLUMN), cell(page, job["id"], MODEL_COLUMN),
+                cell(page, job["id"], METHOD_COLUMN)) == ("text_classification", "minilm", "lora")
+    # The job's own name is one hover away, and the filter finds the words shown.
+    row = page.model.row_of(int8["id"])
+    assert "text-lora-1201-1932-int8-dynamic" in page.model.index(row, NAME_COLUMN).data(Qt.ItemDataRole.ToolTipRole)
+    page.filter_edit.setText("export of")
+    assert shown_names(page) == ["export of int8 of text-lora-1201-1932"]
+    page.filter_edit.clear()
+    # The details name it the same way and say what it was made from.
+    assert page.select_run(export["id"])
+    assert page.details.title.text().startswith("export of int8 of text-lora-1201-1932")
+    assert page.details.fact("Made from") == "int8 of text-lora-1201-1932"
+    assert page.details.fact("Model") == "minilm"
+
+
+def test_system_jobs_are_hidden_unless_asked_for(canned_runs, qtbot):
+    page, engine, jobs = canned_runs
+    probe = jobs[0]
+    shown = [page._job_at(page.proxy.index(r, 0))["id"] for r in range(page.proxy.rowCount())]
+    assert probe["id"] not in shown and len(shown) == len(jobs) - 1
+    page.system_check.setChecked(True)
+    assert page.proxy.rowCount() == len(jobs)
+    page.system_check.setChecked(False)
+    # A new probe started while the page is open stays out of the list too.
+    engine.client.publish("jobs", {**probe, "id": "r20261201-2001-gggggg", "state": "running"})
+    assert page.proxy.rowCount() == len(jobs) - 1
+    # Opening a system job by id (from elsewhere) shows it, turning the toggle on.
+    assert page.select_run(probe["id"]) and page.system_check.isChecked()
+
+
+def test_only_system_jobs_show_the_empty_state(qtbot):
+    from app.pages.runs import RunsPage
+    from tests.app.test_compress_wizard import fake_engine, settle
+
+    probe = canned_jobs()[0]
+    engine = fake_engine({"jobs.list": {"jobs": [probe]}, "queue.get": QUEUE, "jobs.get": probe,
+                          "jobs.logs": {"lines": []}})
+    page = RunsPage(engine)
+    qtbot.addWidget(page)
+    page.show()
+    settle(qtbot, engine.client)
+    assert page.list_stack.currentWidget() is page.empty
+    page.system_check.setChecked(True)
+    assert page.list_stack.currentWidget() is page.table
