@@ -190,3 +190,21 @@ def test_activity_shows_a_running_fine_tune_and_stops_it(qtbot, make_window, gui
     assert stopped.level == "info" and stopped.title == "Fine-tune “long run” stopped"
     with EngineClient.connect(gui_home, client="test-check", timeout=30) as c:
         assert c.call("jobs.get", id=job_id)["state"] == "stopped"
+
+
+def test_system_jobs_send_no_notification(qtbot):
+    from tests.app.test_compress_wizard import fake_engine
+
+    engine = fake_engine({})
+    centre = NotificationCentre()
+    notifications.JobWatcher(centre, engine.client, centre)  # what watch() adds for job endings
+    probe = {"id": "r-probe", "kind": "system.probe", "name": "system.probe", "spec": {}, "error": None}
+    for state in ("running", "succeeded"):
+        engine.client.publish("jobs", {**probe, "state": state})
+    engine.client.publish("jobs", {**probe, "id": "r-probe-2", "state": "failed",
+                                   "error": {"message": "nvidia-smi hung"}})
+    assert centre.entries == []  # Settings shows a probe's outcome where it was asked for
+    engine.client.publish("jobs", {"id": "r-tune", "kind": "train.finetune", "name": "tickets", "state": "running"})
+    engine.client.publish("jobs", {"id": "r-tune", "kind": "train.finetune", "name": "tickets",
+                                   "state": "succeeded", "started_at": 1.0, "ended_at": 61.0})
+    assert [e.title for e in centre.entries] == ["Fine-tune “tickets” finished"]

@@ -197,3 +197,25 @@ def test_variants_without_variants_say_go_compress(qtbot, make_window):
     assert variants.no_variants.title_label.text() == "No variants yet"
     qtbot.mouseClick(variants.no_variants.action_button, Qt.MouseButton.LeftButton)
     assert current_key(window) == "compress"
+
+
+def test_recent_runs_leave_out_system_jobs_and_name_variants_by_their_parent(qtbot):
+    from app.pages.welcome import RECENT_LIMIT, WelcomePage
+    from tests.app.test_compress_wizard import fake_engine, settle
+    from tests.app.test_runs_page import canned_jobs
+
+    jobs = canned_jobs()
+    probe, _mine, _pruned, export, int8, _parent = jobs
+    engine = fake_engine({"jobs.list": {"jobs": jobs}})
+    page = WelcomePage(engine)
+    qtbot.addWidget(page)
+    settle(qtbot, engine.client)
+    # Enough records that probes cannot crowd the runs out, and that a variant's parent is at hand.
+    assert engine.client.sent("jobs.list")[0]["limit"] > RECENT_LIMIT
+    assert probe["id"] not in page.recent_ids() and len(page.recent_ids()) == len(jobs) - 1
+    lines = {page.recent_list.item(i).data(Qt.ItemDataRole.UserRole): page.recent_list.item(i).text()
+             for i in range(page.recent_list.count())}
+    assert lines[int8["id"]].startswith("int8 of text-lora-1201-1932  ·  Quantization  ·  succeeded")
+    assert lines[export["id"]].startswith("export of int8 of text-lora-1201-1932  ·  Export")
+    engine.client.publish("jobs", {**probe, "id": "r-probe-2", "state": "running"})  # a probe started now
+    assert "r-probe-2" not in page.recent_ids()
