@@ -285,3 +285,52 @@ def test_external_data_above_the_limit(image, tmp_path, monkeypatch, opset):
     assert "model.onnx.data" in {Path(f).name for f in pkg["files"]}
     for fmt, where in (("onnx", path), ("ort", pkg["path"])):
         assert parity.check(fmt, where, image["task"], image["batches"], image["reference"], TOLERANCE)["passed"]
+
+
+@pytest.fixture(scope="module")
+def int8_digits(tmp_path_factory):
+    """The digits CNN as the compression job leaves a dynamic int8 variant: opset 17, MatMulInteger/ConvInteger."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tests.engine.export_models import export_digits
+
+    home = tmp_path_factory.mktemp("int8")
+    fp32 = export_digits(home, opset=17)
+    path = home / "variant" / "model.onnx"
+    path.parent.mkdir()
+    quantize_dynamic(str(fp32["path"]), str(path), weight_type=QuantType.QInt8)
+    return {"path": path, "batch": fp32["batch"]}
+
+
+def _logits(path, batch) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path)).run(["logits"], {"pixel_values": batch["pixel_values"].numpy()})[0]
+
+
+def test_a_variants_onnx_is_converted_to_the_opset_asked(int8_digits, tmp_path):
+    from engine.export.onnx import copy_variant
+
+    src = int8_digits["path"]
+    same = copy_variant(src, tmp_path / "same" / "model.onnx", {"ember.task": "image_classification"}, 17)
+    assert same["opset"] == 17 and same["converted_from"] is None and same["exporter"] == "copied (quantized variant)"
+    res = copy_variant(src, tmp_path / "onnx" / "model.onnx", {"ember.task": "image_classification"}, 18)
+    model = onnx.load(res["path"])
+    assert res["opset"] == 18 and res["converted_from"] == 17 and "converted from opset 17" in res["exporter"]
+    assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) == 18
+    assert {p.key: p.value for p in model.metadata_props}["ember.task"] == "image_classification"
+    assert [i["name"] for i in res["inputs"]] == ["pixel_values"]
+    # The same int8 model, at another opset: the same logits.
+    assert np.array_equal(_logits(res["path"], int8_digits["batch"]), _logits(src, int8_digits["batch"]))
+
+
+def test_a_variants_onnx_that_cannot_be_converted_stops_the_export(int8_digits, tmp_path):
+    from engine.export.onnx import copy_variant
+
+    dst = tmp_path / "onnx" / "model.onnx"
+    # ONNX's converter has no adapter taking this graph's Reshape below opset 14.
+    with pytest.raises(JobFailed) as err:
+        copy_variant(int8_digits["path"], dst, {}, 13)
+    assert "opset 17" in str(err.value) and "to opset 13" in str(err.value)
+    assert "opset: 17" in err.value.hint
+    assert not dst.exists()

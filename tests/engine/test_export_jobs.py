@@ -79,7 +79,10 @@ def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot
             parity = _result(job)["formats"][fmt]["parity"]
             assert not parity["enforced"] and parity["samples"] == 48
             assert 0.5 <= parity["top1_agreement"] <= 1.0  # int8 against its fp32 parent: reported
-            assert parent["id"] in parity["reference"]
+            assert parent["id"] in parity["reference"] and parity["reported_because"] == "quantized"
+        # The compression job wrote opset 17; the export applies the asked (default) opset 18 by converting it.
+        onnx_entry = _result(job)["formats"]["onnx"]
+        assert onnx_entry["opset"] == 18 and onnx_entry["converted_from"] == 17
         # TorchScript needs torch weights: refused before anything is written.
         refused = finish(c, c.call("jobs.start", kind="export.model",
                                    spec={"source_run": variant["id"], "formats": ["onnx", "torchscript"]})["id"])
