@@ -50,6 +50,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets import wheel_guard
+
 AUTO_NAME = "emberAutoName"  # dynamic property: the name this module set (so it may refresh it)
 AUTO_DESCRIPTION = "emberAutoDescription"
 HEADING_ROLES = ("h1", "h2", "h3", "title")  # label roles (app.style) that title what follows them
@@ -390,5 +392,6 @@ class _Watcher(QObject):
 
 def install_accessibility(window: QWidget) -> None:
     """Apply ``make_accessible`` to ``window`` now and keep it applied as pages and dialogs change."""
+    wheel_guard.install()  # scrolling a form never changes a drop-down or spin box under the pointer
     make_accessible(window)
     window.accessibility_watcher = _Watcher(window)

@@ -65,6 +65,48 @@ TERMS: dict[str, str] = {
                        "length of a long one.",
     "warmup": "The learning rate starts near zero and rises over the first steps, which keeps early "
               "training stable.",
+    # The wizard's fields
+    "strategy": "How the work is split across processes: one process, a full model copy per process (DDP), "
+                "or the model's training state split between them (FSDP2, DeepSpeed ZeRO).",
+    "processes": "How many training processes run on this machine, each with its share of every batch; on "
+                 "a GPU machine, one per GPU.",
+    "device": "Where the maths runs: a CUDA GPU when there is one (much faster), else the CPU.",
+    "learning rate": "How far each update moves the weights: too high and training diverges, too low and "
+                     "it learns slowly; adapters want a larger rate than a full fine-tune.",
+    "batch size": "How many examples each process reads per step: larger is faster per example and smoother, "
+                  "but needs more memory.",
+    "training length": "How long training runs, in optimizer steps or in passes over the training data "
+                       "(epochs).",
+    "schedule": "How the learning rate changes over the run: falling linearly or along a cosine to zero, "
+                "staying constant, or rising then falling (one cycle).",
+    "evaluation interval": "How many steps pass between two measurements on the validation data; each one "
+                           "adds a point to the Monitor's eval chart.",
+    "checkpoint interval": "How many steps pass between two saved checkpoints; a stopped or crashed run "
+                           "resumes from the last one.",
+    "LoRA rank": "The size of the adapter matrices: a higher rank can learn more, and costs more memory and "
+                 "a larger adapter.",
+    "LoRA alpha": "Scales what the adapter adds to the model; the ratio alpha / rank is what matters, and "
+                  "twice the rank is a common choice.",
+    "LoRA dropout": "A share of the adapter's inputs dropped at random while training, which makes it less "
+                    "likely to memorise a small dataset.",
+    "target modules": "The layers that get LoRA adapters; left empty, the attention and MLP projections the "
+                      "architecture is known for.",
+    "virtual tokens": "How many learned tokens prompt tuning puts before every input: more can learn more, "
+                      "and use up more of the sequence.",
+    "tokens per example": "Each example is cut to this many tokens; longer takes more memory and time, "
+                          "shorter may cut off the text that matters.",
+    "image size": "Every image is resized to this many pixels per side before training.",
+    "validation share": "The share of your data held out to measure the model on examples it never trained "
+                        "on; ignored when a separate validation file is given.",
+    "text column": "The column (or JSON field) of your file that holds the text to classify.",
+    "label column": "The column (or JSON field) of your file that holds each example's class.",
+    "run on": "This machine alone, or several machines at once: this one and training hosts reached over SSH, "
+              "as one run.",
+    "rendezvous": "The address and port where the machines of a multi-machine run find each other before "
+                  "training starts; node 0 listens there.",
+    "augmentation": "Random changes to the training images (crops, flips, colour) so the model learns the "
+                    "class rather than the exact picture.",
+    "run name": "The name the run is listed under in Runs and saved under with its job file.",
     # Compression
     "QDQ": "Quantize-DeQuantize pairs around each int8 operation in an ONNX graph, the form TensorRT and "
            "ONNX Runtime read int8 models in.",
@@ -157,6 +199,11 @@ def term_tooltip(term: str, extra: str = "") -> str:
     key = _term(term)
     text = f"<b>{html.escape(key, quote=False)}</b>: {html.escape(TERMS[key], quote=False)}"
     return f"{text}<br>{html.escape(extra, quote=False)}" if extra else text
+
+
+def field_tooltip(term: str, key: str, extra: str = "") -> str:
+    """A form field's tooltip: its term explained, ``extra``, then the job file's key for it."""
+    return term_tooltip(term, " ".join(part for part in (extra, f"Job file: {key}.") if part))
 
 
 def option_tooltip(key: str, extra: str = "") -> str:

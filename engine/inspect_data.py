@@ -38,29 +38,35 @@ def _split_sizes(n: int, fraction: float) -> tuple[int, int]:
 
 def _text(spec: TrainSpec, n: int) -> dict[str, Any]:
     from engine.tasks import text_classification as tc
+    from engine.tasks.text_files import column_profile, guess_columns
 
     src = tc._sources(spec)
     # An issue with a file is the dataset's (an archive that cannot be unpacked); else a built-in name's.
     issues = [_issue(i, _field_of(i, spec) if i.file else "data.builtin" if "dataset" in i.message else "model")
               for i in src.issues]
+    # The file's own columns, so the form offers them (and a guess) instead of a free-text name.
+    profile = column_profile(src.train) if src.train and spec.data.path else []
+    found_columns = {"file_columns": profile, "column_guess": guess_columns(profile)}
     if not src.train:
         return {"kind": "table", "columns": [], "rows": [], "class_counts": {}, "n_train": 0, "n_val": 0,
-                "issues": issues}
+                "issues": issues, **found_columns}
     train = tc.read_rows(src.train, src.text_column, src.label_column, "data.path")
     val = tc.read_rows(src.val, src.text_column, src.label_column, "data.val_path") if src.val else None
     found = train.issues + (val.issues if val else [])
     if train.texts:
         found += tc._label_issues(spec, train, val)
     issues += [_issue(i, _field_of(i, spec)) for i in found]
+    # One rule for every dataset: the class counts are the training split's, as training will see it.
     if val is not None:
-        n_train, n_val = len(train.texts), len(val.texts)
+        train_labels, n_val = train.labels, len(val.texts)
     else:
-        n_train, n_val = _split_sizes(len(train.texts), spec.data.val_fraction)
+        train_idx, val_idx = tc.split(train.labels, spec.data.val_fraction, spec.seed)
+        train_labels, n_val = [train.labels[i] for i in train_idx], len(val_idx)
     rows = [{"line": str(line), src.text_column: text[:CELL_CHARS], src.label_column: label}
             for line, text, label in zip(train.lines[:n], train.texts[:n], train.labels[:n], strict=True)]
     return {"kind": "table", "columns": ["line", src.text_column, src.label_column], "rows": rows,
-            "class_counts": dict(sorted(Counter(train.labels).items())), "n_train": n_train, "n_val": n_val,
-            "issues": issues}
+            "class_counts": dict(sorted(Counter(train_labels).items())), "n_train": len(train_labels),
+            "n_val": n_val, "issues": issues, **found_columns}
 
 
 def _thumbnail(path: Path) -> str:
@@ -82,14 +88,13 @@ def _images(spec: TrainSpec, n: int) -> dict[str, Any]:
 
     train, val, found = ic._check_data(spec)
     issues = [_issue(i, _field_of(i, spec)) for i in found]
-    counts = {name: len(files) for name, files in sorted(train.items())}
-    total = sum(counts.values())
     if val is not None:
-        n_train, n_val = total, sum(len(files) for files in val.values())
+        split_train, split_val = train, val
     else:
         split_train, split_val = ic._split(train, spec.data.val_fraction, spec.seed) if train else ({}, {})
-        n_train = sum(len(f) for f in split_train.values())
-        n_val = sum(len(f) for f in split_val.values())
+    # The training split's counts, as for text: what training will see.
+    counts = {name: len(files) for name, files in sorted(split_train.items())}
+    n_train, n_val = sum(counts.values()), sum(len(f) for f in split_val.values())
     thumbs: list[dict[str, str]] = []
     # Round-robin over classes so the grid shows every class, not n of the first.
     queues = {name: list(files[:n]) for name, files in sorted(train.items())}

@@ -104,18 +104,53 @@ class DeviceBar(QWidget):
 
 
 class Legend(QWidget):
+    """A swatch and name per part, wrapped onto more lines when the card is narrow (never cut)."""
+
+    ROW = 18
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    @staticmethod
+    def entries() -> tuple[tuple[str, str, QColor], ...]:
+        return (*PARTS, ("headroom", "Free", TRACK))
+
+    def _places(self, width: int) -> list[tuple[int, int, str, QColor]]:
+        """(x, row, name, colour) of each entry, wrapping at ``width``."""
+        metrics = self.fontMetrics()
+        x, row, out = 0, 0, []
+        for _key, name, colour in self.entries():
+            w = 14 + metrics.horizontalAdvance(name)
+            if x and x + w > width:
+                x, row = 0, row + 1
+            out.append((x, row, name, colour))
+            x += w + 14
+        return out
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt override
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
+        return (max(row for _x, row, _n, _c in self._places(width)) + 1) * self.ROW
+
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
-        return QSize(520, 18)
+        width = sum(28 + self.fontMetrics().horizontalAdvance(name) for _k, name, _c in self.entries())
+        return QSize(width, self.ROW)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        widest = max(self.fontMetrics().horizontalAdvance(name) for _k, name, _c in self.entries())
+        return QSize(14 + widest, self.ROW)
 
     def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
         painter = QPainter(self)
-        metrics = painter.fontMetrics()
-        x = 0
-        for _key, name, colour in (*PARTS, ("headroom", "Free", TRACK)):
-            painter.fillRect(x, 4, 10, 10, colour)
+        for x, row, name, colour in self._places(self.width()):
+            y = row * self.ROW
+            painter.fillRect(x, y + 4, 10, 10, colour)
             painter.setPen(QColor("#5a6472"))
-            painter.drawText(x + 14, 14, name)
-            x += 14 + metrics.horizontalAdvance(name) + 14
+            painter.drawText(x + 14, y + 14, name)
         painter.end()
 
 
@@ -144,7 +179,6 @@ class FitBars(QWidget):
         self._devices.setSpacing(6)
         column.addLayout(self._devices)
         self.legend = Legend()
-        self.legend.setMinimumHeight(18)
         column.addWidget(self.legend)
         self.throughput = label("", "muted", wrap=True)
         column.addWidget(self.throughput)
@@ -219,15 +253,15 @@ class FitBars(QWidget):
     def _add_device(self, device: dict[str, Any]) -> None:
         total, capacity = device.get("total"), device.get("capacity")
         name = str(device.get("name") or device.get("kind") or "device")
-        if device.get("rank") is not None:
-            name = f"{name} (rank {device['rank']})"
+        if device.get("rank") is not None and f"rank {device['rank']}" not in name:
+            name = f"{name} (rank {device['rank']})"  # the engine may have named it already
         row = QHBoxLayout()
         title = label(name)
-        title.setMinimumWidth(140)
+        title.setMinimumWidth(min(140, title.sizeHint().width()))
         row.addWidget(title)
         row.addWidget(DeviceBar(device), 1)
         amount = label(f"{fmt.size(total)} of {fmt.size(capacity)}", "muted")
-        amount.setMinimumWidth(130)
+        amount.setMinimumWidth(min(130, amount.sizeHint().width()))
         row.addWidget(amount)
         holder = QWidget()
         holder.setLayout(row)

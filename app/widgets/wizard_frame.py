@@ -30,8 +30,13 @@ class WizardFrame:
 
 
 def build_wizard_frame(outer: QVBoxLayout, steps: Sequence[QWidget], go_to: Callable[[int], None],
-                       current: Callable[[], int], primary: tuple[str, str, Callable[[], None]]) -> WizardFrame:
-    """Lay out ``steps`` in ``outer``; ``primary`` is (text, tooltip, slot) of the last button."""
+                       current: Callable[[], int], primary: tuple[str, str, Callable[[], None]],
+                       widest: str = "") -> WizardFrame:
+    """Lay out ``steps`` in ``outer``; ``primary`` is (text, tooltip, slot) of the last button.
+
+    ``widest`` is the longest text the primary button will show ("Start 12 jobs"): its width is
+    kept from the start, so Back and Next never jump sideways when the text changes.
+    """
     indicator = QHBoxLayout()
     indicator.setSpacing(6)
     buttons: list[QPushButton] = []
@@ -73,6 +78,10 @@ def build_wizard_frame(outer: QVBoxLayout, steps: Sequence[QWidget], go_to: Call
     main.setProperty("role", "primary")
     main.setToolTip(tip)
     main.clicked.connect(slot)
+    if widest:
+        main.setText(widest)
+        main.setMinimumWidth(main.sizeHint().width())
+        main.setText(text)
     for button in (back, forward, main):
         footer.addWidget(button)
     outer.addLayout(footer)

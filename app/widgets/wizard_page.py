@@ -38,9 +38,10 @@ class WizardPage(QWidget):
         self._outer.addWidget(label(self.title, "h1"))
         self._outer.addWidget(label(self.intro, "muted", wrap=True))
 
-    def build_frame(self, primary: tuple[str, str, Callable[[], None]]) -> None:
-        """Lay out ``steps``; ``primary`` is (text, tooltip, slot) of ``run_button``. Any step's change refreshes."""
-        frame = build_wizard_frame(self._outer, self.steps, self.go_to, self.current_step, primary)
+    def build_frame(self, primary: tuple[str, str, Callable[[], None]], widest: str = "") -> None:
+        """Lay out ``steps``; ``primary`` is (text, tooltip, slot) of ``run_button``, ``widest`` its longest
+        text (its width is kept from the start). Any step's change refreshes."""
+        frame = build_wizard_frame(self._outer, self.steps, self.go_to, self.current_step, primary, widest)
         self.step_buttons, self.stack = frame.step_buttons, frame.stack
         self.status_label, self.back_button, self.next_button = frame.status_label, frame.back_button, frame.next_button
         self.run_button = frame.primary_button

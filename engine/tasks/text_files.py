@@ -211,3 +211,74 @@ def _parse_jsonl(rows: Rows, lines: list[str], bad: set[int], text_column: str, 
         return
     for n, obj in objects:
         _check_row(rows, add, n, obj.get(text_column), obj.get(label_column), "field", text_column, label_column)
+
+
+PROFILE_ROWS = 2000  # enough rows to tell a text column from a label column, cheap on any file
+
+
+def column_profile(path: str) -> list[dict[str, Any]]:
+    """The columns (CSV/TSV header, JSONL keys) of a data file, each with what tells text from labels.
+
+    Each entry: ``name``, ``mean_chars`` (average length of its values), ``distinct`` (different
+    values) and ``filled`` (rows with a value), over the first PROFILE_ROWS rows. An unreadable or
+    unsupported file gives []: read_rows reports why.
+    """
+    p = Path(path).expanduser()
+    suffix = p.suffix.lower()
+    if suffix not in (".csv", ".tsv", ".jsonl", ".ndjson") or not p.is_file():
+        return []
+    try:
+        with p.open(encoding="utf-8-sig", errors="replace", newline="") as f:
+            lines = [line for _n, line in zip(range(PROFILE_ROWS + 1), f, strict=False)]
+    except OSError:
+        return []
+    values: dict[str, list[str]] = {}
+    if suffix in (".csv", ".tsv"):
+        lines = [line for line in lines if line.strip()]
+        if not lines:
+            return []
+        delimiter = "\t" if suffix == ".tsv" else max(",;\t", key=lambda d: (lines[0].count(d), d == ","))
+        try:
+            records = list(csv.reader(lines, delimiter=delimiter))
+        except csv.Error:
+            return []
+        header = [h.strip() for h in records[0]]
+        for name in header:
+            values.setdefault(name, [])
+        for record in records[1:]:
+            for name, value in zip(header, record, strict=False):
+                if value.strip():
+                    values[name].append(value.strip())
+    else:
+        for line in lines:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                for name, value in obj.items():
+                    column = values.setdefault(str(name), [])
+                    if isinstance(value, (str, int, float, bool)) and str(value).strip():
+                        column.append(str(value).strip())
+    return [{"name": name, "mean_chars": round(sum(map(len, vals)) / len(vals), 1) if vals else 0.0,
+             "distinct": len(set(vals)), "filled": len(vals)} for name, vals in values.items() if name]
+
+
+def guess_columns(profile: list[dict[str, Any]]) -> dict[str, str]:
+    """The likeliest text column (the longest values) and label column (the fewest distinct values, 2 or more).
+
+    Returns ``{"text_column": .., "label_column": ..}`` with what it could guess; a guess is
+    only offered, the user's choice stands.
+    """
+    filled = [c for c in profile if c["filled"]]
+    guess: dict[str, str] = {}
+    if not filled:
+        return guess
+    text = max(filled, key=lambda c: (c["mean_chars"], c["distinct"]))
+    guess["text_column"] = text["name"]
+    # A label repeats: a column with a different value on every row (an id) is not one.
+    labels = [c for c in filled if c["name"] != text["name"] and c["distinct"] >= 2
+              and (c["distinct"] < c["filled"] or c["filled"] < 4)]
+    if labels:
+        guess["label_column"] = min(labels, key=lambda c: (c["distinct"], c["mean_chars"]))["name"]
+    return guess

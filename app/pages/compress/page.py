@@ -49,7 +49,8 @@ class CompressPage(WizardPage):
         self.source_step, self.techniques_step = SourceStep(), TechniquesStep()
         self.settings_step, self.review_step, self.run_step = SettingsStep(), ReviewStep(), RunStep()
         self.steps = [self.source_step, self.techniques_step, self.settings_step, self.review_step, self.run_step]
-        self.build_frame(("Start", "Start one job per ticked technique, as shown on Review", self.start))
+        self.build_frame(("Start", "Start one job per ticked technique, as shown on Review", self.start),
+                         widest="Start 12 jobs")
         # What tests and the end-to-end test drive (source_list and review_view come from build_frame).
         self.technique_checks = self.techniques_step.technique_checks
         self.job_rows: list[JobRow] = self.run_step.job_rows

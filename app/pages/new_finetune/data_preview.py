@@ -22,6 +22,7 @@ from app.widgets.class_balance import ClassBalanceChart
 from app.widgets.common import label
 
 THUMB_PX = 72
+SMALL_VALIDATION = 30  # fewer held-out examples than this and one example moves accuracy by over 3 points
 
 
 def pixmap_from_base64(data: str) -> QPixmap:
@@ -69,6 +70,18 @@ class ThumbGrid(QWidget):
         self.setVisible(bool(samples))
 
 
+def validation_warning(n_val: Any) -> str:
+    """A warning when too few examples are held out for the evaluation to mean much ('' otherwise)."""
+    if not isinstance(n_val, int) or n_val >= SMALL_VALIDATION:
+        return ""
+    if n_val == 0:
+        return ("No examples are held out for validation, so the run cannot be evaluated. Hold out a "
+                "share (Held out for validation) or add a validation file.")
+    return (f"Only {n_val} example{'s' if n_val > 1 else ''} held out for validation: each one is "
+            f"{100 / n_val:.0f}% of the evaluation, so its figures will be noisy. Hold out a larger share "
+            "(Held out for validation) or add examples.")
+
+
 class DataPreview(QWidget):
     """Fill with ``show(reply)`` from data.inspect; ``clear()`` while a new check runs."""
 
@@ -79,6 +92,8 @@ class DataPreview(QWidget):
         column.setSpacing(10)
         self.sizes = label("", "muted", wrap=True)
         column.addWidget(self.sizes)
+        self.val_warning = label("", "error", wrap=True)
+        column.addWidget(self.val_warning)
         self.table = QTableWidget()
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
@@ -89,7 +104,9 @@ class DataPreview(QWidget):
         column.addWidget(self.table)
         self.thumbs = ThumbGrid()
         column.addWidget(self.thumbs)
-        self.balance_title = label("Examples per class", "h2")
+        self.balance_title = label("Examples per class (training split)", "h2")
+        self.balance_title.setToolTip("What training sees: the rows left after holding out the validation "
+                                      "share, or the whole training file when there is a validation file")
         column.addWidget(self.balance_title)
         self.balance = ClassBalanceChart()
         column.addWidget(self.balance)
@@ -99,6 +116,7 @@ class DataPreview(QWidget):
 
     def clear(self) -> None:
         self.sizes.setText("")
+        self.val_warning.hide()
         self.table.clear()
         self.table.setRowCount(0)
         self.table.hide()
@@ -112,6 +130,8 @@ class DataPreview(QWidget):
         if isinstance(n_train, int):
             val = f", {n_val:,} for validation" if isinstance(n_val, int) else ""
             self.sizes.setText(f"{n_train:,} examples for training{val}.")
+        self.val_warning.setText(validation_warning(n_val) if isinstance(n_train, int) else "")
+        self.val_warning.setVisible(bool(self.val_warning.text()))
         if reply.get("kind") == "images":
             self.thumbs.set_samples(reply.get("thumbnails") or [])
         else:

@@ -70,10 +70,13 @@ class NodeRow(QWidget):
         self.rank_label.setFixedWidth(120)
         self.host_combo = QComboBox()
         self.host_combo.setMinimumWidth(140)
+        self.host_combo.setToolTip("The machine this node runs on: this one, or a training host of the Hosts "
+                                   "page. Job file: distributed.nodes[].host.")
         self.nproc_spin = QSpinBox()
         self.nproc_spin.setRange(1, MAX_NPROC)
         self.nproc_spin.setSuffix(" process(es)")
-        self.nproc_spin.setToolTip("Processes on this node: one per GPU, or CPU processes")
+        self.nproc_spin.setToolTip("Processes on this node: one per GPU, or CPU processes. "
+                                   "Job file: distributed.nodes[].nproc.")
         self.remove_button = QPushButton("Remove")
         self.readiness = label("", "muted", wrap=True)
         self.readiness.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

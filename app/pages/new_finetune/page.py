@@ -18,7 +18,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine_process import EngineProcess
-from app.pages.new_finetune.parts import Step, error_text
+from app.pages.new_finetune.field_labels import on_screen
+from app.pages.new_finetune.parts import Step, error_text, problem_line
 from app.pages.new_finetune.spec_tools import (
     KIND,
     deep_merge,
@@ -210,9 +211,9 @@ class NewFinetunePage(QWidget):
     # -- launch -------------------------------------------------------------------------
 
     def blockers(self) -> list[str]:
-        problems = [f"{path or 'spec'}: {m}" for path, msgs in self.errors.items() for m in msgs]
+        problems = [problem_line(path, m) for path, msgs in self.errors.items() for m in msgs]
         for step in (self.model_step, self.data_step, self.review_step):
-            problems += step.blocking()
+            problems += [on_screen(p) for p in step.blocking()]
         return problems
 
     def busy(self) -> bool:

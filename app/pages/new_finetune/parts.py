@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from app.pages.new_finetune.field_labels import field_message, label_for, on_screen
 from app.pages.new_finetune.spec_tools import issue_where
 from app.widgets.common import label
 from engine.protocol import METHOD_NOT_FOUND, RpcError
@@ -46,12 +47,15 @@ class IssueList(QWidget):
         self.issues = list(issues)
         for issue in self.issues[:20]:
             where = issue_where(issue)
-            text = f"{where}: {issue.get('message', '')}" if where else str(issue.get("message", ""))
+            message = on_screen(str(issue.get("message", "")))
+            text = f"{where}: {message}" if where else message
             line = label(text, "error", wrap=True)
             line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self._box.addWidget(line)
             if issue.get("hint"):
-                self._box.addWidget(label(f"Fix: {issue['hint']}", "muted", wrap=True))
+                fix = label(f"Fix: {on_screen(issue['hint'])}", "muted", wrap=True)
+                fix.setToolTip(f"In the job file: {issue['hint']}")  # the keys, for whoever edits the YAML
+                self._box.addWidget(fix)
         if len(self.issues) > 20:
             self._box.addWidget(label(f"…and {len(self.issues) - 20} more.", "error"))
         self.setVisible(bool(self.issues))
@@ -142,6 +146,12 @@ class DebouncedRequest:
         fn(value)
 
 
+def problem_line(path: str, message: str) -> str:
+    """One of the problems the status line and Review list: "Batch size must be at least 1"."""
+    text = field_message(path, message) if path else on_screen(message)
+    return text if path and text.startswith(label_for(path)) else f"{label_for(path) or 'Spec'}: {text}"
+
+
 def error_text(err: Any) -> str:
     hint = (getattr(err, "data", None) or {}).get("hint") if isinstance(err, RpcError) else None
     return f"{getattr(err, 'message', err)}" + (f" ({hint})" if hint else "")
@@ -174,14 +184,20 @@ class Step(QWidget):
     def show_errors(self, errors: dict[str, list[str]]) -> None:
         shown: dict[FieldMessage, list[str]] = {m: [] for m in self.field_messages.values()}
         shown[self.general_message] = []
+        keys: dict[FieldMessage, list[str]] = {}
         for path, messages in errors.items():
             match = max((p for p in self.field_messages if path == p or path.startswith(p + ".")),
                         key=len, default=None)
             target = self.field_messages[match] if match else self.general_message
-            prefix = "" if match == path or path in self.prefixes else f"{path}: "
-            shown[target].extend(prefix + m for m in messages)
+            # On screen a field is named by its label ("Batch size must be at least 1"); the job
+            # file's key is in the tooltip.
+            shown[target].extend(field_message(path, m) if path else on_screen(m) for m in messages)
+            if path:
+                keys.setdefault(target, []).append(path)
         for widget, messages in shown.items():
             widget.set_messages(messages)
+            paths = keys.get(widget)
+            widget.setToolTip(f"In the job file: {', '.join(dict.fromkeys(paths))}" if paths else "")
 
     def emit_changed(self, *_args: Any) -> None:
         if not self._loading:

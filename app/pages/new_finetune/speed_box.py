@@ -131,3 +131,14 @@ class SpeedBox(QWidget):
             num_workers=None if workers == AUTO_WORKERS else workers,
             packing=self.packing_check.isChecked() and self.packing_check.isEnabled(),
             group_by_length=self.group_check.isChecked() and self.group_check.isEnabled())
+
+    def summary(self) -> str:
+        """The card's choices in a few words ("speed: all auto", or what differs from auto)."""
+        chosen = [f"{name} {combo.currentData()}" for name, combo in
+                  (("attention", self.attention_combo), ("torch.compile", self.compile_combo),
+                   ("AdamW", self.optimizer_combo)) if combo.currentData() != "auto"]
+        if self.workers_spin.value() != AUTO_WORKERS:
+            chosen.append(f"{self.workers_spin.value()} data workers")
+        chosen += [name for name, check in (("packing", self.packing_check), ("length grouping", self.group_check))
+                   if check.isChecked() and check.isEnabled()]
+        return "speed: " + (", ".join(chosen) if chosen else "all auto")

@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.glossary import field_tooltip
+from app.pages.new_finetune.column_field import ColumnField
 from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
 from app.pages.new_finetune.parts import (
     Busy,
@@ -38,6 +40,7 @@ from app.pages.new_finetune.spec_tools import (
     route_issue,
 )
 from app.widgets.common import card, label
+from app.widgets.reflow import Reflow
 from engine.train_spec import BUILTIN_DATA
 
 BUILTIN_TEXT = {
@@ -85,8 +88,8 @@ class DataStep(Step):
         outer.addWidget(step_header("Which data?", "Use the built-in dataset, or your own file or "
                                     "folder. Ember reads it now and lists any problem with the "
                                     "file and line, before anything starts."))
-        columns = QHBoxLayout()
-        columns.setSpacing(14)
+        # The form beside its preview on a wide window, the preview under it on a narrow one.
+        columns = Reflow(spacing=14, wide=860)
         left = QVBoxLayout()
         left.setSpacing(14)
 
@@ -110,19 +113,24 @@ class DataStep(Step):
         row = QHBoxLayout(path_row)
         row.setContentsMargins(0, 0, 0, 0)
         self.path_edit = QLineEdit()
+        self.path_edit.setMinimumWidth(180)  # a path must stay readable beside Browse…
         self.browse_button = QPushButton("Browse…")
         self.browse_button.clicked.connect(self._browse)
         row.addWidget(self.path_edit, 1)
         row.addWidget(self.browse_button)
         self.path_label = label("File")
         custom.addRow(self.path_label, with_message(path_row, self.message_for("data.path")))
-        self.text_column_edit = QLineEdit("text")
-        self.label_column_edit = QLineEdit("label")
+        # Drop-downs of the file's columns once it is read; any name can still be typed.
+        self.text_column_edit = ColumnField("text")
+        self.label_column_edit = ColumnField("label")
         self.text_column_label, self.label_column_label = label("Text column"), label("Label column")
         custom.addRow(self.text_column_label,
                       with_message(self.text_column_edit, self.message_for("data.text_column")))
         custom.addRow(self.label_column_label,
                       with_message(self.label_column_edit, self.message_for("data.label_column")))
+        self.columns_note = label("", "muted", wrap=True)
+        self.columns_note.hide()
+        custom.addRow("", self.columns_note)
         self.path_help = label("", "muted", wrap=True)
         custom.addRow("", self.path_help)
         box.addWidget(self.custom_box)
@@ -130,11 +138,11 @@ class DataStep(Step):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         self._form = form
-        self.max_length_spin = _spin(8, 32768, 128, 16)
+        self.max_length_spin = _spin(1, 32768, 128, 16)  # under 8 is shown with the reason
         self.max_length_label = label("Tokens per example")
         form.addRow(self.max_length_label,
                     with_message(self.max_length_spin, self.message_for("data.max_length")))
-        self.image_size_spin = _spin(16, 1024, 32, 8)
+        self.image_size_spin = _spin(1, 1024, 32, 8)  # under 16 is shown with the reason
         self.image_size_label = label("Image size (px)")
         form.addRow(self.image_size_label,
                     with_message(self.image_size_spin, self.message_for("data.image_size")))
@@ -173,7 +181,7 @@ class DataStep(Step):
         box.addWidget(self.aug_samples)
         left.addWidget(self.augment_card)
         left.addStretch(1)
-        columns.addLayout(left, 2)
+        columns.add(left, 2)
 
         frame, box = card()
         box.addWidget(label("Preview", "h2"))
@@ -187,8 +195,26 @@ class DataStep(Step):
         self.note.hide()
         box.addWidget(self.note)
         box.addStretch(1)
-        columns.addWidget(frame, 3)
-        outer.addLayout(columns)
+        columns.add(frame, 3)
+        outer.addWidget(columns)
+
+        # What each field means, and its key in the job file (app/glossary.py).
+        self.builtin_radio.setToolTip("The dataset that ships with Ember Studio for this task. Job file: data.builtin.")
+        self.custom_radio.setToolTip("Your own file or folder. Job file: data.path.")
+        self.path_edit.setToolTip("The data file (CSV, TSV, JSONL) or image folder, on the machine that trains. "
+                                  "Job file: data.path.")
+        self.text_column_edit.setToolTip(field_tooltip("text column", "data.text_column"))
+        self.label_column_edit.setToolTip(field_tooltip("label column", "data.label_column"))
+        self.max_length_spin.setToolTip(field_tooltip("tokens per example", "data.max_length", "8 to 32,768."))
+        self.image_size_spin.setToolTip(field_tooltip("image size", "data.image_size", "16 to 1,024."))
+        self.val_fraction_spin.setToolTip(field_tooltip("validation share", "data.val_fraction"))
+        self.crop_check.setToolTip(field_tooltip("augmentation", "data.augment.random_resized_crop"))
+        self.crop_scale_spin.setToolTip(field_tooltip("augmentation", "data.augment.crop_scale_min",
+                                                      "The smallest share of the image a crop keeps."))
+        self.flip_check.setToolTip(field_tooltip("augmentation", "data.augment.horizontal_flip"))
+        self.jitter_spin.setToolTip(field_tooltip("augmentation", "data.augment.color_jitter"))
+        self.normalize_check.setToolTip("Scale pixel values to the mean and spread the model expects. "
+                                        "Job file: data.augment.normalize.")
 
         self.inspector = DebouncedRequest(self, client, "data.inspect", INSPECT_MS, self._params,
                                           self._on_inspect, self._on_error, self._fallback)
@@ -337,12 +363,30 @@ class DataStep(Step):
 
     def _on_inspect(self, reply: dict[str, Any]) -> None:
         self.status.stop()
+        if self._offer_columns(reply):
+            return  # a guessed column: the form changed, and a new inspection is on its way
         self._issues = list(reply.get("issues") or [])
         self.issues.set_issues(self._issues)
         if not self._issues:
             show_text(self.note, self.note.text() or "No problems found in the data.")
         self.preview.show_reply(reply)
         self.changed.emit()
+
+    def _offer_columns(self, reply: dict[str, Any]) -> bool:
+        """Fill the column drop-downs from the file; True when a guess replaced a default name."""
+        columns = list(reply.get("file_columns") or [])
+        if not columns or self._task != "text_classification" or not self.custom_radio.isChecked():
+            return False
+        guess = reply.get("column_guess") or {}
+        changed = self.text_column_edit.set_columns(columns, guess.get("text_column"))
+        changed = self.label_column_edit.set_columns(columns, guess.get("label_column")) or changed
+        guessed = [f"{what} '{field.guessed}'" for what, field in
+                   (("text column", self.text_column_edit), ("label column", self.label_column_edit))
+                   if field.guessed and field.text() == field.guessed]
+        show_text(self.columns_note,
+                  f"Chosen from the file's columns: {' and '.join(guessed)} (the longest text; the fewest "
+                  "different values). Pick another if that is wrong." if guessed else "")
+        return changed
 
     def _on_error(self, err: Any) -> None:
         self.status.stop()

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import term_tooltip, tip_combo_items
+from app.glossary import field_tooltip, tip_combo_items
 from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import (
     DebouncedRequest,
@@ -33,10 +33,11 @@ from app.pages.new_finetune.parts import (
     step_header,
     with_message,
 )
-from app.pages.new_finetune.spec_tools import launch_spec
+from app.pages.new_finetune.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
+from app.widgets.reflow import Reflow
 from engine.host_spec import LOCAL
 
 STRATEGIES = (("single", "Single process"), ("ddp", "DDP (a full copy per process)"),
@@ -60,6 +61,8 @@ def _combo(items: tuple[tuple[str, str], ...]) -> QComboBox:
 
 
 def _spin(lo: int, hi: int, value: int) -> QSpinBox:
+    """A whole-number field. Fields whose spec minimum is 1 start at 0 here: a 0 typed in is shown
+    with the reason ("Batch size must be at least 1") instead of silently turning back."""
     box = QSpinBox()
     box.setRange(lo, hi)
     box.setValue(value)
@@ -70,6 +73,17 @@ def _select(box: QComboBox, key: Any) -> None:
     index = box.findData(key)
     if index >= 0:
         box.setCurrentIndex(index)
+
+
+def _flat_advanced(spec: dict[str, Any]) -> dict[str, Any]:
+    """The advanced fields of ``spec`` by path, to compare with the defaults (precision "auto" counts as default)."""
+    data = spec.get("data") or {}
+    return {"precision": spec.get("precision"), "grad_accum": spec.get("grad_accum"),
+            "activation_checkpointing": spec.get("activation_checkpointing"),
+            "optim.schedule": (spec.get("optim") or {}).get("schedule"), "eval_every": spec.get("eval_every"),
+            "checkpoint_every": spec.get("checkpoint_every"), "speed": spec.get("speed"),
+            "data.num_workers": data.get("num_workers"), "data.packing": data.get("packing"),
+            "data.group_by_length": data.get("group_by_length")}
 
 
 class HardwareStep(Step):
@@ -91,11 +105,11 @@ class HardwareStep(Step):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(14)
-        outer.addWidget(step_header("Where and how it runs",
-                                    "One process on this machine is the default. The estimate on "
-                                    "the right updates as you change anything."))
-        columns = QHBoxLayout()
-        columns.setSpacing(14)
+        outer.addWidget(step_header("How and where it trains",
+                                    "How long and how fast it learns, and where it runs: one process on this "
+                                    "machine is the default. The memory estimate updates as you change anything."))
+        # Form beside the estimate on a wide window, the estimate under it on a narrow one.
+        columns = Reflow(spacing=14, wide=900)
         frame, box = card()
         form = QFormLayout()
         self.where_combo = _combo(((SINGLE, "This machine"), (NODES, "Several machines")))
@@ -125,18 +139,22 @@ class HardwareStep(Step):
         ds.addRow(self.offload_params_check)
         form.addRow(self.deepspeed_box)
         self.precision_combo = _combo(PRECISIONS)
-        form.addRow("Precision", with_message(self.precision_combo, self.message_for("precision")))
-        self.batch_spin = _spin(1, 65536, 16)
+        self._advanced: list[QWidget] = []  # rows folded away until "Advanced settings" is ticked
+        self._advanced.append(with_message(self.precision_combo, self.message_for("precision")))
+        form.addRow("Precision", self._advanced[-1])
+        self.batch_spin = _spin(0, 65536, 16)
         form.addRow("Batch size (per process)", with_message(self.batch_spin, self.message_for("batch_size")))
-        self.accum_spin = _spin(1, 4096, 1)
-        form.addRow("Gradient accumulation", with_message(self.accum_spin, self.message_for("grad_accum")))
+        self.accum_spin = _spin(0, 4096, 1)
+        self._advanced.append(with_message(self.accum_spin, self.message_for("grad_accum")))
+        form.addRow("Gradient accumulation", self._advanced[-1])
         self.checkpointing_check = QCheckBox("Activation checkpointing (less memory, ~30% slower)")
-        form.addRow(with_message(self.checkpointing_check, self.message_for("activation_checkpointing")))
+        self._advanced.append(with_message(self.checkpointing_check, self.message_for("activation_checkpointing")))
+        form.addRow(self._advanced[-1])
         length = QWidget()
         row = QHBoxLayout(length)
         row.setContentsMargins(0, 0, 0, 0)
         self.length_combo = _combo((("steps", "Steps"), ("epochs", "Epochs")))
-        self.max_steps_spin = _spin(1, 10_000_000, 100)
+        self.max_steps_spin = _spin(0, 10_000_000, 100)
         self.epochs_spin = QDoubleSpinBox()
         self.epochs_spin.setRange(0.1, 10_000)
         self.epochs_spin.setValue(3)
@@ -148,26 +166,48 @@ class HardwareStep(Step):
         form.addRow("Learning rate", with_message(self.lr_edit, self.message_for("optim")))
         self.schedule_combo = QComboBox()
         self.schedule_combo.addItems(SCHEDULES)
+        self._advanced.append(self.schedule_combo)
         form.addRow("Schedule", self.schedule_combo)
-        self.eval_every_spin = _spin(1, 10_000_000, 50)
-        form.addRow("Evaluate every (steps)", with_message(self.eval_every_spin, self.message_for("eval_every")))
-        self.checkpoint_every_spin = _spin(1, 10_000_000, 50)
-        form.addRow("Checkpoint every (steps)",
-                    with_message(self.checkpoint_every_spin, self.message_for("checkpoint_every")))
+        self.eval_every_spin = _spin(0, 10_000_000, 50)
+        self._advanced.append(with_message(self.eval_every_spin, self.message_for("eval_every")))
+        form.addRow("Evaluate every (steps)", self._advanced[-1])
+        self.checkpoint_every_spin = _spin(0, 10_000_000, 50)
+        self._advanced.append(with_message(self.checkpoint_every_spin, self.message_for("checkpoint_every")))
+        form.addRow("Checkpoint every (steps)", self._advanced[-1])
+        # A first user sees a short form; the folded fields keep their values and are summed up here.
+        self.advanced_check = QCheckBox("Advanced settings")
+        self.advanced_check.setToolTip("Precision, gradient accumulation, activation checkpointing, the learning "
+                                       "rate schedule, how often to evaluate and save, and the Speed card. "
+                                       "Unfolded by itself when one of them is changed or has a problem.")
+        form.addRow(self.advanced_check)
+        self.advanced_summary = label("", "muted", wrap=True)
+        form.addRow(self.advanced_summary)
         # One-sentence explanations of the terms on this form (app/glossary.py).
         tip_combo_items(self.strategy_combo)
         tip_combo_items(self.zero_combo, {"1": "zero_1", "2": "zero_2", "3": "zero_3"})
         tip_combo_items(self.precision_combo)
-        self.zero_combo.setToolTip(term_tooltip("DeepSpeed ZeRO"))
-        self.precision_combo.setToolTip(term_tooltip("mixed precision"))
-        for check in (self.offload_optimizer_check, self.offload_params_check):
-            check.setToolTip(term_tooltip("offload"))
-        self.accum_spin.setToolTip(term_tooltip("gradient accumulation"))
-        self.checkpointing_check.setToolTip(term_tooltip("activation checkpointing"))
+        self.zero_combo.setToolTip(field_tooltip("DeepSpeed ZeRO", "distributed.zero_stage"))
+        self.precision_combo.setToolTip(field_tooltip("mixed precision", "precision"))
+        self.offload_optimizer_check.setToolTip(field_tooltip("offload", "distributed.offload_optimizer"))
+        self.offload_params_check.setToolTip(field_tooltip("offload", "distributed.offload_params"))
+        self.accum_spin.setToolTip(field_tooltip("gradient accumulation", "grad_accum"))
+        self.checkpointing_check.setToolTip(field_tooltip("activation checkpointing", "activation_checkpointing"))
+        self.where_combo.setToolTip(field_tooltip("run on", "distributed.nodes"))
+        self.device_combo.setToolTip(field_tooltip("device", "device"))
+        self.strategy_combo.setToolTip(field_tooltip("strategy", "distributed.strategy"))
+        self.batch_spin.setToolTip(field_tooltip("batch size", "batch_size",
+                                                 "At least 1; the effective batch is this × processes × accumulation."))
+        for widget in (self.length_combo, self.max_steps_spin, self.epochs_spin):
+            widget.setToolTip(field_tooltip("training length", "max_steps or epochs"))
+        self.lr_edit.setToolTip(field_tooltip("learning rate", "optim.lr",
+                                              "More than 0; set for the task and method until you change it."))
+        self.schedule_combo.setToolTip(field_tooltip("schedule", "optim.schedule"))
+        self.eval_every_spin.setToolTip(field_tooltip("evaluation interval", "eval_every"))
+        self.checkpoint_every_spin.setToolTip(field_tooltip("checkpoint interval", "checkpoint_every"))
         box.addLayout(form)
         box.addWidget(self.general_message)
         box.addStretch(1)
-        columns.addWidget(frame, 1)
+        columns.add(frame, 1)
 
         frame, box = card()
         box.addWidget(label("Will it fit?", "h2"))
@@ -188,9 +228,10 @@ class HardwareStep(Step):
         right.setSpacing(14)
         right.addWidget(frame)
         right.addWidget(speed_frame)
+        self._advanced.append(speed_frame)
         right.addStretch(1)
-        columns.addLayout(right, 1)
-        outer.addLayout(columns)
+        columns.add(right, 1)
+        outer.addWidget(columns)
         outer.addStretch(1)
 
         self.estimator = DebouncedRequest(self, client, "estimate.fit", ESTIMATE_MS,
@@ -217,8 +258,36 @@ class HardwareStep(Step):
             check.toggled.connect(self._on_form)
         self.lr_edit.textChanged.connect(self._on_form)
         self.speed.changed.connect(self._on_form)
+        self.advanced_check.toggled.connect(self._show_advanced)
+        self._show_advanced(False)
         self._update_visibility()
         self.refresh_hosts()
+
+    def _show_advanced(self, on: bool) -> None:
+        for widget in self._advanced:
+            if self._form.indexOf(widget) >= 0:
+                self._form.setRowVisible(widget, on)
+            else:
+                widget.setVisible(on)
+        self.advanced_summary.setVisible(not on)
+        self._summarise_advanced()
+
+    def _summarise_advanced(self) -> None:
+        """What the folded fields hold, so nothing is hidden from the user."""
+        parts = [f"precision {self.precision_combo.currentData()}",
+                 f"accumulation {self.accum_spin.value()}",
+                 "activation checkpointing" if self.checkpointing_check.isChecked() else "",
+                 f"{self.schedule_combo.currentText()} schedule",
+                 f"evaluate every {self.eval_every_spin.value()}, checkpoint every "
+                 f"{self.checkpoint_every_spin.value()} steps", self.speed.summary()]
+        self.advanced_summary.setText("Now: " + ", ".join(p for p in parts if p) + ".")
+
+    def unfold_for(self, paths: list[str]) -> None:
+        """Show the advanced settings when any of ``paths`` (spec fields) is one of them."""
+        advanced = ("precision", "grad_accum", "activation_checkpointing", "optim.schedule", "eval_every",
+                    "checkpoint_every", "speed", "data.num_workers", "data.packing", "data.group_by_length")
+        if any(p == a or p.startswith(a + ".") for p in paths for a in advanced):
+            self.advanced_check.setChecked(True)
 
     def _build_multi_box(self) -> QWidget:
         """The node list, and under it the rendezvous settings and the data copy."""
@@ -239,11 +308,12 @@ class HardwareStep(Step):
         column.addWidget(with_message(self.nodes_editor, self.message_for("distributed.nodes")))
         form = QFormLayout()
         self.rdzv_port_spin = _spin(1024, 65535, RDZV_PORT)
-        self.rdzv_port_spin.setToolTip("The TCP port node 0 listens on for the c10d rendezvous; "
-                                       "every node must be able to reach it")
+        self.rdzv_port_spin.setToolTip(field_tooltip("rendezvous", "distributed.rdzv_port",
+                                                     "Node 0 listens on this TCP port; every node must reach it."))
         form.addRow("Rendezvous port", with_message(self.rdzv_port_spin, self.message_for("distributed.rdzv_port")))
         self.rdzv_host_edit = QLineEdit()
         self.rdzv_host_edit.setPlaceholderText("node 0's address (this machine: as its hosts see it)")
+        self.rdzv_host_edit.setToolTip(field_tooltip("rendezvous", "distributed.rdzv_host"))
         form.addRow("Rendezvous address",
                     with_message(self.rdzv_host_edit, self.message_for("distributed.rdzv_host")))
         self.rdzv_note = label("", "muted", wrap=True)
@@ -350,6 +420,7 @@ class HardwareStep(Step):
         if self.total_processes() > 1 and self.strategy_combo.currentData() == "single":
             _select(self.strategy_combo, "ddp")
         self._update_visibility()
+        self._summarise_advanced()
         self.emit_changed()
 
     def _update_visibility(self) -> None:
@@ -358,7 +429,7 @@ class HardwareStep(Step):
         on_gpu = self.device_combo.currentData() == "cuda" or (
             self.device_combo.currentData() == "auto" and (self._machine or {}).get("gpus"))
         self.nproc_label.setText("GPUs (one process each)" if on_gpu else "Processes")
-        self.nproc_spin.setToolTip(f"Up to {limit} on this machine")
+        self.nproc_spin.setToolTip(field_tooltip("processes", "distributed.nproc", f"Up to {limit} on this machine."))
         multi = self.several_machines()
         self._form.setRowVisible(self.nproc_field, not multi)
         self._form.setRowVisible(self.multi_box, multi)
@@ -427,6 +498,8 @@ class HardwareStep(Step):
         self.eval_every_spin.setValue(int(spec.get("eval_every", 50)))
         self.checkpoint_every_spin.setValue(int(spec.get("checkpoint_every", 50)))
         self.speed.load(spec)
+        self.unfold_for(list(diff_from_defaults(_flat_advanced(spec), _flat_advanced(DEFAULTS))))
+        self._summarise_advanced()
         self._update_visibility()
 
     def write(self, spec: dict[str, Any]) -> None:
@@ -460,6 +533,10 @@ class HardwareStep(Step):
 
     def busy(self) -> bool:
         return False  # the estimate is advice: Launch never waits for it
+
+    def show_errors(self, errors: dict[str, list[str]]) -> None:
+        self.unfold_for(list(errors))  # a problem is never folded away
+        super().show_errors(errors)
 
     # -- estimate -----------------------------------------------------------------------
 

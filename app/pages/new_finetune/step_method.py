@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import option_tooltip
+from app.glossary import field_tooltip, option_tooltip
 from app.pages.new_finetune.parts import Step, step_header, with_message
 from app.widgets.common import card, label
 
@@ -78,7 +78,7 @@ class MethodStep(Step):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         self.rank_spin = QSpinBox()
-        self.rank_spin.setRange(1, 1024)
+        self.rank_spin.setRange(0, 1024)  # 0 is shown with the reason, not turned back
         self.rank_spin.setValue(8)
         form.addRow("Rank (r)", with_message(self.rank_spin, self.message_for("method.lora_r")))
         self.alpha_spin = QDoubleSpinBox()
@@ -98,9 +98,10 @@ class MethodStep(Step):
         column = QVBoxLayout(targets)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.targets_list)
-        column.addWidget(self.targets_note)
         column.addWidget(self.message_for("method.target_modules"))
         form.addRow("Target modules", targets)
+        # Its own row: inside the list's box a wrapped note would be drawn over the list's border.
+        form.addRow("", self.targets_note)
         box.addLayout(form)
         outer.addWidget(self.lora_card)
 
@@ -109,7 +110,7 @@ class MethodStep(Step):
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
         self.tokens_spin = QSpinBox()
-        self.tokens_spin.setRange(1, 1024)
+        self.tokens_spin.setRange(0, 1024)
         self.tokens_spin.setValue(20)
         form.addRow("Virtual tokens",
                     with_message(self.tokens_spin, self.message_for("method.num_virtual_tokens")))
@@ -118,6 +119,11 @@ class MethodStep(Step):
         outer.addWidget(self.general_message)
         outer.addStretch(1)
 
+        self.rank_spin.setToolTip(field_tooltip("LoRA rank", "method.lora_r", "1 to 1,024."))
+        self.alpha_spin.setToolTip(field_tooltip("LoRA alpha", "method.lora_alpha"))
+        self.dropout_spin.setToolTip(field_tooltip("LoRA dropout", "method.lora_dropout"))
+        self.targets_list.setToolTip(field_tooltip("target modules", "method.target_modules"))
+        self.tokens_spin.setToolTip(field_tooltip("virtual tokens", "method.num_virtual_tokens", "1 to 1,024."))
         self.group.buttonToggled.connect(lambda _b, on: on and self._on_kind())
         for spin in (self.rank_spin, self.alpha_spin, self.dropout_spin, self.tokens_spin):
             spin.valueChanged.connect(self.emit_changed)

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.help import doc_label
 from app.pages.new_finetune.parts import (
     Busy,
     DebouncedRequest,
@@ -106,9 +107,18 @@ class ModelStep(Step):
         code_form.addRow(label("Python file"), with_message(code_row, self.message_for("model.code")))
         self.entry_edit = QLineEdit("build_model")
         code_form.addRow(label("Function or class"), with_message(self.entry_edit, self.message_for("model.code_entry")))
-        code_form.addRow("", label("It is called with num_labels (and spec) and returns a torch.nn.Module; "
-                                   "trains with method Full. You confirm the file's contents at launch; "
-                                   "see docs/custom-models.md.", "muted", wrap=True))
+        code_form.addRow("", doc_label("It is called with num_labels (and spec) and returns a torch.nn.Module; "
+                                       "trains with method Full. You confirm the file's contents at launch; "
+                                       "see docs/custom-models.md.", "muted"))
+        self.builtin_radio.setToolTip("The model that ships with Ember Studio for this task: no download. "
+                                      "Job file: model.builtin.")
+        self.custom_radio.setToolTip("A model folder of your own (Hugging Face save_pretrained format). "
+                                     "Job file: model.path.")
+        self.code_radio.setToolTip("A torch.nn.Module built by a function or class in your own Python file. "
+                                   "Job file: model.code.")
+        self.code_edit.setToolTip("The .py file that defines the model. Job file: model.code.")
+        self.entry_edit.setToolTip("The function or class in that file that builds the model. "
+                                   "Job file: model.code_entry.")
         self.code_box.setEnabled(False)
         box.addWidget(self.code_box)
 
@@ -124,11 +134,15 @@ class ModelStep(Step):
         self.browse_button.clicked.connect(self._browse)
         row.addWidget(self.path_edit, 1)
         row.addWidget(self.browse_button)
+        self.path_edit.setToolTip("A folder with config.json, the weights and the tokenizer files. "
+                                  "Job file: model.path.")
         self.path_label = label("Model folder")
         form.addRow(self.path_label, with_message(path_row, self.message_for("model.path")))
         self.arch_combo = QComboBox()
         self.arch_combo.addItems(IMAGE_ARCHS)
         self.arch_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.arch_combo.setToolTip("The network to train on your images, built from scratch or from "
+                                   "torchvision. Job file: model.arch.")
         self.arch_label = label("Architecture")
         form.addRow(self.arch_label, with_message(self.arch_combo, self.message_for("model.arch")))
         self.path_help = label("", "muted", wrap=True)

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.glossary import field_tooltip
 from app.pages.new_finetune.parts import (
     Busy,
     DebouncedRequest,
@@ -78,6 +79,7 @@ class ReviewStep(Step):
         frame, box = card()
         form = QFormLayout()
         self.name_edit = QLineEdit()
+        self.name_edit.setToolTip(field_tooltip("run name", "name"))
         self.name_edit.textEdited.connect(self._on_name_edited)
         form.addRow("Run name", with_message(self.name_edit, self.message_for("name")))
         box.addLayout(form)

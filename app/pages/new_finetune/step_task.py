@@ -54,6 +54,7 @@ class TaskStep(Step):
             radio.setFont(font)
             self.task_group.addButton(radio)
             self.task_radios[key] = radio
+            radio.setToolTip(f"{text} Job file: task: {key}.")
             box.addWidget(radio)
             box.addWidget(label(text, "muted", wrap=True))
             box.addStretch(1)
@@ -72,6 +73,8 @@ class TaskStep(Step):
         self.templates = QListWidget()
         self.templates.setMaximumHeight(150)
         self.templates.itemClicked.connect(self._choose)
+        self.templates.setToolTip("Job files saved from Review (under templates/ in the data folder); "
+                                  "click one to fill in every step.")
         box.addWidget(self.templates)
         self.templates_note = label("", "muted", wrap=True)
         self.templates_note.hide()
