@@ -226,17 +226,23 @@ def installer(run: Runner) -> list[str] | None:
     return ["sudo", "-n"] if done.returncode == 0 else None
 
 
-def apt_install(prefix: list[str], packages: Sequence[str], run: Runner) -> bool:
-    """Refresh the package lists (a fresh container has none) and install ``packages``."""
-    try:
-        update = run([*prefix, "apt-get", "update", "-qq"], timeout=600)
-        if update.returncode != 0:
-            return False
-        done = run([*prefix, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
-                    "--no-install-recommends", *packages], timeout=1800)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
+def apt_install(prefix: list[str], packages: Sequence[str], run: Runner) -> str | None:
+    """Refresh the package lists (a fresh container has none) and install ``packages``.
+
+    None when apt-get succeeded, else the end of its output (shown only then: dpkg is verbose).
+    """
+    commands = [[*prefix, "apt-get", "update", "-qq"],
+                [*prefix, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
+                 "--no-install-recommends", *packages]]
+    for cmd in commands:
+        try:
+            done = run(cmd, capture_output=True, text=True, timeout=1800)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{' '.join(cmd)}: {exc}"
+        if done.returncode != 0:
+            lines = f"{done.stdout or ''}{done.stderr or ''}".strip().splitlines()
+            return "\n".join([f"{' '.join(cmd)} failed (exit status {done.returncode}):", *lines[-8:]])
+    return None
 
 
 def _say(out: TextIO, text: str) -> None:
@@ -288,7 +294,9 @@ def _fix(platforms: Path, plugin: str, missing: list[str], output: str, run: Run
     if prefix is not None:
         how = "as root" if not prefix else "with sudo"
         _say(out, f"ember: installing {' '.join(packages)} ({how}) so the window can open...")
-        apt_install(prefix, packages, run)
+        failure = apt_install(prefix, packages, run)
+        if failure:
+            _say(out, f"ember: {failure}")
         missing, output = _missing(platforms, plugin, run)
         if not missing:
             _say(out, "ember: installed; opening the window.")

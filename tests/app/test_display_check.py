@@ -65,8 +65,9 @@ def test_no_display_says_so():
 class FakeSystem:
     """Stands in for subprocess.run: ldd answers from a recording; sudo and apt-get are recorded, never run."""
 
-    def __init__(self, ldd: dict[str, str], sudo_ok: bool = False, after_install: dict[str, str] | None = None):
-        self.ldd, self.sudo_ok, self.after_install = ldd, sudo_ok, after_install
+    def __init__(self, ldd: dict[str, str], sudo_ok: bool = False, after_install: dict[str, str] | None = None,
+                 apt_error: str = ""):
+        self.ldd, self.sudo_ok, self.after_install, self.apt_error = ldd, sudo_ok, after_install, apt_error
         self.calls: list[list[str]] = []
 
     def __call__(self, cmd, **kwargs):
@@ -75,6 +76,8 @@ class FakeSystem:
             return subprocess.CompletedProcess(cmd, 0, self.ldd[Path(cmd[1]).name], "")
         if cmd[:3] == ["sudo", "-n", "true"]:
             return subprocess.CompletedProcess(cmd, 0 if self.sudo_ok else 1, "", "sudo: a password is required")
+        if "install" in cmd and self.apt_error:
+            return subprocess.CompletedProcess(cmd, 100, "Reading package lists...\n", self.apt_error)
         if "install" in cmd and self.after_install is not None:
             self.ldd = self.after_install
         return subprocess.CompletedProcess(cmd, 0, "", "")
@@ -139,6 +142,15 @@ def test_a_failed_install_still_prints_the_line(system):
     assert code == 1
     assert "still missing after apt-get: libxcb-icccm.so.4, libxcb-keysyms.so.1" in text
     assert "  apt-get install -y libxcb-icccm4 libxcb-keysyms1\n" in text  # root: no sudo
+
+
+def test_apt_gets_error_is_shown(system):
+    system.setattr(display_check, "is_root", lambda: True)
+    fake = FakeSystem({"libqxcb.so": LDD_DEBIAN12}, apt_error="E: Unable to locate package libxcb-icccm4\n")
+    code, text = check({"DISPLAY": ":99"}, fake)
+    assert code == 1
+    assert "exit status 100" in text and "E: Unable to locate package libxcb-icccm4" in text
+    assert text.rstrip().endswith("apt-get install -y libxcb-icccm4 libxcb-keysyms1")
 
 
 def test_an_unknown_library_is_reported_with_the_ldd_line(system):
