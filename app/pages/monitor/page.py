@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
     QVBoxLayout,
@@ -29,7 +30,7 @@ from app import format as fmt
 from app.engine_client import Subscription
 from app.engine_process import EngineProcess
 from app.glossary import term_tooltip
-from app.jobs_model import ACTIVE_STATES, STATE_COLOURS
+from app.jobs_model import ACTIVE_STATES, STATE_COLOURS, metrics_text
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.pages.monitor.speed_line import perf_summary, speed_summary
@@ -42,6 +43,21 @@ LOG_TAIL = 2000
 POLL_MS = 1000
 STATUS_MS = 150  # progress labels follow the events at most this often
 RESUMABLE = ("stopped", "cancelled", "failed")  # what jobs.resume accepts
+
+
+def event_note(kind: str, data: dict[str, Any]) -> str:
+    """The log line an evaluation or a checkpoint gets ('' for other events): the job writes
+    none to its log for them (it does for a resume, a stop and early stopping)."""
+    step = data.get("step")
+    at = f" at step {step:,}" if isinstance(step, int) else ""
+    if kind == "eval":
+        return f"evaluation{at}: {metrics_text(data.get('metrics') or {})}"
+    if kind == "checkpoint":
+        seconds = data.get("seconds")
+        slow = isinstance(seconds, (int, float)) and seconds >= 1  # a slow save is worth knowing
+        took = f" in {fmt.duration(float(seconds))}" if slow else ""
+        return f"checkpoint saved{at}{took}"
+    return ""
 
 
 class MonitorPage(QWidget):
@@ -143,8 +159,15 @@ class MonitorPage(QWidget):
             window_action(self, "show_page", "new_finetune"), icon_name="monitor")
         self.body = QStackedWidget()
         self.body.addWidget(self.empty)
-        self.body.addWidget(content)
-        self.content = content
+        # A run's facts and the charts can ask for more than a small window's height: scroll then.
+        scroll = QScrollArea()
+        scroll.setObjectName("pageScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        content.setObjectName("pageBody")
+        scroll.setWidget(content)
+        self.body.addWidget(scroll)
+        self.content = scroll
         outer.addWidget(self.body, 1)
 
         self._poll = QTimer(self, interval=POLL_MS)
@@ -287,6 +310,9 @@ class MonitorPage(QWidget):
             self._show_progress()
         elif kind in ("error", "warning"):
             self.banner.show_event(kind, data.get("message") or "", data.get("hint") or "")
+        note = event_note(kind, data)
+        if note:
+            self.log_pane.add_note(float(data.get("t") or 0.0), note)
 
     def _on_state(self, before: str | None) -> None:
         job = self.job()
