@@ -161,14 +161,15 @@ ICON_INK = "#4a5563"  # the stroke colour the line icons are drawn in: the theme
 
 
 class _ThemedSvg(QIconEngine):
-    """Draws a line icon in the current theme's colour at paint time, so a theme switch recolours it."""
+    """Draws a line icon in a colour of the current theme at paint time, so a theme switch recolours it."""
 
-    def __init__(self, svg: str):
+    def __init__(self, svg: str, ink: str = "subtle"):
         super().__init__()
         self._svg = svg
+        self._ink = ink  # a theme token
 
     def paint(self, painter: QPainter, rect: QRect, _mode: QIcon.Mode, _state: QIcon.State) -> None:
-        svg = self._svg.replace(ICON_INK, colour("subtle")) if _current != "light" else self._svg
+        svg = self._svg.replace(ICON_INK, colour(self._ink))
         QSvgRenderer(QByteArray(svg.encode("utf-8"))).render(painter, QRectF(rect))
 
     def pixmap(self, size: QSize, mode: QIcon.Mode, state: QIcon.State) -> QPixmap:
@@ -180,17 +181,22 @@ class _ThemedSvg(QIconEngine):
         return pixmap
 
     def clone(self) -> QIconEngine:
-        return _ThemedSvg(self._svg)
+        return _ThemedSvg(self._svg, self._ink)
 
 
-def icon(name: str) -> QIcon:
+def icon(name: str, ink: str = "subtle") -> QIcon:
+    """The icon ``name``; a line icon is drawn in the theme colour ``ink``.
+
+    On a primary button pass ``ink="primary-text"``: the icon then has the button's text colour,
+    not a grey that is hard to see on the button's orange.
+    """
     path = RESOURCES / "icons" / f"{name}.svg"
     try:
         svg = path.read_text(encoding="utf-8")
     except OSError:
         return QIcon()
     # Line icons (drawn in ICON_INK) follow the theme; anything else (the logo) is used as drawn.
-    return QIcon(_ThemedSvg(svg)) if ICON_INK in svg else QIcon(str(path))
+    return QIcon(_ThemedSvg(svg, ink)) if ICON_INK in svg else QIcon(str(path))
 
 
 def set_role(widget: QWidget, role: str) -> QWidget:

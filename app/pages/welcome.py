@@ -104,7 +104,8 @@ class WelcomePage(QWidget):
     def _start_card(self, row: QHBoxLayout, title: str, icon_name: str, text: str, slot,
                     primary: bool = False) -> QPushButton:
         frame, box = card()
-        button = QPushButton(icon(icon_name), title)
+        box.setContentsMargins(12, 14, 12, 14)  # three side by side still fit a 1024-px window
+        button = QPushButton(icon(icon_name, ink="primary-text" if primary else "subtle"), title)
         button.setIconSize(QSize(22, 22))
         button.setMinimumHeight(52)
         button.setToolTip(text)

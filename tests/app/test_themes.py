@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from PySide6.QtCore import QSize
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -161,3 +162,44 @@ def test_main_window_in_the_dark_theme_is_dark(restore_look, make_window, qtbot)
     assert chart.plot.backgroundBrush().color().name() == style.colour("chart-bg")
     assert style.apply_theme(app, "light") == "light"
     assert app.palette().color(QPalette.ColorRole.Window).lightness() > 200
+
+
+NON_TEXT_CONTRAST = 3.0  # WCAG 1.4.11: the parts of a control that show its state
+
+
+@pytest.mark.parametrize("theme", style.THEMES)
+def test_a_progress_bar_filled_part_stands_out_from_its_track(theme):
+    tokens = style.theme_tokens(theme)
+    chunk = tokens[token_of("QProgressBar::chunk", "background")]
+    groove = tokens[token_of("QProgressBar", "background")]
+    assert contrast(chunk, groove) >= NON_TEXT_CONTRAST, f"{theme}: {chunk} on {groove}"
+    for bg_sel, bg_prop in (PAGE, CARD):  # a bar at 100% still reads as full where it sits
+        background = tokens[token_of(bg_sel, bg_prop)]
+        assert contrast(chunk, background) >= NON_TEXT_CONTRAST, f"{theme}: {chunk} on {background}"
+
+
+def test_the_old_pale_progress_bar_would_fail():
+    # The bars took the palette's highlight, a pale peach: a full bar looked empty.
+    light = style.theme_tokens("light")
+    assert contrast(light["selection"], light["surface"]) < NON_TEXT_CONTRAST
+
+
+def opaque_colours(icon, size: int = 48) -> set[str]:
+    image = icon.pixmap(QSize(size, size)).toImage()
+    return {image.pixelColor(x, y).name() for x in range(size) for y in range(size)
+            if image.pixelColor(x, y).alpha() == 255}
+
+
+@pytest.mark.parametrize("theme", style.THEMES)
+def test_a_primary_button_icon_has_the_button_text_colour(restore_look, make_window, theme):
+    style.apply_theme(restore_look, theme)
+    tokens = style.theme_tokens(theme)
+    ink, button = tokens["primary-text"], tokens[token_of('QPushButton[role="primary"]', "background")]
+    assert contrast(ink, button) >= NON_TEXT_CONTRAST
+    assert opaque_colours(style.icon("new_finetune", ink="primary-text")) == {ink}
+    assert opaque_colours(style.icon("new_finetune")) == {tokens["subtle"]}  # elsewhere: the theme's grey
+    window = make_window(start=False, page="welcome")
+    welcome = window.page("welcome")
+    assert welcome.builtin_button.property("role") == "primary"
+    assert opaque_colours(welcome.builtin_button.icon()) == {ink}
+    assert opaque_colours(welcome.own_data_button.icon()) == {tokens["subtle"]}

@@ -140,8 +140,6 @@ class HostCard(QFrame):
         self.progress.setTextVisible(False)
         self.progress.setFixedHeight(6)
         self.progress.setMaximumWidth(220)
-        self.progress.setStyleSheet("QProgressBar { border: none; background: #eef1f4; border-radius: 3px; }"
-                                    "QProgressBar::chunk { background: #e8590c; border-radius: 3px; }")
         self.busy_label = label("", "muted", wrap=True)
         busy_row.addWidget(self.progress)
         busy_row.addWidget(self.busy_label, 1)
