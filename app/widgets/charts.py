@@ -211,7 +211,7 @@ class LiveChart(QWidget):
 
         use_theme_colours()
         self.plot = pg.PlotWidget()
-        self.plot.setMinimumHeight(150)
+        self.plot.setMinimumHeight(120)  # six fit a small window; they grow with it
         pi = self.plot.getPlotItem()
         # No grid and 1 px pens: in Qt's raster engine both cost more than the curves themselves.
         pi.setLabel("bottom", "step")

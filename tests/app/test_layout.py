@@ -1,0 +1,137 @@
+"""Every page lays out in a 1024 x 700 window, and scrolls rather than widening or growing it.
+
+A page's minimum size hint sets the window's: one page that asks for more makes the whole
+window too big for a small screen or half of a larger one, whichever page is showing. The
+stylesheet is applied (its padding counts) and the engine is not started, so the
+connection banner takes its row too, as it does while the engine starts.
+"""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QSize
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
+
+from app import style
+from app.main_window import PAGE_KEYS
+
+SMALL = QSize(1024, 700)
+# Runs' table and details pane are being fitted separately; remove once they fit.
+STILL_TOO_BIG = {"runs": "the Runs page's table and details ask for more than 1024 x 700"}
+
+
+@pytest.fixture
+def styled(qapp):
+    """The light theme's stylesheet and palette for the test; the previous look after it."""
+    sheet, palette = qapp.styleSheet(), QPalette(qapp.palette())
+    style.apply_theme(qapp, "light")
+    yield qapp
+    qapp.setStyleSheet(sheet)
+    qapp.setPalette(palette)
+
+
+def fits(size: QSize) -> bool:
+    return size.width() <= SMALL.width() and size.height() <= SMALL.height()
+
+
+def show(widget: QWidget) -> None:
+    """Let layouts settle: hints and scroll bars update on posted events."""
+    for _ in range(3):
+        QApplication.processEvents()
+    widget.updateGeometry()
+    QApplication.processEvents()
+
+
+def sideways_scrolling(page: QWidget) -> list[str]:
+    """The visible scroll areas of ``page`` whose content is wider than they are at this size."""
+    wide = []
+    for scroll in page.findChildren(QScrollArea):
+        if scroll.isVisibleTo(page) and scroll.widgetResizable() and scroll.horizontalScrollBar().maximum() > 0:
+            body = scroll.widget()
+            wide.append(f"{scroll.objectName() or type(scroll.parentWidget()).__name__}: content "
+                        f"{body.minimumSizeHint().width()} px wide in {scroll.viewport().width()} px")
+    return wide
+
+
+def steps_of(page: QWidget) -> list[int]:
+    """The wizard steps of a page (New fine-tune, Compress, Export), else no steps."""
+    stack = getattr(page, "stack", None)
+    return list(range(stack.count())) if stack is not None and hasattr(page, "step_buttons") else []
+
+
+def layout_problems(window, page: QWidget, where: str) -> list[str]:
+    problems = []
+    if not fits(window.minimumSizeHint()):
+        hint, page_hint = window.minimumSizeHint(), page.minimumSizeHint()
+        problems.append(f"{where}: the window needs at least {hint.width()} x {hint.height()} "
+                        f"(the page {page_hint.width()} x {page_hint.height()})")
+    problems += [f"{where}: scrolls sideways ({wide})" for wide in sideways_scrolling(page)]
+    return problems
+
+
+@pytest.mark.parametrize("key", [
+    pytest.param(key, marks=pytest.mark.xfail(reason=STILL_TOO_BIG[key], strict=False))
+    if key in STILL_TOO_BIG else key for key in PAGE_KEYS])
+def test_every_page_and_wizard_step_fits_1024_by_700(styled, make_window, qtbot, key):
+    window = make_window(start=False, page="welcome")
+    page = window.show_page(key)
+    window.resize(SMALL)
+    show(window)
+    problems = layout_problems(window, page, key)
+    for step in steps_of(page):
+        page.stack.setCurrentIndex(step)  # directly: a step's checks may not let go_to reach it
+        show(window)
+        problems += layout_problems(window, page, f"{key} step {step + 1} ({page.steps[step].title})")
+    assert not problems, "\n".join(problems)
+    window.resize(SMALL)
+    show(window)
+    assert window.size() == SMALL
+
+
+def test_the_window_still_fits_after_visiting_every_page(styled, make_window, qtbot):
+    """Pages are built on first show and stay in the stack: the largest one visited sets the minimum."""
+    window = make_window(start=False, page="welcome")
+    for key in PAGE_KEYS:
+        if key not in STILL_TOO_BIG:
+            window.show_page(key)
+            show(window)
+    hint = window.minimumSizeHint()
+    assert fits(hint), f"after visiting every page the window needs {hint.width()} x {hint.height()}"
+    window.resize(SMALL)
+    show(window)
+    assert window.size() == SMALL
+
+
+def test_pages_full_of_data_still_fit(styled, make_window, qtbot):
+    """Compare's variants (a table, a chart, per-class figures) and Compress with runs to pick, on canned replies."""
+    from app.pages.compare import ComparePage
+    from app.pages.compress import CompressPage
+    from tests.app.test_compress_wizard import LORA, fake_engine, settle
+    from tests.app.test_variants import DYNAMIC, PARENT_ID, PRUNED, STATIC, variants_reply
+
+    window = make_window(start=False, page="welcome")
+    window.resize(SMALL)
+    show(window)
+    area = window.stack.size()  # what a page gets in a 1024 x 700 window
+
+    engine = fake_engine({"compress.variants": variants_reply(DYNAMIC, PRUNED, STATIC),
+                          "jobs.list": {"jobs": [LORA]}})
+    compare = ComparePage(engine)
+    compress = CompressPage(engine)
+    for page in (compare, compress):
+        qtbot.addWidget(page)
+        page.resize(area)
+        page.show()
+    compare.show_variants(PARENT_ID)
+    compare.variants.select_run("r-static")
+    settle(qtbot, engine.client)
+    show(compare)
+    assert len(compare.variants.rows()) == 4 and compress.source_list.topLevelItemCount() >= 1  # the data did arrive
+    problems = []
+    for name, page in (("Compare > Variants", compare), ("Compress", compress)):
+        hint = page.minimumSizeHint()
+        if hint.width() > area.width() or hint.height() > area.height():
+            problems.append(f"{name} needs {hint.width()} x {hint.height()} of {area.width()} x {area.height()}")
+        problems += [f"{name}: scrolls sideways ({wide})" for wide in sideways_scrolling(page)]
+    assert not problems, "\n".join(problems)
