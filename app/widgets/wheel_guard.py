@@ -58,7 +58,7 @@ class WheelGuard(QObject):
         area = _scroll_area_of(watched)
         if area is not None:
             viewport = area.viewport()
-            pos = viewport.mapFrom(watched, event.position().toPoint())
+            pos = viewport.mapFromGlobal(watched.mapToGlobal(event.position()))
             QApplication.sendEvent(viewport, QWheelEvent(
                 pos, event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
                 event.modifiers(), event.phase(), event.inverted()))

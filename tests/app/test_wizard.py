@@ -73,12 +73,13 @@ def test_bad_data_file_shows_file_and_line_under_the_fields(qtbot, make_window, 
     page.go_to(2)
     data = page.data_step
     data.custom_radio.setChecked(True)
+    data.label_column_edit.setText("tag")  # a name the user chose: kept, never replaced by a guess
     data.path_edit.setText(str(no_label))
 
     column_message = data.field_messages["data.label_column"]
     qtbot.waitUntil(lambda: column_message.isVisible() and "tickets.csv:1" in column_message.text(),
                     timeout=CHECK_MS)
-    assert "label" in column_message.text()
+    assert "no column 'tag'" in column_message.text()
     assert not page.launch_button.isEnabled()
     assert any("Data:" in p for p in page.blockers())
     assert str(no_label) in data.issues.text()  # the full list names the file and the fix
