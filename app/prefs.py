@@ -8,17 +8,24 @@ layout is one more function appended there.
 
 Tests (and anyone who wants a private profile) set ``EMBER_SETTINGS_FILE`` to an INI
 file; ``prefs()`` notices when it changes and opens that file instead.
+
+The window's geometry is kept per data folder (group ``windows``, keyed by a digest of
+the folder's path): the preferences are one file whatever ``EMBER_HOME`` says, and a
+window from another data folder, maybe on another screen, is no guide. A geometry that
+does not fit any screen now is left unused, without a word.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QByteArray, QObject, QSettings, Signal
+from PySide6.QtCore import QByteArray, QObject, QRect, QSettings, Signal
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +47,8 @@ KEYS: dict[str, Key] = {
     "last_page": Key(""),
     "tour_done": Key(False),
     "desktop_notifications": Key(True),
-    "window_geometry": Key(b""),
 }
+WINDOWS_GROUP = "windows"  # window geometry per data folder
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -65,7 +72,13 @@ def _v0_to_v1(settings: QSettings) -> None:
         settings.remove("dark_mode")
 
 
-MIGRATIONS: list[Callable[[QSettings], None]] = [_v0_to_v1]
+def _v1_to_v2(settings: QSettings) -> None:
+    """One ``window_geometry`` for every data folder became one per folder (group ``windows``).
+    Which folder the old one belonged to is unknown: it is dropped, the next close saves one."""
+    settings.remove("window_geometry")
+
+
+MIGRATIONS: list[Callable[[QSettings], None]] = [_v0_to_v1, _v1_to_v2]
 PREFS_VERSION = len(MIGRATIONS)
 
 
@@ -164,6 +177,17 @@ class Prefs(QObject):
         self._warned.discard(key)
         self.changed.emit(key)
 
+    def window_geometry(self, home: str) -> bytes:
+        """The saved geometry of the window that last showed data folder ``home`` (b"" if none)."""
+        raw = self.settings.value(_window_key(home))
+        if isinstance(raw, QByteArray):
+            return bytes(raw.data())
+        return raw if isinstance(raw, bytes) else b""
+
+    def set_window_geometry(self, home: str, geometry: bytes) -> None:
+        self.settings.setValue(_window_key(home), QByteArray(geometry))
+        self.settings.sync()
+
     def reset(self, key: str) -> None:
         """Back to the default (stored as absent)."""
         if self.settings.contains(key):
@@ -199,17 +223,70 @@ def default_page() -> str:
     return "welcome" if "welcome" in PAGE_KEYS else PAGE_KEYS[0]
 
 
+def _window_key(home: str) -> str:
+    return f"{WINDOWS_GROUP}/{hashlib.sha256(home.encode('utf-8')).hexdigest()[:16]}"
+
+
+def window_home(window) -> str:
+    """The data folder ``window`` shows ('' when it has no engine, as in some tests)."""
+    engine = getattr(window, "engine", None)
+    paths = getattr(engine, "paths", None)
+    if engine is not None and paths is None:
+        # Not started yet (the window is placed before it connects): the folder it will use.
+        from app.engine_process import engine_paths_from_prefs
+
+        paths = engine_paths_from_prefs()[0]
+    home = getattr(paths, "home", None)
+    return str(home) if home else ""
+
+
+# QWidget.saveGeometry's layout (Qt 6, version 3): magic, major, minor version, the frame and the
+# normal geometry (QRect: left, top, right, bottom), screen number, maximized, full screen, ...
+_GEOMETRY = struct.Struct(">IHH4i4iiBB")
+_GEOMETRY_MAGIC = 0x1D9D0CB
+
+
+def saved_rect(geometry: bytes) -> tuple[QRect, bool] | None:
+    """(normal geometry, maximized or full screen) of a saveGeometry blob; None if unreadable."""
+    if len(geometry) < _GEOMETRY.size:
+        return None
+    magic, _major, _minor, *values = _GEOMETRY.unpack_from(geometry)
+    if magic != _GEOMETRY_MAGIC:
+        return None
+    left, top, right, bottom = values[4:8]
+    maximized, full_screen = values[9], values[10]
+    return QRect(left, top, right - left + 1, bottom - top + 1), bool(maximized or full_screen)
+
+
+def fits_a_screen(geometry: bytes) -> bool:
+    """Whether a saved geometry fits, whole, on one of the screens there are now.
+
+    A maximized or full-screen window fits any screen (Qt puts it on the nearest one).
+    """
+    from PySide6.QtGui import QGuiApplication
+
+    found = saved_rect(geometry)
+    if found is None:
+        return False
+    rect, maximized = found
+    if maximized:
+        return True
+    return any(screen.availableGeometry().contains(rect) for screen in QGuiApplication.screens())
+
+
 def restore_window(window, page: str | None = None) -> str:
     """Put ``window`` where it was and show ``page``, else the last page, else the first one.
 
-    Returns the key of the page shown.
+    The geometry is the one saved for the window's data folder, and only when it fits a
+    screen now; otherwise the window keeps its default size (and nothing is said: there is
+    nothing the user must do). Returns the key of the page shown.
     """
     from app.main_window import PAGE_KEYS
 
     p = prefs()
-    geometry = p.get("window_geometry")
-    if geometry and not window.restoreGeometry(QByteArray(geometry)):
-        log.warning("settings: the saved window geometry could not be restored; using the default size")
+    geometry = p.window_geometry(window_home(window))
+    if geometry and not (fits_a_screen(geometry) and window.restoreGeometry(QByteArray(geometry))):
+        log.info("settings: the saved window geometry does not fit the screens now; using the default size")
     key = page or p.get("last_page")
     if key not in PAGE_KEYS:
         key = default_page()
@@ -222,7 +299,7 @@ def save_window(window) -> None:
     from app.main_window import PAGE_KEYS
 
     p = prefs()
-    p.set("window_geometry", bytes(window.saveGeometry().data()))
+    p.set_window_geometry(window_home(window), bytes(window.saveGeometry().data()))
     row = window.sidebar.currentRow()
     if 0 <= row < len(PAGE_KEYS):
         p.set("last_page", PAGE_KEYS[row])

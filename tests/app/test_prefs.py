@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+from types import SimpleNamespace
 
 import pytest
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMainWindow
 
 from app import format as fmt
 from app import prefs as prefs_mod
 from app import style
 from app.engine_process import EngineProcess
-from app.prefs import KEYS, PREFS_VERSION, prefs, reset_prefs, restore_window
+from app.prefs import KEYS, PREFS_VERSION, prefs, reset_prefs, restore_window, save_window
 from engine import paths as paths_mod
 
 VALUES = {
@@ -23,7 +24,6 @@ VALUES = {
     "last_page": "hosts",
     "tour_done": True,
     "desktop_notifications": False,
-    "window_geometry": b"\x01\xd9\xd0\xcb\x00\x03\x00\x00,with=binary\n",
 }
 
 
@@ -71,16 +71,15 @@ def test_an_unversioned_v0_file_is_migrated(tmp_path):
 def test_garbage_values_fall_back_to_the_defaults_with_a_warning(tmp_path, caplog):
     (tmp_path / "settings.ini").write_text(
         f"[General]\nversion={PREFS_VERSION}\ntheme=plaid\ntour_done=maybe\nunits=1, 2\n"
-        "window_geometry=not bytes\ndesktop_notifications=off\n")
+        "desktop_notifications=off\n")
     caplog.set_level(logging.WARNING, logger="app.prefs")
     p = prefs()
     assert p.get("theme") == "system"
     assert p.get("tour_done") is False
     assert p.get("units") == "binary"
-    assert p.get("window_geometry") == b""
     assert p.get("desktop_notifications") is False  # "off" is a readable no
     warned = " ".join(r.getMessage() for r in caplog.records)
-    for key in ("theme", "tour_done", "units", "window_geometry"):
+    for key in ("theme", "tour_done", "units"):
         assert f"{key} is unreadable" in warned
 
 
@@ -105,7 +104,7 @@ def test_geometry_and_last_page_come_back_in_a_new_window(make_window, qtbot):
     qtbot.waitUntil(first.isMaximized)
     first.close()  # closeEvent saves
     assert prefs().get("last_page") == "compare"
-    assert prefs().get("window_geometry")
+    assert prefs().window_geometry(prefs_mod.window_home(first))  # kept for this data folder
     second = make_window(start=False, page="runs")
     assert not second.isMaximized()
     assert restore_window(second) == "compare"
@@ -218,3 +217,63 @@ def test_apply_stylesheet_uses_the_preferred_theme(restore_look):
     prefs().set("theme", "dark")
     style.apply_stylesheet(QApplication.instance())
     assert style.current_theme() == "dark"
+
+
+class HomeWindow(QMainWindow):
+    """A window on data folder ``home``, as restore_window and save_window see a MainWindow."""
+
+    def __init__(self, home: str):
+        super().__init__()
+        self.engine = SimpleNamespace(paths=SimpleNamespace(home=home))
+        self.sidebar = SimpleNamespace(currentRow=lambda: -1)
+        self.shown: list[str] = []
+
+    def show_page(self, key: str) -> None:
+        self.shown.append(key)
+
+
+def test_window_geometry_is_kept_per_data_folder(qtbot):
+    first = HomeWindow("/data/ember-a")
+    qtbot.addWidget(first)
+    first.setGeometry(40, 50, 500, 400)
+    first.show()
+    save_window(first)
+    rect, maximized = prefs_mod.saved_rect(prefs().window_geometry("/data/ember-a"))
+    assert (rect.width(), rect.height(), maximized) == (500, 400, False)
+    # Another data folder has its own (none yet): a fresh one opens at its default size.
+    fresh = HomeWindow("/data/ember-b")
+    qtbot.addWidget(fresh)
+    fresh.resize(300, 200)
+    restore_window(fresh, "runs")
+    assert fresh.size().toTuple() == (300, 200) and fresh.shown == ["runs"]
+    again = HomeWindow("/data/ember-a")
+    qtbot.addWidget(again)
+    restore_window(again, "runs")
+    assert again.size().toTuple() == (500, 400)
+
+
+def test_a_geometry_that_does_not_fit_the_screen_is_ignored_silently(qtbot, caplog):
+    big = HomeWindow("/data/ember-a")
+    qtbot.addWidget(big)
+    screen = big.screen().availableGeometry()
+    big.setGeometry(0, 0, screen.width() + 400, screen.height() + 200)  # from a bigger screen, say
+    big.show()
+    save_window(big)
+    assert not prefs_mod.fits_a_screen(prefs().window_geometry("/data/ember-a"))
+    caplog.set_level(logging.INFO, logger="app.prefs")
+    window = HomeWindow("/data/ember-a")
+    qtbot.addWidget(window)
+    window.resize(320, 240)
+    restore_window(window, "runs")
+    assert window.size().toTuple() == (320, 240)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # Damaged bytes are no geometry either.
+    assert prefs_mod.saved_rect(b"\x01\xd9\xd0\xcb\x00\x03\x00\x00,with=binary\n") is None
+
+
+def test_the_single_window_geometry_of_layout_1_is_dropped(tmp_path):
+    (tmp_path / "settings.ini").write_text("[General]\nversion=1\nwindow_geometry=@ByteArray(xyz)\ntheme=dark\n")
+    p = prefs()
+    assert p.get("theme") == "dark"
+    assert "window_geometry" not in (tmp_path / "settings.ini").read_text()
+    assert p.window_geometry("/any") == b""
