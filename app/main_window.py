@@ -125,9 +125,11 @@ class MainWindow(QMainWindow):
         self.sidebar.currentRowChanged.connect(self._show_row)
         self.sidebar.setCurrentRow(0)
         # Keys for the main actions, names for screen readers (app/shortcuts.py, app/accessibility.py).
+        from app.help import install_help_menu
         from app.shortcuts import install_shortcuts  # here: it reads PAGES from this module
 
         install_shortcuts(self)
+        install_help_menu(self)  # the menu bar's Help menu (app/help.py)
         install_accessibility(self)
 
     def page(self, key: str) -> QWidget:

@@ -1,4 +1,4 @@
-"""Keyboard shortcuts for the main actions, and the dialog that lists them (F1 or Ctrl+/).
+"""Keyboard shortcuts for the main actions, and the dialog that lists them (Ctrl+/).
 
 Every shortcut is a QAction on the main window with a window context, so it
 works wherever the focus is in the window and nowhere else. ``SHORTCUTS`` is
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.accessibility import reachable
+from app.help import show_page_help
 from app.main_window import PAGES
 
 FINETUNE = "train.finetune"
@@ -43,7 +44,8 @@ BOUND: list[tuple[str, str]] = [
     ("Ctrl+E", "Export the selected run or variant (Runs, Monitor, Compare › Variants), or open Export"),
     ("F5", "Refresh the current page from the engine"),
     ("Ctrl+F", "Find: go to the current page's filter or search field"),
-    ("F1, Ctrl+/", "Show these keyboard shortcuts"),
+    ("F1", "Help: the manual at the part about the current page"),
+    ("Ctrl+/", "Show these keyboard shortcuts"),
     ("Ctrl+Q", "Close the window (jobs and the engine keep running)"),
 ]
 # Given by Qt or by other parts of the window; listed so the dialog is the whole story.
@@ -54,7 +56,11 @@ BUILT_IN: list[tuple[str, str]] = [
     ("Ctrl+Tab, Ctrl+Shift+Tab", "Next or previous tab (Compare, run details)"),
     ("Esc", "Close a dialog or end the guided tour"),
 ]
-SHORTCUTS: list[tuple[str, str]] = BOUND + BUILT_IN
+# The dialog gives Ctrl+1 … Ctrl+9 one row, so the whole list fits on a small screen.
+PAGE_ROW = (f"Ctrl+1 … Ctrl+{min(len(PAGES), PAGE_KEYS)}", "Go to a page, in sidebar order: " + ", ".join(
+    f"{n} {entry.title}" for n, entry in enumerate(PAGES[:PAGE_KEYS], start=1)))
+SHORTCUTS: list[tuple[str, str]] = [PAGE_ROW, *BOUND[min(len(PAGES), PAGE_KEYS):], *BUILT_IN]
+SCREEN_MARGIN = 80  # px of the screen's height the dialog leaves free (title bar, panels)
 
 
 # -- what the current page is about ---------------------------------------------------------
@@ -173,9 +179,28 @@ def show_shortcuts(window: Any) -> QDialog:
     if dialog is None:
         dialog = window.shortcuts_dialog = ShortcutsDialog(window)
     dialog.show()
+    dialog.fit_rows()
     dialog.raise_()
     dialog.activateWindow()
     return dialog
+
+
+def native_keys(keys: str) -> str:
+    """``keys`` in the platform's own spelling (⌘ on a Mac); a range like "Ctrl+1 … Ctrl+9" as written."""
+    if "…" in keys:
+        return keys
+    return ", ".join(QKeySequence(k.strip()).toString(QKeySequence.SequenceFormat.NativeText) or k.strip()
+                     for k in keys.split(","))
+
+
+class ShortcutsTable(QTableWidget):
+    """A table whose size hint holds every row, so its dialog opens with none cut off."""
+
+    def full_height(self) -> int:
+        return self.horizontalHeader().sizeHint().height() + self.verticalHeader().length() + 2 * self.frameWidth()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(super().sizeHint().width(), self.full_height())
 
 
 class ShortcutsDialog(QDialog):
@@ -184,7 +209,7 @@ class ShortcutsDialog(QDialog):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Keyboard shortcuts")
-        self.table = QTableWidget(len(SHORTCUTS), 2)
+        self.table = ShortcutsTable(len(SHORTCUTS), 2)
         self.table.setAccessibleName("Keyboard shortcuts")
         self.table.setHorizontalHeaderLabels(["Keys", "Action"])
         self.table.verticalHeader().hide()
@@ -194,21 +219,25 @@ class ShortcutsDialog(QDialog):
         self.table.setShowGrid(False)
         self.table.setWordWrap(True)
         for row, (keys, text) in enumerate(SHORTCUTS):
-            # Shown in the platform's own spelling (⌘ on a Mac); the list itself stays portable.
-            shown = ", ".join(QKeySequence(k.strip()).toString(QKeySequence.SequenceFormat.NativeText)
-                              or k.strip() for k in keys.split(","))
-            self.table.setItem(row, 0, QTableWidgetItem(shown))
+            self.table.setItem(row, 0, QTableWidgetItem(native_keys(keys)))
             self.table.setItem(row, 1, QTableWidgetItem(text))
         head = self.table.horizontalHeader()
         head.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         head.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        self.table.resizeRowsToContents()
+        # Rows follow their wrapped text whatever the width, so a narrower dialog never cuts one.
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
         layout.addWidget(buttons)
-        self.resize(620, 480)
+        self.resize(760, 480)
+
+    def fit_rows(self) -> None:
+        """As tall as every row needs (within the screen, which scrolls the rest), at the current width."""
+        self.layout().activate()
+        screen = self.screen().availableGeometry().height()
+        self.resize(self.width(), min(self.sizeHint().height(), screen - SCREEN_MARGIN))
 
 
 def install_shortcuts(window: Any) -> dict[str, QAction]:
@@ -221,7 +250,8 @@ def install_shortcuts(window: Any) -> dict[str, QAction]:
         ("Ctrl+E", lambda: export_selected(window)),
         ("F5", lambda: refresh_page(window)),
         ("Ctrl+F", lambda: focus_filter(window)),
-        ("F1, Ctrl+/", lambda: show_shortcuts(window)),
+        ("F1", lambda: show_page_help(window)),
+        ("Ctrl+/", lambda: show_shortcuts(window)),
         ("Ctrl+Q", lambda: window.close()),
     ]
     assert [keys for keys, _ in handlers] == [keys for keys, _ in BOUND]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke tests of the one-folder build: version, the interpreter forms the engine uses, the engine's
-# start/status/stop, a real system.probe job and a 2-process digits fine-tune (children started by the
+# start/status/stop, the manual for Help, a real system.probe job and a 2-process digits fine-tune (children started by the
 # frozen binary, torchrun included), an offscreen GUI start, and the desktop entry.
 # Usage: packaging/smoke.sh [path/to/ember]     (default dist/ember-studio/ember)
 #        SMOKE_TRAIN=0 packaging/smoke.sh        skips the fine-tune (about 20 s on 2 cores)
@@ -39,6 +39,10 @@ out=$(timeout 60 "$BIN" -I -c 'import sys; sys.exit(7)'; echo "rc=$?") || true
 [[ $out == "rc=7" ]] || fail "ember -I -c exit status: '$out'"
 out=$(timeout 120 "$BIN" -u -m engine --version) || fail "ember -u -m engine --version"
 [[ $out == "ember-studio "* ]] || fail "ember -u -m engine --version printed '$out'"
+
+step "the manual for Help ships in the build"
+out=$(timeout 60 "$BIN" -c 'from app.help import docs_dir; print(docs_dir())') || fail "app.help.docs_dir()"
+[[ -f $out/first-run.md && -f $out/troubleshooting.md ]] || fail "no docs in the build (docs_dir() = '$out')"
 
 step "engine start / status"
 timeout 120 "$BIN" engine start || fail "ember engine start"

@@ -2,7 +2,10 @@
 
 The tour opens each page it talks about (so the newcomer sees it, not just its
 name), outlines that page's sidebar item and puts a small bubble next to it with
-Back / Next / Skip tour. Esc ends it anywhere in the window. Finishing or
+Back / Next / Skip tour. The outline follows the item when the layout moves it (the
+connection banner hiding once the engine answers, a resize), and the bubble sits
+where it covers neither the item nor what the step names as its page's main
+controls (Welcome's start cards). Esc ends it anywhere in the window. Finishing or
 skipping remembers ``tour_done`` in the preferences, so run_gui starts it by
 itself only once; the Welcome page's "Take the tour" starts it again at will.
 Both overlays are children of the main window, not separate windows, so they
@@ -30,12 +33,16 @@ class TourStep:
     page: str  # the sidebar page this step opens and outlines
     title: str
     text: str  # one or two sentences
+    # Attributes of the page naming controls the bubble must not cover (a control in a card keeps
+    # its whole card clear).
+    keep_clear: tuple[str, ...] = ()
 
 
 STEPS = (
     TourStep("welcome", "Welcome",
              "Start here: the built-in model trains in a few minutes on a CPU, or bring your own data. "
-             "Your latest runs are listed here too."),
+             "Your latest runs are listed here too.",
+             keep_clear=("builtin_button", "own_data_button", "open_run_button", "tour_button")),
     TourStep("new_finetune", "New fine-tune",
              "Six steps from a task to a running job, each with a working default, so Next, Next, Launch "
              "always gives a run."),
@@ -50,6 +57,9 @@ STEPS = (
     TourStep("export", "Export",
              "Package a model as ONNX, an ONNX Runtime package, TorchScript, TensorRT or a Jetson bundle, "
              "checked to load and predict before you ship it."),
+    TourStep("hosts", "Hosts",
+             "Add a GPU server or a Jetson over SSH, checked before anything runs, to train a model there "
+             "or deploy one to it."),
     TourStep("settings", "Settings",
              "Check what this machine can do and choose the theme, units and data folder."),
 )
@@ -132,6 +142,9 @@ class Tour(QObject):
         self._escape.setEnabled(False)
         self._escape.activated.connect(self.finish)
         window.installEventFilter(self)  # follow the window when it is resized
+        # ... and the sidebar when the layout moves it (the connection banner showing or hiding).
+        window.sidebar.installEventFilter(self)
+        window.stack.installEventFilter(self)
 
     # -- walking -------------------------------------------------------------------------
 
@@ -206,20 +219,46 @@ class Tour(QObject):
         top_left = sidebar.viewport().mapTo(self.window, rect.topLeft())
         return QRect(top_left, rect.size()).adjusted(-2, -2, 2, 2)
 
+    def keep_clear_rects(self) -> list[QRect]:
+        """Window rectangles of the step's page controls the bubble leaves visible."""
+        step = self.steps[self.step_index]
+        page = self.window.page(step.page)
+        rects = []
+        for name in step.keep_clear:
+            widget = getattr(page, name, None)
+            if widget is None or not widget.isVisible():
+                continue
+            holder = widget.parentWidget()
+            if holder is not None and holder.property("role") == "card":
+                widget = holder  # the button's card, its description included
+            rects.append(QRect(widget.mapTo(self.window, QPoint(0, 0)), widget.size()))
+        return rects
+
     def _place(self) -> None:
-        if self.step_index < 0:
+        if self.step_index < 0 or not self.active:
             return
         target = self._target_rect()
         self.highlight.setGeometry(target)
         self.bubble.adjustSize()
-        height = self.bubble.sizeHint().height()
-        # Beside the item, level with it, but never below the window's bottom edge.
-        y = min(target.top(), self.window.height() - height - 12)
-        self.bubble.move(QPoint(target.right() + GAP, max(8, y)))
+        size = self.bubble.sizeHint()
+        x = target.right() + GAP
+        clear = [target, *self.keep_clear_rects()]
+        bottom = self.window.height() - size.height() - 12
+        # Level with the item; else just below one of the controls to keep clear; else at the bottom.
+        tries = [target.top(), *(rect.bottom() + GAP for rect in sorted(clear[1:], key=QRect.bottom)), bottom]
+        for y in tries:
+            spot = QRect(QPoint(x, y), size)
+            if 8 <= y <= bottom and not any(spot.intersects(rect) for rect in clear):
+                break
+        else:
+            y = min(target.top(), bottom)  # a window too small for both: at least beside the item
+        self.bubble.move(QPoint(x, max(8, y)))
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if watched is self.window and event.type() == QEvent.Type.Resize and self.active:
-            self._place()
+        if (self.active and event.type() in (QEvent.Type.Resize, QEvent.Type.Move)
+                and watched in (self.window, self.window.sidebar, self.window.stack)):
+            # After the layout has settled: the page's controls move in the same pass.
+            QTimer.singleShot(0, self, self._place)
         return False
 
 

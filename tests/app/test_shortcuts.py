@@ -12,8 +12,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.glossary import OPTION_TERMS, TERMS, explain, term_tooltip
+from app.help import page_doc
 from app.main_window import PAGES
-from app.shortcuts import SHORTCUTS, selected_run
+from app.shortcuts import BOUND, SHORTCUTS, selected_run, show_shortcuts
 from tests.app.conftest import engine_pid, wait_connected
 
 CTRL = Qt.KeyboardModifier.ControlModifier
@@ -62,19 +63,21 @@ def test_shortcuts_and_term_tooltips(qtbot, make_window, gui_home):
         assert explain("Pareto front") in widget.toolTip()
     assert explain("ONNX Runtime") in window.page("export").formats_step.format_checks["ort"].toolTip()
 
-    # F1 and Ctrl+/: the dialog lists every shortcut.
-    QTest.keyClick(window, Qt.Key.Key_F1)
+    # Ctrl+/: the dialog lists every shortcut. F1: the manual at the current page's part.
+    QTest.keyClick(window, Qt.Key.Key_Slash, CTRL)
     dialog = window.shortcuts_dialog
     qtbot.waitUntil(dialog.isVisible, timeout=3000)
     listed = [dialog.table.item(row, 1).text() for row in range(dialog.table.rowCount())]
     assert listed == [text for _keys, text in SHORTCUTS]
-    assert "Go to Runs" in listed and "New fine-tune" in listed
+    assert "2 Runs" in listed[0] and "New fine-tune" in listed
     dialog.close()
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
-    QTest.keyClick(window, Qt.Key.Key_Slash, CTRL)
-    qtbot.waitUntil(dialog.isVisible, timeout=3000)
-    dialog.close()
+    QTest.keyClick(window, Qt.Key.Key_F1)
+    qtbot.waitUntil(lambda: getattr(window, "help_viewer", None) is not None and window.help_viewer.isVisible(),
+                    timeout=3000)
+    assert window.help_viewer.current_doc() == page_doc(current_key(window))
+    window.help_viewer.close()
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
 
@@ -107,3 +110,25 @@ def test_shortcuts_and_term_tooltips(qtbot, make_window, gui_home):
     QTest.keyClick(window, Qt.Key.Key_Q, CTRL)
     assert not window.isVisible()
     assert pid is not None and engine_pid(gui_home) == pid
+
+
+def test_shortcuts_dialog_shows_every_row_whole(qtbot, make_window):
+    """The list opens tall enough for all its rows: none is cut at the bottom, nothing to scroll."""
+    window = make_window(start=False, page="welcome")
+    dialog = show_shortcuts(window)
+    qtbot.waitUntil(dialog.isVisible, timeout=3000)
+    table = dialog.table
+    assert table.rowCount() == len(SHORTCUTS) and [keys for keys, _ in SHORTCUTS][-1] == "Esc"
+    shown = table.viewport().height()
+    for row in range(table.rowCount()):
+        top = table.rowViewportPosition(row)
+        assert 0 <= top and top + table.rowHeight(row) <= shown, f"row {row} ({table.item(row, 0).text()}) is cut"
+        # A wrapped action still fits its row.
+        needed = table.sizeHintForRow(row)
+        assert table.rowHeight(row) >= needed, f"row {row} is shorter than its text"
+    assert not table.verticalScrollBar().isVisible()
+    assert table.item(0, 0).text().startswith("Ctrl+1") and "Ctrl+E" in [table.item(r, 0).text()
+                                                                       for r in range(table.rowCount())]
+    # Every bound key is listed (the nine page keys as one row).
+    listed_keys = {table.item(r, 0).text() for r in range(table.rowCount())}
+    assert {keys for keys, _ in BOUND if not re.fullmatch(r"Ctrl\+\d", keys)} <= listed_keys
