@@ -23,25 +23,56 @@ TEMPLATE = Path(__file__).resolve().parent / "templates" / "ort_infer.py"
 TASKS = ("text_classification", "image_classification")
 
 
-def _versions() -> dict[str, str]:
-    """Lower bounds for requirements.txt: the versions the package was checked with here."""
-    from importlib.metadata import PackageNotFoundError, version
+# The lowest onnxruntime that runs a model, by what the file needs: (highest IR version, highest ai.onnx opset,
+# release). Each row was checked by running exported models in that release (CPU, Python 3.11): 1.16 runs
+# IR 8 files up to opset 19 and refuses IR 10 ("max supported IR version: 9", 1.17 too); 1.18 runs the dynamo
+# exporter's IR 10 files at opsets 18-21; 1.21 adds opset 22 and 1.23 opset 23.
+ORT_FLOORS = ((9, 19, "1.16"), (10, 21, "1.18"), (10, 22, "1.21"), (10, 23, "1.23"))
+# ConvInteger with int8 weights (a dynamically quantized CNN) has a CPU kernel from 1.24 on (1.23 cannot find
+# one); 1.24 has no wheels for Python 3.10, so such a package needs Python 3.11 or newer.
+CONV_INT8_FLOOR = "1.24"
+# What infer.py itself uses of the others is old API; these are the lowest versions it was run with:
+# numpy 1.24.2 (onnxruntime 1.18's own floor), tokenizers 0.13.3 (reads the bundled tokenizer.json),
+# Pillow 9.3 (fromarray, resize BILINEAR, getchannel). All of them install on Python 3.10.
+FLOORS = {"numpy": "1.24.2", "tokenizers": "0.13.3", "pillow": "9.3"}
 
-    out = {}
-    for name in ("onnxruntime", "numpy", "tokenizers", "pillow"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = ""
-    return out
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
 
 
-def _requirements(task_name: str) -> str:
-    v = _versions()
-    names = ["onnxruntime", "numpy"] + (["tokenizers"] if task_name in TEXT_TASKS else ["pillow"])
-    lines = [f"{n}>={v[n]}" if v[n] else n for n in names]
-    if task_name not in TEXT_TASKS:
-        lines[-1] += "  # only to read image files; .npy arrays need numpy alone"
+def ort_floor(ir_version: int, opset: int, conv_int8: bool = False) -> str:
+    """The lowest onnxruntime release that runs a model with this IR version and ai.onnx opset (ORT_FLOORS)."""
+    floor = next((release for ir, top, release in ORT_FLOORS if ir_version <= ir and opset <= top), None)
+    if floor is None:  # newer than any release checked: the one this machine ran the parity check with
+        from importlib.metadata import version
+
+        floor = ".".join(version("onnxruntime").split(".")[:2])
+    return max(floor, CONV_INT8_FLOOR, key=_version_key) if conv_int8 else floor
+
+
+def model_needs(onnx_path: Path) -> dict[str, Any]:
+    """{ir_version, opset, conv_int8} of an ONNX file (its graph only, not external weights)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    int8 = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT8}
+    conv_int8 = any(n.op_type == "ConvInteger" and len(n.input) > 1 and n.input[1] in int8 for n in model.graph.node)
+    return {"ir_version": int(model.ir_version), "opset": int(opset), "conv_int8": conv_int8}
+
+
+def _requirements(task_name: str, needs: dict[str, Any]) -> str:
+    ort = ort_floor(needs["ir_version"], needs["opset"], needs["conv_int8"])
+    python = "3.11" if needs["conv_int8"] else "3.10"
+    lines = [f"# Python {python} or newer. The lowest versions this model and infer.py run with: onnxruntime "
+             f"{ort} reads ONNX IR version {needs['ir_version']} at opset {needs['opset']}"
+             + (" and has an int8 ConvInteger kernel" if needs["conv_int8"] else "") + ".",
+             f"onnxruntime>={ort}", f"numpy>={FLOORS['numpy']}"]
+    if task_name in TEXT_TASKS:
+        lines.append(f"tokenizers>={FLOORS['tokenizers']}")
+    else:
+        lines.append(f"pillow>={FLOORS['pillow']}  # only to read image files; .npy arrays need numpy alone")
     return "\n".join(lines) + "\n"
 
 
@@ -63,6 +94,9 @@ def _readme(task_name: str, labels: list[str], preprocessing: dict[str, Any]) ->
 Exported by Ember Studio. Labels: {shown}.
 
 ## Run
+
+Python 3.10 or newer (3.11 for a dynamically quantized CNN); `requirements.txt` lists the lowest
+versions that run this model.
 
 ```
 python -m pip install -r requirements.txt
@@ -120,7 +154,7 @@ def write_ort_package(onnx_path: str | Path, out_dir: str | Path, *, task_name: 
         if task_name in TEXT_TASKS and tokenizer_dir is not None:
             for f in tokenizer_files(Path(tokenizer_dir)):
                 shutil.copy2(f, work / f.name)
-        (work / "requirements.txt").write_text(_requirements(task_name), encoding="utf-8")
+        (work / "requirements.txt").write_text(_requirements(task_name, model_needs(onnx_path)), encoding="utf-8")
         (work / "README.md").write_text(_readme(task_name, list(labels), preprocessing), encoding="utf-8")
         if out_dir.exists():
             shutil.rmtree(out_dir)

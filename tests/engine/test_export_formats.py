@@ -162,7 +162,13 @@ def test_ort_package_files(text, image):
             "README.md"} <= names
     assert "model.safetensors" not in names
     reqs = (Path(text["results"]["ort"]["path"]) / "requirements.txt").read_text()
-    assert "onnxruntime" in reqs and "tokenizers" in reqs and "torch" not in reqs
+    # The lowest versions the model and infer.py need (a Python 3.10 target installs them), not this machine's:
+    # the dynamo exporter's IR 10 file at opset 18 needs onnxruntime 1.18.
+    assert [line for line in reqs.splitlines() if not line.startswith("#")] == [
+        "onnxruntime>=1.18", "numpy>=1.24.2", "tokenizers>=0.13.3"]
+    assert "Python 3.10 or newer" in reqs and "torch" not in reqs
+    image_reqs = (Path(image["results"]["ort"]["path"]) / "requirements.txt").read_text()
+    assert "onnxruntime>=1.18\n" in image_reqs and "pillow>=9.3  # only to read image files" in image_reqs
     tree = ast.parse((Path(text["results"]["ort"]["path"]) / "infer.py").read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -334,3 +340,19 @@ def test_a_variants_onnx_that_cannot_be_converted_stops_the_export(int8_digits, 
     assert "opset 17" in str(err.value) and "to opset 13" in str(err.value)
     assert "opset: 17" in err.value.hint
     assert not dst.exists()
+
+
+def test_requirements_follow_what_the_model_needs(int8_digits, tmp_path):
+    from engine.export.ort_package import model_needs, ort_floor
+
+    assert ort_floor(8, 17) == "1.16" and ort_floor(10, 18) == "1.18" and ort_floor(10, 22) == "1.21"
+    assert ort_floor(10, 23) == "1.23" and ort_floor(8, 17, conv_int8=True) == "1.24"
+    # The dynamic int8 CNN: ConvInteger with int8 weights, which onnxruntime runs from 1.24 (Python 3.11+).
+    needs = model_needs(int8_digits["path"])
+    assert needs == {"ir_version": 8, "opset": 17, "conv_int8": True}
+    pkg = write_ort_package(int8_digits["path"], tmp_path / "ort", task_name="image_classification",
+                            labels=[str(i) for i in range(10)],
+                            preprocessing={"size": [32, 32], "mean": [0.5] * 3, "std": [0.5] * 3},
+                            tokenizer_dir=None)
+    reqs = (Path(pkg["path"]) / "requirements.txt").read_text()
+    assert "onnxruntime>=1.24\n" in reqs and reqs.startswith("# Python 3.11 or newer")
