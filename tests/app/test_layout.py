@@ -135,3 +135,34 @@ def test_pages_full_of_data_still_fit(styled, make_window, qtbot):
             problems.append(f"{name} needs {hint.width()} x {hint.height()} of {area.width()} x {area.height()}")
         problems += [f"{name}: scrolls sideways ({wide})" for wide in sideways_scrolling(page)]
     assert not problems, "\n".join(problems)
+
+
+def test_add_host_keeps_its_fields_whole_while_it_shows_errors(styled, qtbot):
+    from PySide6.QtWidgets import QLabel
+
+    from app.pages.hosts.host_dialog import HostDialog
+
+    dialog = HostDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    show(dialog)
+    before = {key: edit.size() for key, edit in dialog.edits.items()}
+    dialog.edits["name"].setText("gpu box!")
+    dialog.submit()  # checked here first: the name's characters, the address missing
+    assert dialog.error_for("name") and dialog.error_for("address") == "required"
+    long = {"name": "a host named gpu-box exists already; pick another name or edit that host",
+            "address": "the address could not be resolved: check the spelling, or use the IP address"}
+    dialog.show_errors([{"field": f"host.{key}", "message": text} for key, text in long.items()],
+                       message="The engine refused the host.")
+    show(dialog)
+    for key, text in long.items():
+        edit = dialog.edits[key]
+        assert edit.height() >= edit.sizeHint().height(), f"{key} squeezed to {edit.height()} px high"
+        assert edit.width() >= max(edit.minimumWidth(), before[key].width()) > 200, f"{key} narrowed"
+        error = next(w for w in dialog.findChildren(QLabel) if w.text() == text)
+        assert error.isVisible() and error.width() <= edit.width() + 1  # wrapped under its field
+        assert error.height() >= error.heightForWidth(error.width()), f"{key}'s message is cut"
+    assert dialog.edits["name"].fontMetrics().horizontalAdvance("gpu box!") < dialog.edits["name"].width()
+    assert dialog.form_scroll.verticalScrollBar().maximum() == 0  # the dialog grew rather than scroll
+    assert dialog.message.isVisible() and dialog.message.height() >= dialog.message.heightForWidth(
+        dialog.message.width())

@@ -6,6 +6,9 @@ can judge (a name already taken) comes back as RpcError data.fields and is shown
 the same way. The dialog never closes itself on OK: it emits ``submitted`` and
 the page calls ``finish()`` when the engine said yes, or ``show_errors()``.
 It is opened with open(), not exec(), so a test can fill it and press OK.
+
+A message wraps under its field and the dialog grows to show it (the form scrolls
+where the screen ends): the fields keep their width and height whatever is shown.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -23,6 +27,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -35,6 +41,7 @@ AUTH_CHOICES = (("key", "Key file"), ("agent", "SSH agent"), ("password", "Passw
 ROLE_CHOICES = (("training", "Training node"), ("jetson", "Jetson (export target)"))
 TEXT_FIELDS = ("name", "address", "user", "key_path", "python", "workdir")
 FIELDS = ("name", "address", "port", "user", "auth", "key_path", "python", "workdir", "role")
+FIELD_CHARS = 30  # the narrowest a text field gets, in average characters: an address fits
 
 
 def _combo(choices: tuple[tuple[str, str], ...]) -> QComboBox:
@@ -70,6 +77,8 @@ class HostDialog(QDialog):
         self.setWindowTitle("Edit host" if record else "Add host")
         self.setMinimumWidth(520)
         self.edits: dict[str, QLineEdit] = {key: QLineEdit() for key in TEXT_FIELDS}
+        for edit in self.edits.values():
+            edit.setMinimumWidth(edit.fontMetrics().averageCharWidth() * FIELD_CHARS)
         self.port = QSpinBox()
         self.port.setRange(1, 65535)
         self.auth = _combo(AUTH_CHOICES)
@@ -89,8 +98,11 @@ class HostDialog(QDialog):
         outer.setSpacing(10)
         outer.addWidget(label("Ember logs in over SSH, checks the host's key with you the first time, "
                               "then probes what the host has.", "muted", wrap=True))
-        form = QFormLayout()
+        self.form_body = QWidget()
+        form = QFormLayout(self.form_body)
+        form.setContentsMargins(0, 0, 0, 0)
         form.setVerticalSpacing(4)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         key_row = QHBoxLayout()
         key_row.addWidget(self.edits["key_path"], 1)
         key_row.addWidget(self.browse_button)
@@ -108,11 +120,17 @@ class HostDialog(QDialog):
             else:
                 column.addWidget(widget)
             error = label("", "error", wrap=True)
+            # As wide as the field, however long the message: it takes more lines, not more room.
+            error.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             error.hide()
             column.addWidget(error)
             self._errors[key] = error
             form.addRow(text, column)
-        outer.addLayout(form)
+        self.form_scroll = QScrollArea()
+        self.form_scroll.setWidgetResizable(True)
+        self.form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.form_scroll.setWidget(self.form_body)
+        outer.addWidget(self.form_scroll, 1)
         self.message = label("", "error", wrap=True)
         self.message.hide()
         outer.addWidget(self.message)
@@ -208,6 +226,21 @@ class HostDialog(QDialog):
         if loose:
             self.message.setText("\n".join(loose))
             self.message.show()
+        self.fit_height()
+
+    def fit_height(self) -> None:
+        """Grow (never shrink) so every message shows without scrolling, as far as the screen allows."""
+        for layout in (self.form_body.layout(), self.layout()):
+            layout.activate()
+        body = self.form_body
+        needed = max(body.heightForWidth(self.form_scroll.viewport().width()), body.minimumSizeHint().height())
+        extra = needed - self.form_scroll.viewport().height()
+        extra += max(0, self.layout().totalHeightForWidth(self.width()) - self.height())  # the message below
+        if extra <= 0:
+            return
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry().height() - 60 if screen is not None else self.height() + extra
+        self.resize(self.width(), max(self.height(), min(self.height() + extra, room)))
 
     def error_for(self, key: str) -> str:
         """The error shown under field ``key`` ('' when none); tests read it."""
