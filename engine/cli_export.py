@@ -24,8 +24,14 @@ def print_result(result: dict[str, Any]) -> None:
         diff = f"{p['max_abs_diff']:.2e}" if p.get("max_abs_diff") is not None else "-"
         top1 = f"{p['top1_agreement']:.1%}" if p.get("top1_agreement") is not None else "-"
         print(f"{fmt:<12} {_size(entry.get('bytes')):>10}  {diff:>12}  {top1:>7}  {verdict:<8} {entry.get('path')}")
-    if any(not (e.get("parity") or {}).get("enforced", True) for e in (result.get("formats") or {}).values()):
-        print("* reported, not enforced: a quantized model measured against its fp32 parent")
+    reported = [e["parity"] for e in (result.get("formats") or {}).values()
+                if (e.get("parity") or {}).get("enforced", True) is False]
+    why = {p.get("reported_because") or "quantized" for p in reported}
+    if "quantized" in why:
+        print("* reported, not enforced: a quantized model measured against its fp32 parent "
+              "(top-1: how often it picks the parent's class)")
+    if "precision" in why:
+        print("* reported, not enforced: a reduced-precision TensorRT engine measured against the fp32 model")
     compat = result.get("compat")
     if compat:
         print(f"TensorRT {compat['tensorrt_version']} check ({compat.get('where')}): "
