@@ -85,6 +85,7 @@ def test_bad_data_file_shows_file_and_line_under_the_fields(qtbot, make_window, 
     assert str(no_label) in data.issues.text()  # the full list names the file and the fix
     assert "Fix:" in data.issues.text()
 
+    data.label_column_edit.setText("label")
     data.path_edit.setText(str(bad_rows))
     path_message = data.field_messages["data.path"]
     qtbot.waitUntil(lambda: "rows.csv:3" in path_message.text(), timeout=CHECK_MS)
@@ -169,7 +170,8 @@ def test_load_spec_fills_every_step_and_round_trips(qtbot, make_window):
     page.go_to(4)
     page.hardware_step.lr_edit.setText("fast")
     message = page.hardware_step.field_messages["optim"]
-    assert message.isVisible() and "lr" in message.text()
+    assert message.isVisible() and message.text() == "Learning rate must be a number, such as 0.0005."
+    assert "optim.lr" in message.toolTip()
     assert not page.launch_button.isEnabled()
 
 
