@@ -29,7 +29,7 @@ TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, 
         "optim": {"lr": 0.003}}
 LONG = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 32, "max_steps": 2000,
         "eval_every": 100, "checkpoint_every": 500, "optim": {"lr": 0.002, "schedule": "cosine", "warmup_steps": 20}}
-STEPS = ("task", "model", "data", "method", "hardware", "review")
+STEPS = ("task", "model", "data", "method", "training", "review")
 
 
 def pump(app: QApplication, seconds: float) -> None:
@@ -103,8 +103,8 @@ def main() -> int:
             wait(app, lambda: not wizard.busy(), 180, "the model check")
         if step == "data":
             wait(app, lambda: not wizard.busy(), 120, "the data preview")
-        if step == "hardware":
-            wait(app, lambda: wizard.hardware_step.fit.verdict != "", 180, "the fit estimate")
+        if step == "training":
+            wait(app, lambda: wizard.training_step.fit.verdict != "", 180, "the fit estimate")
         if step == "review":
             wait(app, wizard.launch_button.isEnabled, 180, "the final check")
         shoot(app, window, f"wizard-{i + 1}-{step}.png")

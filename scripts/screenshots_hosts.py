@@ -54,7 +54,7 @@ def main() -> int:
         # The wizard's hardware step, run across this machine and the workstation.
         wizard = window.show_page("new_finetune")
         wizard.go_to(4)
-        hardware = wizard.hardware_step
+        hardware = wizard.training_step
         hardware.where_combo.setCurrentIndex(hardware.where_combo.findData("nodes"))
         editor = hardware.nodes_editor
         wait(app, lambda: "workstation" in editor.host_names(), 30, "the hosts in the wizard")

@@ -2,7 +2,7 @@
 
 Run by scripts/screenshots_speed.sh under Xvfb. Writes into the folder given (docs/images):
 
-  speed-card.png      New fine-tune › Hardware for a causal LM: precision auto and the Speed card, packing on
+  speed-card.png      New fine-tune › Training for a causal LM: precision auto and the Speed card, packing on
   monitor-speed.png   Monitor on a packed causal-LM fine-tune: MFU and padding on the step-time chart, the
                       latest MFU and TFLOP/s against the peak, and the run's speed choices
 """
@@ -35,9 +35,9 @@ def main() -> int:
 
     wizard = window.show_page("new_finetune")
     wizard.load_spec(PACKED, name="tiny-llama-packed")
-    wizard.go_to(4)  # Hardware
-    wait(app, lambda: wizard.hardware_step.fit.verdict != "", 180, "the fit estimate")
-    area = wizard.hardware_step.speed.parent()
+    wizard.go_to(4)  # Training
+    wait(app, lambda: wizard.training_step.fit.verdict != "", 180, "the fit estimate")
+    area = wizard.training_step.speed.parent()
     while area is not None and not isinstance(area, QScrollArea):
         area = area.parent()
     if area is not None:  # the Speed card sits below the fit estimate

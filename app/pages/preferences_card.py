@@ -89,7 +89,7 @@ class PreferencesCard(QFrame):
 
         self.device_combo = _combo(DEVICES, p.get("default_device"))
         _row(box, "Default &hardware", self.device_combo, "The device a new fine-tune starts with; you can "
-                                                          "still change it on the Hardware step")
+                                                          "still change it on the Training step")
         self.device_combo.currentIndexChanged.connect(
             lambda: prefs().set("default_device", self.device_combo.currentData()))
 

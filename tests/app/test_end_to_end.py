@@ -31,7 +31,7 @@ def test_wizard_defaults_launch_a_two_process_run_watched_stopped_and_resumed(qt
     # Task, model, data, method: the defaults, as a newcomer clicks through them.
     for _ in range(4):
         click(qtbot, wizard.next_button)
-    hardware = wizard.hardware_step
+    hardware = wizard.training_step
     assert wizard.current_step() == 4
     hardware.nproc_spin.setValue(2)  # two processes: the strategy becomes DDP by itself
     hardware.max_steps_spin.setValue(STEPS)

@@ -135,7 +135,7 @@ def test_newcomer_fine_tunes_compresses_compares_and_exports_the_built_in_model(
     assert wizard.method_step.method_radios["lora"].isChecked()  # Method: LoRA, as it starts
     click(qtbot, wizard.next_button)
     assert wizard.current_step() == 4
-    hardware = wizard.hardware_step
+    hardware = wizard.training_step
     hardware.nproc_spin.setValue(2)  # two processes: the strategy becomes DDP by itself
     hardware.max_steps_spin.setValue(STEPS)
     hardware.batch_spin.setValue(BATCH)

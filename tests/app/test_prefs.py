@@ -169,7 +169,7 @@ def test_preferences_card_controls_are_labelled_and_saved(make_window):
 def test_default_device_is_the_wizards_first_choice(make_window):
     prefs().set("default_device", "cpu")
     window = make_window(start=False, page="new_finetune")
-    assert window.page("new_finetune").hardware_step.device_combo.currentData() == "cpu"
+    assert window.page("new_finetune").training_step.device_combo.currentData() == "cpu"
     assert window.page("new_finetune").current_spec()["device"] == "cpu"
 
 

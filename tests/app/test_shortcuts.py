@@ -52,7 +52,7 @@ def test_shortcuts_and_term_tooltips(qtbot, make_window, gui_home):
 
     # Term tooltips where the terms appear.
     assert explain("LoRA") in wizard.method_step.method_radios["lora"].toolTip()
-    zero = wizard.hardware_step.zero_combo
+    zero = wizard.training_step.zero_combo
     tip = zero.itemData(zero.findData("3"), Qt.ItemDataRole.ToolTipRole)
     assert "<b>ZeRO-3</b>" in tip and explain("ZeRO-3") in tip
     compress = window.page("compress")

@@ -1,4 +1,4 @@
-"""The speed options in the wizard (Hardware step) and the speed figures on the Monitor (issue 10)."""
+"""The speed options in the wizard (Training step) and the speed figures on the Monitor (issue 10)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def open_wizard(make_window):
 
 def test_the_speed_fields_round_trip_through_the_spec(qtbot, make_window):
     _window, page = open_wizard(make_window)
-    hardware = page.hardware_step
+    hardware = page.training_step
     # A fresh wizard: everything automatic, and the job file says nothing about speed.
     assert hardware.precision_combo.currentData() == "auto" and hardware.precision_combo.currentIndex() == 0
     assert "bf16 on a capable GPU" in hardware.precision_combo.currentText()
@@ -69,7 +69,7 @@ def test_the_speed_fields_round_trip_through_the_spec(qtbot, make_window):
 
 def test_packing_only_for_causal_lm_and_length_grouping_only_for_text(qtbot, make_window):
     _window, page = open_wizard(make_window)
-    speed = page.hardware_step.speed
+    speed = page.training_step.speed
     page.task_step.task_radios["causal_lm"].click()
     assert speed.packing_check.isEnabled() and speed.group_check.isEnabled()
     speed.packing_check.setChecked(True)

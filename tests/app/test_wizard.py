@@ -56,8 +56,8 @@ def test_next_through_the_defaults_gives_a_valid_spec_ready_to_launch(qtbot, mak
 
     # Two processes: the strategy follows, and the torchrun equivalent is shown.
     page.go_to(4)
-    page.hardware_step.nproc_spin.setValue(2)
-    assert page.hardware_step.strategy_combo.currentData() == "ddp"
+    page.training_step.nproc_spin.setValue(2)
+    assert page.training_step.strategy_combo.currentData() == "ddp"
     assert "torchrun --nproc-per-node 2 -m engine.recipes.finetune" in \
         page.review_step.command_view.toPlainText()
 
@@ -122,7 +122,7 @@ def test_missing_model_folder_shows_a_message_under_the_field(qtbot, make_window
 def test_applying_a_fit_suggestion_changes_the_form(qtbot, make_window):
     _window, page = open_wizard(make_window, qtbot)
     page.go_to(4)
-    hardware = page.hardware_step
+    hardware = page.training_step
     hardware.batch_spin.setValue(65536)
     qtbot.waitUntil(lambda: hardware.fit.verdict == "will_not_fit" and bool(hardware.fit.suggestion_buttons),
                     timeout=CHECK_MS)
@@ -156,8 +156,8 @@ def test_load_spec_fills_every_step_and_round_trips(qtbot, make_window):
     assert page.data_step.image_size_spin.value() == 48
     assert page.data_step.flip_check.isChecked()
     assert page.method_step.method_radios["full"].isChecked()
-    assert page.hardware_step.deepspeed_box.isVisibleTo(page.hardware_step)
-    assert page.hardware_step.offload_params_check.isChecked()
+    assert page.training_step.deepspeed_box.isVisibleTo(page.training_step)
+    assert page.training_step.offload_params_check.isChecked()
     assert page.errors == {}
 
     launched = TrainSpec.model_validate(page.spec_for_launch())
@@ -168,8 +168,8 @@ def test_load_spec_fills_every_step_and_round_trips(qtbot, make_window):
 
     # A field pydantic rejects is named next to its widget, and blocks Launch.
     page.go_to(4)
-    page.hardware_step.lr_edit.setText("fast")
-    message = page.hardware_step.field_messages["optim"]
+    page.training_step.lr_edit.setText("fast")
+    message = page.training_step.field_messages["optim"]
     assert message.isVisible() and message.text() == "Learning rate must be a number, such as 0.0005."
     assert "optim.lr" in message.toolTip()
     assert not page.launch_button.isEnabled()
@@ -181,7 +181,7 @@ def test_learning_rate_follows_the_method_until_the_user_sets_one(qtbot, make_wi
     assert lr() == 2e-3  # LoRA adapters start from zero and want a large rate
     page.method_step.method_radios["full"].click()
     assert lr() == 5e-5  # a full fine-tune of pretrained MiniLM: small, or it forgets what it knows
-    page.hardware_step.lr_edit.setText("0.0001")
+    page.training_step.lr_edit.setText("0.0001")
     page.method_step.method_radios["lora"].click()
     assert lr() == 1e-4  # the user's choice stays
     assert page.spec_for_launch()["optim"]["lr"] == 1e-4

@@ -1,6 +1,6 @@
 """What the forms do with the user's input: the wheel never changes an unfocused control, a value
 below a field's minimum is explained (not reverted), messages name fields as the form shows them,
-the data file's columns are offered, every field explains itself, and the Hardware step folds its
+the data file's columns are offered, every field explains itself, and the Training step folds its
 advanced settings and fits a narrow window."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_the_wheel_changes_no_unfocused_control_on_any_wizard_step_or_form(qtbot
     window.resize(1024, 700)
     checked = 0
     wizard = window.page("new_finetune")
-    wizard.hardware_step.advanced_check.setChecked(True)
+    wizard.training_step.advanced_check.setChecked(True)
     wizard.data_step.custom_radio.setChecked(True)
     for key in ("new_finetune", "compress", "export"):
         page = window.show_page(key)
@@ -89,13 +89,13 @@ def test_the_wheel_changes_no_unfocused_control_on_any_wizard_step_or_form(qtbot
     area = wizard.stack.currentWidget()
     assert isinstance(area, QScrollArea)
     bar = area.verticalScrollBar()
-    assert bar.maximum() > 0  # the Hardware step with its advanced settings is taller than 700 px
+    assert bar.maximum() > 0  # the Training step with its advanced settings is taller than 700 px
     bar.setValue(0)
-    combo = wizard.hardware_step.schedule_combo
+    combo = wizard.training_step.schedule_combo
     before = combo.currentIndex()
     wheel(combo, -3)
     assert bar.value() > 0 and combo.currentIndex() == before
-    spin = wizard.hardware_step.batch_spin
+    spin = wizard.training_step.batch_spin
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
     spin.setFocus()
@@ -108,7 +108,7 @@ def test_a_value_below_the_minimum_is_explained_not_reverted(qtbot, make_window)
     window = make_window(start=False, page="new_finetune")
     page = window.page("new_finetune")
     page.go_to(4)
-    hardware = page.hardware_step
+    hardware = page.training_step
     hardware.batch_spin.setValue(0)
     assert hardware.batch_spin.value() == 0  # kept, as the user typed it
     message = hardware.field_messages["batch_size"]
@@ -136,7 +136,7 @@ def test_messages_name_fields_by_their_labels():
 def test_every_wizard_field_has_a_tooltip(qtbot, make_window):
     window = make_window(start=False, page="new_finetune")
     page = window.page("new_finetune")
-    page.hardware_step.advanced_check.setChecked(True)
+    page.training_step.advanced_check.setChecked(True)
     fields = (QAbstractSpinBox, QComboBox, QLineEdit, QCheckBox, QRadioButton, QListWidget)
     missing = []
     for step in page.steps:
@@ -146,16 +146,16 @@ def test_every_wizard_field_has_a_tooltip(qtbot, make_window):
             if isinstance(widget, fields) and not inner and not widget.toolTip():
                 missing.append(f"{step.title}: {type(widget).__name__} {widget.text() if hasattr(widget, 'text') else ''}")
     assert not missing, "fields without a tooltip:\n" + "\n".join(missing)
-    for widget in (page.hardware_step.strategy_combo, page.hardware_step.lr_edit, page.hardware_step.batch_spin):
+    for widget in (page.training_step.strategy_combo, page.training_step.lr_edit, page.training_step.batch_spin):
         assert "Job file:" in widget.toolTip() and "<b>" in widget.toolTip()
 
 
-def test_the_hardware_step_folds_advanced_settings_and_fits_a_narrow_window(qtbot, make_window):
+def test_the_training_step_folds_advanced_settings_and_fits_a_narrow_window(qtbot, make_window):
     window = make_window(start=False, page="new_finetune")
     window.resize(1024, 700)
     page = window.page("new_finetune")
     page.go_to(4)
-    hardware = page.hardware_step
+    hardware = page.training_step
     qtbot.wait(50)
     assert not hardware.advanced_check.isChecked()
     assert not hardware.schedule_combo.isVisible() and not hardware.eval_every_spin.isVisible()

@@ -103,7 +103,7 @@ def test_several_machines_spec_review_duplicate_and_host_readiness(qtbot, make_w
     wait_connected(qtbot, window)
     page = window.page("new_finetune")
     client = window.engine.client
-    hardware = page.hardware_step
+    hardware = page.training_step
     editor = hardware.nodes_editor
     page.go_to(4)
 

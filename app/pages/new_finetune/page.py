@@ -30,11 +30,11 @@ from app.pages.new_finetune.spec_tools import (
     validate,
 )
 from app.pages.new_finetune.step_data import DataStep
-from app.pages.new_finetune.step_hardware import HardwareStep
 from app.pages.new_finetune.step_method import MethodStep
 from app.pages.new_finetune.step_model import ModelStep
 from app.pages.new_finetune.step_review import ReviewStep
 from app.pages.new_finetune.step_task import TaskStep
+from app.pages.new_finetune.step_training import TrainingStep
 from app.style import set_role
 from app.widgets.common import label
 from app.widgets.wizard_frame import build_wizard_frame, show_status
@@ -69,10 +69,10 @@ class NewFinetunePage(QWidget):
         self.model_step = ModelStep(self._client)
         self.data_step = DataStep(self._client)
         self.method_step = MethodStep()
-        self.hardware_step = HardwareStep(self._client)
+        self.training_step = TrainingStep(self._client)
         self.review_step = ReviewStep(self._client)
         self.steps: list[Step] = [self.task_step, self.model_step, self.data_step,
-                                  self.method_step, self.hardware_step, self.review_step]
+                                  self.method_step, self.training_step, self.review_step]
 
         frame = build_wizard_frame(outer, self.steps, self.go_to, self.current_step,
                                    ('Launch', 'Check the inputs once more, then start the run', self.launch))
@@ -85,7 +85,7 @@ class NewFinetunePage(QWidget):
         self.task_step.template_chosen.connect(lambda t: self.load_spec(t.get("spec") or {}, ""))
         self.model_step.facts_changed.connect(self.method_step._on_facts)
         self.model_step.code_mode_changed.connect(self.method_step.set_code_model)
-        self.hardware_step.patch_requested.connect(self.apply_patch)
+        self.training_step.patch_requested.connect(self.apply_patch)
         self.review_step.template_saved.connect(lambda _n: self.task_step.reload_templates())
         self._client.connected.connect(self._on_connected)
         self._client.disconnected.connect(self._update_buttons)
@@ -199,10 +199,10 @@ class NewFinetunePage(QWidget):
             for path in mine:
                 unclaimed.pop(path, None)
         self.review_step.show_errors(unclaimed)
-        self.review_step.addresses = self.hardware_step.nodes_editor.addresses()
+        self.review_step.addresses = self.training_step.nodes_editor.addresses()
         self.review_step.update_document(spec)
         if self._client.is_connected:
-            for step in (self.model_step, self.data_step, self.hardware_step):
+            for step in (self.model_step, self.data_step, self.training_step):
                 step.spec_changed(spec)
             if self.current_step() == len(self.steps) - 1:
                 self.review_step.check_now()
@@ -224,7 +224,7 @@ class NewFinetunePage(QWidget):
         problems = self.blockers()
         busy = self.busy()
         self.launch_button.setEnabled(connected and not problems and not busy and not self._launching)
-        self.review_step.set_blockers(problems, self.hardware_step.fit.estimate)
+        self.review_step.set_blockers(problems, self.training_step.fit.estimate)
         for i, step in enumerate(self.steps):
             # A mark on the steps that need attention, so problems are easy to find.
             flagged = bool(step.blocking()) or any(step.owns(p) for p in self.errors)
@@ -294,15 +294,15 @@ class NewFinetunePage(QWidget):
         self.task_step.reload_templates()
         self.model_step.reinspect()
         self.data_step.reinspect()
-        self.hardware_step.reestimate()
+        self.training_step.reestimate()
         self.refresh()
 
     def _on_machine(self, info: dict[str, Any]) -> None:
         self.machine = info
-        self.hardware_step.set_machine(info)
+        self.training_step.set_machine(info)
         self.method_step.set_machine(info)
         self.refresh()
 
     def _on_machine_error(self, err: Any) -> None:
-        self.hardware_step.set_machine(None)
+        self.training_step.set_machine(None)
         self.method_step.set_machine(None, f"could not ask the engine about GPUs: {error_text(err)}")

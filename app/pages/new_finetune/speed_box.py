@@ -1,4 +1,4 @@
-"""The Hardware step's "Speed" card: attention kernel, torch.compile, AdamW kernel, data workers,
+"""The Training step's "Speed" card: attention kernel, torch.compile, AdamW kernel, data workers,
 sequence packing and length grouping (spec ``speed.*`` and ``data.num_workers/packing/group_by_length``).
 
 Every choice starts at "auto", which the engine turns into what is fastest and safe on the run's

@@ -1,4 +1,4 @@
-"""Step 5: where it runs, how it is split across processes, the training loop, and whether it fits.
+"""Step 5, Training: how long and how fast it learns, where it runs, how it is split across processes, and whether it fits.
 
 "Where" is this machine (``distributed.nproc`` processes) or several machines: a node list
 (``distributed.nodes``) over the training hosts of the Hosts page, kept live from
@@ -86,8 +86,8 @@ def _flat_advanced(spec: dict[str, Any]) -> dict[str, Any]:
             "data.group_by_length": data.get("group_by_length")}
 
 
-class HardwareStep(Step):
-    title = "Hardware"
+class TrainingStep(Step):
+    title = "Training"
     prefixes = ("distributed", "optim", "batch_size", "grad_accum", "max_steps", "epochs",
                 "precision", "activation_checkpointing", "device", "eval_every", "checkpoint_every",
                 "speed", "data.num_workers", "data.packing", "data.group_by_length")
