@@ -17,8 +17,6 @@ from app import style
 from app.main_window import PAGE_KEYS
 
 SMALL = QSize(1024, 700)
-# Runs' table and details pane are being fitted separately; remove once they fit.
-STILL_TOO_BIG = {"runs": "the Runs page's table and details ask for more than 1024 x 700"}
 
 
 @pytest.fixture
@@ -70,9 +68,7 @@ def layout_problems(window, page: QWidget, where: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("key", [
-    pytest.param(key, marks=pytest.mark.xfail(reason=STILL_TOO_BIG[key], strict=False))
-    if key in STILL_TOO_BIG else key for key in PAGE_KEYS])
+@pytest.mark.parametrize("key", PAGE_KEYS)
 def test_every_page_and_wizard_step_fits_1024_by_700(styled, make_window, qtbot, key):
     window = make_window(start=False, page="welcome")
     page = window.show_page(key)
@@ -93,9 +89,8 @@ def test_the_window_still_fits_after_visiting_every_page(styled, make_window, qt
     """Pages are built on first show and stay in the stack: the largest one visited sets the minimum."""
     window = make_window(start=False, page="welcome")
     for key in PAGE_KEYS:
-        if key not in STILL_TOO_BIG:
-            window.show_page(key)
-            show(window)
+        window.show_page(key)
+        show(window)
     hint = window.minimumSizeHint()
     assert fits(hint), f"after visiting every page the window needs {hint.width()} x {hint.height()}"
     window.resize(SMALL)
