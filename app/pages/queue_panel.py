@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QHBoxLayout,
     QHeaderView,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -31,6 +32,7 @@ from app.widgets.common import label
 COLUMNS = ("#", "Name", "Priority", "Waiting for")
 ROW_HEIGHT = 26
 MAX_VISIBLE_ROWS = 5
+MIN_HEIGHT = 90  # in a short window the panel scrolls inside this much; the Runs page can stay small
 
 
 def resources_text(queue: dict[str, Any]) -> str:
@@ -53,19 +55,33 @@ def resources_text(queue: dict[str, Any]) -> str:
 
 
 class QueuePanel(QWidget):
+    content_changed = Signal()  # shown again: the queue's length (so its height) may differ
+
     def __init__(self, client: EngineClient, parent: QWidget | None = None):
         super().__init__(parent)
         self._client = client
         self._queue: dict[str, Any] = {"jobs": [], "running": [], "resources": {}, "settings": {}}
         self._loading = False  # set while the view is filled in, so no request goes out for it
 
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
+        # The controls scroll inside the panel when the page gives it less than they need.
+        scroll = QScrollArea()
+        scroll.setObjectName("pageScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        body = QWidget()
+        body.setObjectName("pageBody")
+        scroll.setWidget(body)
+        frame = QVBoxLayout(self)
+        frame.setContentsMargins(0, 0, 0, 0)
+        frame.addWidget(scroll)
+        self.setMinimumHeight(MIN_HEIGHT)
+        outer = QVBoxLayout(body)
+        outer.setContentsMargins(0, 6, 0, 0)
         outer.setSpacing(6)
         head = QHBoxLayout()
         self.title = label("Queue", "h2")
         head.addWidget(self.title)
-        self.summary = label("", "muted")
+        self.summary = label("", "muted", wrap=True)  # wraps rather than widen the page
         head.addWidget(self.summary, 1)
         outer.addLayout(head)
 
@@ -89,7 +105,11 @@ class QueuePanel(QWidget):
                            "muted", wrap=True)
         outer.addWidget(self.empty)
 
-        controls = QHBoxLayout()
+        # Two rows, so the panel fits a narrow window: the selected job (shown while jobs wait),
+        # then the engine's limits.
+        self.job_controls = QWidget()
+        controls = QHBoxLayout(self.job_controls)
+        controls.setContentsMargins(0, 0, 0, 0)
         self.top_button = self._button("Move to top", "Run this job next", "top")
         self.up_button = self._button("Up", "Move it one place earlier", "up")
         self.down_button = self._button("Down", "Move it one place later", "down")
@@ -105,26 +125,31 @@ class QueuePanel(QWidget):
         self.priority_spin.valueChanged.connect(self._on_priority)
         controls.addWidget(self.priority_spin)
         controls.addStretch(1)
-        controls.addWidget(label("Max jobs at once", "muted"))
+        outer.addWidget(self.job_controls)
+        limits = QHBoxLayout()
+        limits.addWidget(label("Max jobs at once", "muted"))
         self.max_jobs_spin = QSpinBox()
         self.max_jobs_spin.setKeyboardTracking(False)  # one request when typing ends, not one per digit
         self.max_jobs_spin.setRange(1, 256)
         self.max_jobs_spin.setToolTip("How many jobs may run at the same time (kept when the engine restarts)")
         self.max_jobs_spin.valueChanged.connect(lambda v: self._configure(max_concurrent=v))
-        controls.addWidget(self.max_jobs_spin)
-        controls.addWidget(label("CPU cores", "muted"))
+        limits.addWidget(self.max_jobs_spin)
+        limits.addSpacing(12)
+        limits.addWidget(label("CPU cores", "muted"))
         self.cores_spin = QSpinBox()
         self.cores_spin.setKeyboardTracking(False)  # one request when typing ends, not one per digit
         self.cores_spin.setRange(0, 100_000)
         self.cores_spin.setSpecialValueText("all")
         self.cores_spin.setToolTip("CPU cores jobs may use together; all = every core of this machine")
         self.cores_spin.valueChanged.connect(lambda v: self._configure(cpu_cores=v))
-        controls.addWidget(self.cores_spin)
+        limits.addWidget(self.cores_spin)
+        limits.addSpacing(12)
         self.sharing_check = QCheckBox("Allow GPU sharing")
         self.sharing_check.setToolTip("Let two trainings use the same GPU (they compete for its memory)")
         self.sharing_check.toggled.connect(lambda on: self._configure(allow_gpu_sharing=on))
-        controls.addWidget(self.sharing_check)
-        outer.addLayout(controls)
+        limits.addWidget(self.sharing_check)
+        limits.addStretch(1)
+        outer.addLayout(limits)
         self.message = label("", "error", wrap=True)
         self.message.hide()
         outer.addWidget(self.message)
@@ -174,6 +199,7 @@ class QueuePanel(QWidget):
             self.table.setFixedHeight(self.table.horizontalHeader().height() + 4
                                       + ROW_HEIGHT * max(1, min(len(jobs), MAX_VISIBLE_ROWS)))
             self.table.setVisible(bool(jobs))
+            self.job_controls.setVisible(bool(jobs))
             self.empty.setVisible(not jobs)
             settings = queue.get("settings") or {}
             if settings:
@@ -185,6 +211,12 @@ class QueuePanel(QWidget):
         finally:
             self._loading = False
         self._update_controls()
+        self.content_changed.emit()
+
+    def wanted_height(self) -> int:
+        """The height that shows everything without scrolling."""
+        body = self.findChild(QWidget, "pageBody")
+        return max(MIN_HEIGHT, body.sizeHint().height() if body is not None else MIN_HEIGHT)
 
     # -- reading the view -------------------------------------------------------------------
 

@@ -45,12 +45,15 @@ from app.jobs_model import (
 from app.pages.queue_panel import QueuePanel
 from app.widgets.common import call_window, label
 from app.widgets.empty_state import empty_state, window_action
+from app.widgets.flow_layout import FlowLayout
 from app.widgets.run_details import RunDetails
 
 POLL_MS = 2000
 LIST_LIMIT = 1000
 RESUMABLE = ("stopped", "cancelled", "failed")
 NAME_MIN_WIDTH = 170
+LIST_MIN_HEIGHT = 100  # the table: a header and about three rows
+DETAILS_MIN_HEIGHT = 150  # the details: title, facts line, the tab bar and a few lines
 
 
 class RunsPage(QWidget):
@@ -69,7 +72,7 @@ class RunsPage(QWidget):
         outer.setSpacing(10)
         outer.addWidget(label("Runs", "h1"))
         outer.addWidget(label("Every job the engine is running or has run. Closing Ember never "
-                              "stops a job. Select several runs to compare them.", "muted"))
+                              "stops a job. Select several runs to compare them.", "muted", wrap=True))
 
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter by name, task, model, method or state")
@@ -116,14 +119,20 @@ class RunsPage(QWidget):
         tools.addStretch(1)
         tools.addWidget(self.refresh_button)
         outer.addLayout(tools)
-        actions = QHBoxLayout()
-        for button in (self.open_button, self.compare_button, self.duplicate_button,
-                       self.compress_button, self.lineage_button, self.resume_button):
-            actions.addWidget(button)
-        actions.addStretch(1)
-        for button in (self.stop_button, self.cancel_button, self.delete_button):
-            actions.addWidget(button)
-        outer.addLayout(actions)
+        # What to do with the selected runs, then the job controls at the right; in a narrow
+        # window the controls wrap onto a row of their own instead of widening the page.
+        actions = QWidget()
+        flow = FlowLayout(actions, spacing=10)
+        for group, trailing in (((self.open_button, self.compare_button, self.duplicate_button,
+                                  self.compress_button, self.lineage_button, self.resume_button), False),
+                                ((self.stop_button, self.cancel_button, self.delete_button), True)):
+            box = QWidget()
+            row = QHBoxLayout(box)
+            row.setContentsMargins(0, 0, 0, 0)
+            for button in group:
+                row.addWidget(button)
+            flow.addWidget(box, trailing=trailing)
+        outer.addWidget(actions)
 
         self.table = QTableView()
         self.table.setModel(self.proxy)
@@ -165,6 +174,7 @@ class RunsPage(QWidget):
             "No runs yet", "Start a fine-tune, probe this machine from Settings, or start a job with "
             "the ember command; it appears here.", "Start your first fine-tune",
             window_action(self, "show_page", "new_finetune"), icon_name="runs")
+        self.empty.layout().setContentsMargins(16, 8, 16, 8)  # it shares the height with the details
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.empty)
         self.list_stack.addWidget(self.table)
@@ -173,17 +183,28 @@ class RunsPage(QWidget):
         self.details.lookup = self.model.lookup  # a variant's parent: its name and task, model, method
         self.details.run_link_activated.connect(self.select_run)
 
+        # Low minimums, so the page fits a small window (1024 x 700): the table and the tabs
+        # scroll inside what they get; the user can drag the divider.
+        self.list_stack.setMinimumHeight(LIST_MIN_HEIGHT)
+        self.details.setMinimumHeight(DETAILS_MIN_HEIGHT)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.list_stack)
         splitter.addWidget(self.details)
+        # Queued jobs in run order, why each waits, reordering and the concurrency settings: a
+        # third pane, so a long queue takes room from the table and details, not the window.
+        self.queue_panel = QueuePanel(self._client)
+        self._queue_timer = QTimer(self, singleShot=True, interval=0)  # once laid out
+        self._queue_timer.timeout.connect(self._fit_queue)
+        self.queue_panel.content_changed.connect(self._queue_timer.start)
+        splitter.addWidget(self.queue_panel)
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([300, 340])  # about half and half to start; the user can drag
+        splitter.setStretchFactor(2, 0)
+        # About half and half to start; the user can drag.
+        splitter.setSizes([300, 340, self.queue_panel.wanted_height()])
         splitter.setChildrenCollapsible(False)
+        self.splitter = splitter
         outer.addWidget(splitter, 1)
-        # Queued jobs in run order, why each waits, reordering and the concurrency settings.
-        self.queue_panel = QueuePanel(self._client)
-        outer.addWidget(self.queue_panel)
         self.message = label("", "error", wrap=True)
         self.message.hide()
         outer.addWidget(self.message)
@@ -214,9 +235,27 @@ class RunsPage(QWidget):
         head.resizeSection(NAME_COLUMN,
                            max(NAME_MIN_WIDTH, self.table.viewport().width() - others - 2))
 
+    def _fit_queue(self) -> None:
+        """Give the queue pane the height it needs, up to a third of the three panes."""
+        sizes = self.splitter.sizes()
+        if len(sizes) != 3 or not sum(sizes):
+            return
+        want = min(self.queue_panel.wanted_height(), sum(sizes) // 3)
+        change = want - sizes[2]
+        if change <= 0:
+            return  # never shrink what the user may have dragged open
+        # From the table and the details, each in proportion to what it has above its minimum.
+        spare = [max(0, sizes[0] - LIST_MIN_HEIGHT), max(0, sizes[1] - DETAILS_MIN_HEIGHT)]
+        change = min(change, sum(spare))
+        if change <= 0:
+            return
+        from_list = change * spare[0] // sum(spare)
+        self.splitter.setSizes([sizes[0] - from_list, sizes[1] - (change - from_list), sizes[2] + change])
+
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._fit_timer.start()
+        self._queue_timer.start()  # more room: the queue may get what it wants now
 
     # -- loading ---------------------------------------------------------------------
 
@@ -266,6 +305,7 @@ class RunsPage(QWidget):
         jobs = self.model.jobs()
         has_runs = any(not is_system(job) for job in jobs) or (self.proxy.shows_system() and bool(jobs))
         self.list_stack.setCurrentWidget(self.table if has_runs else self.empty)
+        self.details.setVisible(has_runs)  # nothing to detail: the empty state gets the room
 
     # -- selection ---------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ LOG_TAIL = 500
 MAX_EVENT_LINES = 5000  # older lines scroll away; the Monitor page is for long histories
 FLUSH_MS = 100
 EVENT_LINE_CHARS = 200
+TABS_MIN_HEIGHT = 90
 
 
 def event_line(topic: str, event: dict[str, Any]) -> str:
@@ -77,6 +78,15 @@ def _text_view(placeholder: str) -> QPlainTextEdit:
     return view
 
 
+def _scrolling(widget: QWidget) -> QScrollArea:
+    scroll = QScrollArea()
+    scroll.setObjectName("pageScroll")  # the page's background, as the Overview tab
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+    scroll.setWidget(widget)
+    return scroll
+
+
 class RunDetails(QWidget):
     run_link_activated = Signal(str)  # a parent/child run was clicked: select it
 
@@ -97,7 +107,7 @@ class RunDetails(QWidget):
         self.outputs.files_changed.connect(self._show_facts)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 8, 0, 0)
-        self.title = label("Details", "h2")
+        self.title = label("Details", "h2", wrap=True)  # a long run name wraps, never widens the page
         self.meta = label("", "muted", wrap=True)
         self.meta.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error = label("", "error", wrap=True)
@@ -143,11 +153,13 @@ class RunDetails(QWidget):
         self.tabs.addTab(spec_tab, "Spec")
         self.tabs.addTab(self.log_view, "Log")
         self.tabs.addTab(self.events_view, "Events")
-        self.tabs.addTab(self.outputs.checkpoints_tab, "Checkpoints")
-        self.tabs.addTab(self.outputs.artifacts_tab, "Artifacts && lineage")
+        # Scrolling, so their tables and notes do not set how short the details may get.
+        self.tabs.addTab(_scrolling(self.outputs.checkpoints_tab), "Checkpoints")
+        self.tabs.addTab(_scrolling(self.outputs.artifacts_tab), "Artifacts && lineage")
         layout.addWidget(self.title)
         layout.addWidget(self.meta)
         layout.addWidget(self.error)
+        self.tabs.setMinimumHeight(TABS_MIN_HEIGHT)  # the views inside scroll; the page stays short
         layout.addWidget(self.tabs, 1)
         self._show_facts()
 

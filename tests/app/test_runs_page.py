@@ -256,3 +256,34 @@ def test_only_system_jobs_show_the_empty_state(qtbot):
     assert page.list_stack.currentWidget() is page.empty
     page.system_check.setChecked(True)
     assert page.list_stack.currentWidget() is page.table
+
+
+@pytest.mark.parametrize("queued", [0, 6])
+def test_runs_page_lays_out_in_a_1024_by_700_window(qtbot, queued):
+    """The page area of a 1024 x 700 window (the sidebar takes 196 px, the status bar and banner some
+    height): long names, a long queue, and still no minimum size beyond it."""
+    from app.pages.runs import RunsPage
+    from tests.app.test_compress_wizard import fake_engine, settle
+
+    jobs = canned_jobs()
+    queue = {**QUEUE, "jobs": [{"id": f"r-wait-{i}", "name": f"waiting job {i}", "kind": "train.finetune",
+                                "priority": 0, "reason": "waiting for 4 CPU cores"} for i in range(queued)]}
+    engine = fake_engine({"jobs.list": {"jobs": jobs}, "queue.get": queue, "jobs.get": jobs[-1],
+                          "jobs.logs": {"lines": []}})
+    page = RunsPage(engine)
+    qtbot.addWidget(page)
+    page.resize(828, 600)
+    page.show()
+    settle(qtbot, engine.client)
+    qtbot.wait(50)  # the layout settles (the action buttons wrap onto two rows at this width)
+    hint = page.minimumSizeHint()
+    assert hint.width() <= 828 and hint.height() <= 600, hint
+    assert top(page, page.stop_button) > top(page, page.open_button)  # wrapped, not widening the page
+    assert page.queue_panel.height() >= 90 and page.details.height() >= 150
+    page.resize(1400, 900)
+    qtbot.wait(50)
+    assert top(page, page.stop_button) == top(page, page.open_button)  # one row where there is room
+
+
+def top(page, widget) -> int:
+    return widget.mapTo(page, QPoint(0, 0)).y()
