@@ -15,6 +15,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
+from app.field_text import plain_message
 from app.jobs_model import FINAL_STATES, FINETUNE
 from app.pages.compress.step_review import ReviewStep
 from app.pages.compress.step_run import JobRow, RunStep
@@ -64,7 +65,7 @@ class CompressPage(WizardPage):
         """What keeps the user on step ``index`` (Next stays disabled while there is any)."""
         if index == SETTINGS:
             titles = self.settings_step.titles
-            return [f"{titles.get(path, path) + ': ' if path else ''}{m}"
+            return [(plain_message(titles.get(path, path), m) or f"{titles.get(path, path)}: {m}") if path else m
                     for path, msgs in self.errors.items() for m in msgs]
         if index in (SOURCE, TECHNIQUES):
             return self.steps[index].blocking()

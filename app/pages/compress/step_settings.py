@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.field_text import plain_message
 from app.pages.compress.techniques import CALIBRATION_METHODS, FLOAT_OP_TYPES, default_settings
 from app.pages.new_finetune.parts import Step, step_header, with_message
 from app.widgets.common import card, label
@@ -251,5 +252,8 @@ class SettingsStep(Step):
 
     def show_errors(self, errors: dict[str, list[str]]) -> None:
         for key, message in self.field_messages.items():
-            message.set_messages(errors.get(key, []))
+            # Under the field, by its label: "Repeats must be at least 3." (the key is in the tooltip).
+            field = self.titles.get(key, key).rsplit(": ", 1)[-1]
+            message.set_messages([plain_message(field, m) or m for m in errors.get(key, [])])
+            message.setToolTip(f"In the job file: {key}" if errors.get(key) else "")
         self.general_message.set_messages(errors.get("", []))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from app.field_text import plain_message
+
 # Spec key -> the label the wizard shows next to its field.
 FIELD_LABELS: dict[str, str] = {
     "task": "Task",
@@ -64,18 +66,6 @@ FIELD_LABELS: dict[str, str] = {
 _KEY = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in sorted(FIELD_LABELS, key=len, reverse=True))
                   + r")(?![\w])")
 
-# pydantic's wording -> plain words, with the field's label in front.
-_BOUNDS = (
-    (re.compile(r"^Input should be greater than or equal to (\S+)$"), "must be at least {0}"),
-    (re.compile(r"^Input should be greater than (\S+)$"), "must be more than {0}"),
-    (re.compile(r"^Input should be less than or equal to (\S+)$"), "must be at most {0}"),
-    (re.compile(r"^Input should be less than (\S+)$"), "must be less than {0}"),
-    (re.compile(r"^Input should be a valid number.*$"), "must be a number, such as 0.0005"),
-    (re.compile(r"^Input should be a valid integer.*$"), "must be a whole number"),
-    (re.compile(r"^Field required$"), "is required"),
-)
-
-
 def label_for(path: str) -> str:
     """The on-screen label of a spec path (its nearest labelled parent), else the path itself."""
     key = path
@@ -93,8 +83,4 @@ def on_screen(text: str) -> str:
 
 def field_message(path: str, message: str) -> str:
     """A validation message for the window: "Batch size must be at least 1", not pydantic's words."""
-    for pattern, words in _BOUNDS:
-        match = pattern.match(message.strip())
-        if match:
-            return f"{label_for(path)} {words.format(*match.groups())}."
-    return on_screen(message)
+    return plain_message(label_for(path), message) or on_screen(message)
