@@ -91,6 +91,8 @@ def test_runs_page_follows_a_job_started_by_another_client(qtbot, make_window, g
         assert runs.model.index(row, NAME_COLUMN).data() == "long probe"
         assert runs.model.job(row)["kind"] == "system.probe"
         assert runs.model.index(row, TASK_COLUMN).data() == "—"  # not a fine-tune
+        assert runs.list_stack.currentWidget() is runs.empty  # a system job is no run: hidden
+        runs.system_check.setChecked(True)  # Show system jobs
         assert runs.list_stack.currentWidget() is runs.table
 
         assert runs.select_run(job["id"])
