@@ -76,6 +76,9 @@ class FormStep(Step):
     def values(self) -> dict[str, Any]:
         return {key: value_of(widget) for key, widget in self.fields.items()}
 
+    def label_of(self, path: str) -> str:
+        return self.titles.get(path.split(".", 1)[0], path)
+
     def _load(self, spec: dict[str, Any]) -> None:
         for key, widget in self.fields.items():
             if key in spec:

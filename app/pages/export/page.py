@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
+from app.field_text import plain_message
 from app.jobs_model import FINAL_STATES
 from app.pages.export.plan import (
     FORMATS,
@@ -131,7 +132,7 @@ class ExportPage(WizardPage):
         for field, messages in self.errors.items():
             if step_of(field) == index:
                 title = titles.get(field.split(".", 1)[0], field)
-                found.extend(f"{title}: {m}" for m in messages)
+                found.extend(plain_message(title, m) or f"{title}: {m}" for m in messages)
         return found
 
     def blockers(self) -> list[str]:

@@ -81,6 +81,6 @@ def on_screen(text: str) -> str:
     return _KEY.sub(lambda m: f"“{FIELD_LABELS[m.group(1)]}”", text)
 
 
-def field_message(path: str, message: str) -> str:
+def field_message(path: str, message: str, label: str | None = None) -> str:
     """A validation message for the window: "Batch size must be at least 1", not pydantic's words."""
-    return plain_message(label_for(path), message) or on_screen(message)
+    return plain_message(label or label_for(path), message) or on_screen(message)

@@ -191,13 +191,18 @@ class Step(QWidget):
             target = self.field_messages[match] if match else self.general_message
             # On screen a field is named by its label ("Batch size must be at least 1"); the job
             # file's key is in the tooltip.
-            shown[target].extend(field_message(path, m) if path else on_screen(m) for m in messages)
+            shown[target].extend(field_message(path, m, self.label_of(path)) if path else on_screen(m)
+                                 for m in messages)
             if path:
                 keys.setdefault(target, []).append(path)
         for widget, messages in shown.items():
             widget.set_messages(messages)
             paths = keys.get(widget)
             widget.setToolTip(f"In the job file: {', '.join(dict.fromkeys(paths))}" if paths else "")
+
+    def label_of(self, path: str) -> str:
+        """The label the form shows ``path`` under (a fine-tune's fields by default)."""
+        return label_for(path)
 
     def emit_changed(self, *_args: Any) -> None:
         if not self._loading:
