@@ -111,17 +111,23 @@ def test_job_endings_engine_errors_and_uncaught_exceptions_become_entries(
     wait_connected(qtbot, window)
     centre = window.notifications
 
-    # A job that succeeds: a success entry whose Open shows it on Monitor.
+    # A machine probe is the engine's own job: it ends without an entry.
     probe = start_job(gui_home, "system.probe", {})
-    qtbot.waitUntil(lambda: job_entry(window, probe) is not None, timeout=RUN_TIMEOUT_MS)
-    done = job_entry(window, probe)
-    assert done.level == "success" and done.title == "Machine probe finished", done
+    # A job that succeeds: a success entry whose Open shows it on Monitor.
+    quick = start_job(gui_home, "train.finetune", tiny_finetune(2), "quick")
+    qtbot.waitUntil(lambda: job_entry(window, quick) is not None, timeout=RUN_TIMEOUT_MS)
+    done = job_entry(window, quick)
+    assert done.level == "success" and done.title == "Fine-tune “quick” finished", done
+    with EngineClient.connect(gui_home, client="test-check", timeout=30) as c:
+        qtbot.waitUntil(lambda: c.call("jobs.get", id=probe)["state"] == "succeeded", timeout=RUN_TIMEOUT_MS)
+    qtbot.wait(200)  # the probe's last jobs event has reached the window
+    assert job_entry(window, probe) is None
     window.bell.click()
     card = window.bell.panel.cards[done.id]
     assert card.open_button.isVisibleTo(window.bell.panel)
     card.open_button.click()
     monitor = window.page("monitor")
-    assert monitor.isVisible() and monitor.job_id == probe
+    assert monitor.isVisible() and monitor.job_id == quick
     assert done.read
 
     # A job that fails for real: data that does not exist. The engine's message is in the entry.
