@@ -11,6 +11,7 @@ from engine.train_spec import TrainSpec
 from tests.app.conftest import wait_connected
 
 WAIT_MS = 30_000
+RUN_WAIT_MS = 180_000  # a real (tiny) fine-tune on two shared cores
 
 
 def current_key(window) -> str:
@@ -49,14 +50,21 @@ def test_welcome_buttons_and_recent_runs(qtbot, make_window, gui_home):
     qtbot.mouseClick(welcome.open_run_button, Qt.MouseButton.LeftButton)
     assert window.stack.currentWidget() is window.page("runs")
 
-    # A finished job shows up in Recent runs; a double-click opens it on Monitor, and so does Enter.
+    # A finished job shows up in Recent runs (a machine probe does not: it is no run); a double-click
+    # opens it on Monitor, and so does Enter.
     window.show_page("welcome")
+    quick = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 8, "max_steps": 2,
+             "eval_every": 10_000, "checkpoint_every": 10_000, "device": "cpu"}  # the digits CNN: quickest
     with EngineClient.connect(gui_home, client="test", timeout=30) as other:
-        job = other.call("jobs.start", kind="system.probe", spec={}, name="quick probe")
-    qtbot.waitUntil(lambda: welcome.recent_ids() == [job["id"]] and "succeeded" in
-                    welcome.recent_list.item(0).text(), timeout=WAIT_MS)
+        probe = other.call("jobs.start", kind="system.probe", spec={}, name="quick probe")
+        job = other.call("jobs.start", kind="train.finetune", spec=quick, name="quick run")
+        qtbot.waitUntil(lambda: welcome.recent_ids() == [job["id"]] and "succeeded" in
+                        welcome.recent_list.item(0).text(), timeout=RUN_WAIT_MS)
+        qtbot.waitUntil(lambda: other.call("jobs.get", id=probe["id"])["state"] == "succeeded", timeout=WAIT_MS)
+    qtbot.wait(200)  # its last jobs event has reached the window
+    assert welcome.recent_ids() == [job["id"]]
     assert welcome.recent_stack.currentWidget() is welcome.recent_list
-    assert welcome.recent_list.item(0).text().startswith("quick probe")
+    assert welcome.recent_list.item(0).text().startswith("quick run")
     list_ = welcome.recent_list
     centre = list_.visualItemRect(list_.item(0)).center()
     qtbot.mouseClick(list_.viewport(), Qt.MouseButton.LeftButton, pos=centre)  # a real double-click's first press
