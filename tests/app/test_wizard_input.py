@@ -235,3 +235,18 @@ def test_the_data_files_columns_are_offered_with_a_guess(qtbot, make_window, tmp
     qtbot.waitUntil(lambda: "no column 'topic'" in step.issues.text(), timeout=CHECK_MS)
     assert step.label_column_edit.text() == "topic"
     assert "“Label column”" in step.issues.text() and "data.label_column" not in step.issues.text()
+
+
+def test_a_docs_mention_in_an_issue_opens_the_manual(qtbot, monkeypatch):
+    from app.pages.new_finetune import parts
+
+    opened = []
+    monkeypatch.setattr("app.help.open_doc", lambda widget, target="": opened.append(target))
+    issues = parts.IssueList()
+    qtbot.addWidget(issues)
+    issues.set_issues([{"message": "build_model returned no module", "file": "my_model.py", "line": 3,
+                        "hint": "return a torch.nn.Module; see docs/custom-models.md"}])
+    fix = [w for w in issues.findChildren(parts.QLabel) if "Fix:" in w.text()][0]
+    assert 'href="' in fix.text() and "custom-models.md" in fix.text()
+    fix.linkActivated.emit(fix.text().split('href="', 1)[1].split('"', 1)[0])
+    assert opened and opened[0].endswith("custom-models.md")

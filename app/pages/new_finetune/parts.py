@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from app.help import DOC_MENTION, doc_label
 from app.pages.new_finetune.field_labels import field_message, label_for, on_screen
 from app.pages.new_finetune.spec_tools import issue_where
 from app.widgets.common import label
@@ -49,11 +50,15 @@ class IssueList(QWidget):
             where = issue_where(issue)
             message = on_screen(str(issue.get("message", "")))
             text = f"{where}: {message}" if where else message
-            line = label(text, "error", wrap=True)
-            line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            if DOC_MENTION.search(text):  # "see docs/x.md" opens the manual there
+                line = doc_label(text, "error")
+            else:
+                line = label(text, "error", wrap=True)
+                line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self._box.addWidget(line)
             if issue.get("hint"):
-                fix = label(f"Fix: {on_screen(issue['hint'])}", "muted", wrap=True)
+                hint = f"Fix: {on_screen(issue['hint'])}"
+                fix = doc_label(hint, "muted") if DOC_MENTION.search(hint) else label(hint, "muted", wrap=True)
                 fix.setToolTip(f"In the job file: {issue['hint']}")  # the keys, for whoever edits the YAML
                 self._box.addWidget(fix)
         if len(self.issues) > 20:
