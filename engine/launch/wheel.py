@@ -18,7 +18,8 @@ from pathlib import Path
 import engine
 
 PACKAGES = ("engine", "app")
-SKIP_DIRS = {"__pycache__"}
+# app/resources/docs is the manual the GUI shows (a few MB of screenshots): a host never needs it.
+SKIP_DIRS = {"__pycache__", "docs"}
 SKIP_SUFFIXES = (".pyc", ".pyo")
 ENTRY_POINTS = "[console_scripts]\nember = app.__main__:main\nember-engine = engine.cli:main\n"
 
