@@ -18,16 +18,14 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.engine_client import EngineClient
-from app.widgets.common import label
+from app.widgets.common import label, scrolling_body
 
 COLUMNS = ("#", "Name", "Priority", "Waiting for")
 ROW_HEIGHT = 26
@@ -64,20 +62,8 @@ class QueuePanel(QWidget):
         self._loading = False  # set while the view is filled in, so no request goes out for it
 
         # The controls scroll inside the panel when the page gives it less than they need.
-        scroll = QScrollArea()
-        scroll.setObjectName("pageScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        body = QWidget()
-        body.setObjectName("pageBody")
-        scroll.setWidget(body)
-        frame = QVBoxLayout(self)
-        frame.setContentsMargins(0, 0, 0, 0)
-        frame.addWidget(scroll)
+        outer = scrolling_body(self, spacing=6, margins=(0, 6, 0, 0))
         self.setMinimumHeight(MIN_HEIGHT)
-        outer = QVBoxLayout(body)
-        outer.setContentsMargins(0, 6, 0, 0)
-        outer.setSpacing(6)
         head = QHBoxLayout()
         self.title = label("Queue", "h2")
         head.addWidget(self.title)

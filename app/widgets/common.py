@@ -29,8 +29,9 @@ def card(parent: QWidget | None = None) -> tuple[QFrame, QVBoxLayout]:
     return frame, layout
 
 
-def scrolling_body(page: QWidget, spacing: int = 16) -> QVBoxLayout:
-    """Fill ``page`` with a frameless scroll area; returns the padded layout of its body."""
+def scrolling_body(page: QWidget, spacing: int = 16,
+                   margins: tuple[int, int, int, int] = (28, 24, 28, 24)) -> QVBoxLayout:
+    """Fill ``page`` with a frameless scroll area; returns the layout of its body, padded by ``margins``."""
     scroll = QScrollArea(page)
     scroll.setObjectName("pageScroll")
     scroll.setWidgetResizable(True)
@@ -41,7 +42,7 @@ def scrolling_body(page: QWidget, spacing: int = 16) -> QVBoxLayout:
     QVBoxLayout(page).addWidget(scroll)
     page.layout().setContentsMargins(0, 0, 0, 0)
     outer = QVBoxLayout(body)
-    outer.setContentsMargins(28, 24, 28, 24)
+    outer.setContentsMargins(*margins)
     outer.setSpacing(spacing)
     return outer
 
