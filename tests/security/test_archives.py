@@ -133,7 +133,8 @@ def test_archived_datasets_load_for_training(tmp_path, monkeypatch):
     spec = TrainSpec.model_validate({"task": "image_classification", "data": {"path": str(img_tar)},
                                      "method": {"kind": "full"}, "device": "cpu"})
     seen = inspect_data(spec, n=4)
-    assert seen["class_counts"] == {"cat": 4, "dog": 4} and len(seen["thumbnails"]) == 4, seen["issues"]
+    # The training split's counts: one of the 4 images per class is held out for validation.
+    assert seen["class_counts"] == {"cat": 3, "dog": 3} and len(seen["thumbnails"]) == 4, seen["issues"]
 
     # A malicious archive as data.path: an issue on data.path, nothing written outside.
     evil = _zip(tmp_path / "evil.zip", [("../../evil.jsonl", json.dumps({"text": "x", "label": "a"}).encode())])
