@@ -12,6 +12,7 @@ Run by scripts/screenshots_first_use.sh under Xvfb against a real engine. Writes
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ def main() -> int:
     print(f"  {OUT / 'about.png'}")
     about.close()
 
-    data = Path("my-tickets.csv").resolve()  # in the demo folder, a neutral path
+    data = Path(os.environ["EMBER_HOME"]).parent / "my-tickets.csv"  # in the demo folder, a neutral path
     data.write_text("id,msg,category\n" + "".join(f"{i},{text},{label}\n" for i, (text, label) in
                                                    enumerate(ROWS * 8)), encoding="utf-8")
     wizard = window.show_page("new_finetune")
