@@ -75,15 +75,20 @@ def _select(box: QComboBox, key: Any) -> None:
         box.setCurrentIndex(index)
 
 
+# The spec paths of the folded "Advanced settings" (the Speed card's included).
+ADVANCED = ("precision", "grad_accum", "activation_checkpointing", "optim.schedule", "eval_every",
+            "checkpoint_every", "speed", "data.num_workers", "data.packing", "data.group_by_length")
+
+
 def _flat_advanced(spec: dict[str, Any]) -> dict[str, Any]:
     """The advanced fields of ``spec`` by path, to compare with the defaults (precision "auto" counts as default)."""
-    data = spec.get("data") or {}
-    return {"precision": spec.get("precision"), "grad_accum": spec.get("grad_accum"),
-            "activation_checkpointing": spec.get("activation_checkpointing"),
-            "optim.schedule": (spec.get("optim") or {}).get("schedule"), "eval_every": spec.get("eval_every"),
-            "checkpoint_every": spec.get("checkpoint_every"), "speed": spec.get("speed"),
-            "data.num_workers": data.get("num_workers"), "data.packing": data.get("packing"),
-            "data.group_by_length": data.get("group_by_length")}
+    def at(path: str) -> Any:
+        value: Any = spec
+        for key in path.split("."):
+            value = (value or {}).get(key)
+        return value
+
+    return {path: at(path) for path in ADVANCED}
 
 
 class TrainingStep(Step):
@@ -284,9 +289,7 @@ class TrainingStep(Step):
 
     def unfold_for(self, paths: list[str]) -> None:
         """Show the advanced settings when any of ``paths`` (spec fields) is one of them."""
-        advanced = ("precision", "grad_accum", "activation_checkpointing", "optim.schedule", "eval_every",
-                    "checkpoint_every", "speed", "data.num_workers", "data.packing", "data.group_by_length")
-        if any(p == a or p.startswith(a + ".") for p in paths for a in advanced):
+        if any(p == a or p.startswith(a + ".") for p in paths for a in ADVANCED):
             self.advanced_check.setChecked(True)
 
     def _build_multi_box(self) -> QWidget:
