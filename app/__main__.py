@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-# First words that belong to the headless CLI (engine/cli.py) rather than the GUI.
-# tests/app/test_gui_startup.py checks this against engine.cli's parser, so a new command is not missed.
+# First words that belong to the headless CLI (engine/cli/main.py) rather than the GUI.
+# tests/app/test_gui_startup.py checks this against engine.cli.main's parser, so a new command is not missed.
 CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "resume", "hosts", "export", "queue",
                           "audit", "lineage"})
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return desktop_entry_main(argv[1:])
     if argv and argv[0] in CLI_COMMANDS:
-        from engine import cli
+        from engine.cli import main as cli
 
         return int(cli.main(argv) or 0)
     args, qt_args = _parse(argv)

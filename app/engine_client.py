@@ -19,8 +19,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalSocket
 
-from engine import paths as engine_paths
-from engine import protocol
+from engine.api import paths as engine_paths
+from engine.api import protocol
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine_client import EngineClient
-from engine import paths as engine_paths
+from engine.api import paths as engine_paths
 
 log = logging.getLogger(__name__)
 

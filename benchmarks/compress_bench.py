@@ -39,8 +39,8 @@ TARGETS = {  # variant name -> (max size ratio, max latency ratio at batch N, ma
 
 
 def start_engine(home: Path) -> subprocess.Popen:
-    from engine import paths
-    from engine.client import EngineClient, EngineNotRunning
+    from engine.api import paths
+    from engine.cli.client import EngineClient, EngineNotRunning
 
     env = dict(os.environ, EMBER_HOME=str(home), PYTHONPATH=str(ROOT))
     env.pop("EMBER_RUNTIME_DIR", None)
@@ -99,8 +99,8 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="keep the runs in this EMBER_HOME instead of a temporary one")
     args = ap.parse_args()
 
-    from engine import paths
-    from engine.client import EngineClient
+    from engine.api import paths
+    from engine.cli.client import EngineClient
 
     tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="ember-compress-bench-")
     home = args.keep or Path(tmp.name)

@@ -78,8 +78,8 @@ def build(max_length: int):
     """The built-in MiniLM classifier (fp32, CPU, eval) and its validation data."""
     import torch
 
+    from engine.api.train_spec import TrainSpec
     from engine.tasks import get_task
-    from engine.train_spec import TrainSpec
 
     spec = TrainSpec.model_validate({"task": TASK, "method": {"kind": "full"}, "data": {"max_length": max_length},
                                      "device": "cpu"})
@@ -225,7 +225,7 @@ def main() -> int:
         os.environ.setdefault(key, value)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    from engine.jobctx import JobFailed
+    from engine.training.context import JobFailed
 
     try:
         doc = run(args)

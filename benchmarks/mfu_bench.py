@@ -16,7 +16,7 @@ side's step ends with a device synchronize; Ember's time per step is from the en
 train event, so everything Ember does between steps (events, memory reports, data loading) counts. The first
 ``--warmup`` steps (compilation) are left out; step times are medians.
 
-MFU = achieved model FLOP/s / the device's peak, with the model FLOPs per token and the peak from engine.mfu
+MFU = achieved model FLOP/s / the device's peak, with the model FLOPs per token and the peak from engine.training.mfu
 (the same figures Ember reports live). Targets: MFU >= 0.45 on H100/H200-class GPUs, Ember/plain >= 0.98.
 """
 
@@ -106,7 +106,7 @@ def write_data(folder: Path, size: dict[str, Any]) -> tuple[Path, Path]:
 
 def make_spec(model_dir: Path, train: Path, val: Path, size: dict[str, Any], device: str, compile_: bool,
               steps: int) -> Any:
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
     cuda = device.startswith("cuda")
     flash = cuda and importlib.util.find_spec("flash_attn") is not None
@@ -148,9 +148,9 @@ class SideBySide:
             torch.cuda.synchronize()
 
     def run(self) -> None:
-        from engine import dist
         from engine.recipes.finetune import RankContext
-        from engine.train_loop import Trainer
+        from engine.training import dist
+        from engine.training.loop import Trainer
 
         world = dist.World(0, 0, 1, "cuda:0" if self.cuda else "cpu", "bench")
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -186,8 +186,8 @@ class SideBySide:
         import torch
         from torch.utils.data import DataLoader
 
-        from engine import mfu
-        from engine.train_loop import make_schedule
+        from engine.training import mfu
+        from engine.training.loop import make_schedule
 
         tr = self.trainer
         spec, task, data = tr.spec, tr.task, tr.data  # the spec with Ember's "auto" choices made concrete
@@ -238,7 +238,7 @@ class SideBySide:
 
 
 def summarize(bench: SideBySide, warmup: int, device_name: str) -> dict[str, Any]:
-    from engine import mfu as mfu_mod
+    from engine.training import mfu as mfu_mod
 
     ev = bench.ember_events[warmup:]
     if not ev:

@@ -29,7 +29,7 @@ TARGET = 0.98
 
 
 def make_spec(task: str, steps: int):
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
     base = {"task": task, "max_steps": steps, "eval_every": 10**6, "seed": 0}
     if task == "text_classification":
@@ -44,9 +44,9 @@ def plain_loop(spec) -> float:
     import torch
     from torch.utils.data import DataLoader
 
-    from engine import methods
     from engine.tasks import get_task
-    from engine.train_loop import make_optimizer, make_schedule, seed_everything
+    from engine.training import methods
+    from engine.training.loop import make_optimizer, make_schedule, seed_everything
 
     seed_everything(spec.seed)
     task = get_task(spec.task)
@@ -55,7 +55,7 @@ def plain_loop(spec) -> float:
     opt = make_optimizer([p for p in model.parameters() if p.requires_grad], spec)
     sched = make_schedule(opt, spec, spec.max_steps)
     # The same batches as the Ember run: with dynamic padding, another order is another amount of work.
-    from engine.data_order import ResumableOrder
+    from engine.training.data_order import ResumableOrder
 
     order = ResumableOrder(len(data.train), spec.batch_size, 0, 1, spec.seed)
     batches = [b for e in range(spec.max_steps // order.batches_per_epoch + 1) for b in order.epoch_batches(e)]
@@ -81,9 +81,9 @@ def plain_loop(spec) -> float:
 
 
 def ember_run(spec) -> float:
-    from engine import dist
     from engine.recipes.finetune import RankContext
-    from engine.train_loop import Trainer
+    from engine.training import dist
+    from engine.training.loop import Trainer
 
     run_dir = Path(tempfile.mkdtemp(prefix="ember-overhead-"))
     world = dist.World(0, 0, 1, "cpu", "bench")

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import paths as paths_mod  # noqa: E402
-from engine.client import EngineClient, EngineNotRunning  # noqa: E402
+from engine.api import paths as paths_mod  # noqa: E402
+from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
 
 RTT_TARGET_MS = 1.0
 FANOUT_TARGET = 20_000

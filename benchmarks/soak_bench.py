@@ -31,8 +31,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import paths as paths_mod  # noqa: E402
-from engine.client import EngineClient, EngineNotRunning  # noqa: E402
+from engine.api import paths as paths_mod  # noqa: E402
+from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
 
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
 RSS_GROWTH_TARGET = 0.10

@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import paths as paths_mod  # noqa: E402
-from engine.client import EngineClient, EngineNotRunning  # noqa: E402
-from engine.protocol import RpcError  # noqa: E402
+from engine.api import paths as paths_mod  # noqa: E402
+from engine.api.protocol import RpcError  # noqa: E402
+from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
 
 TARGET_S = 1.5
 

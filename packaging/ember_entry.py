@@ -2,7 +2,7 @@
 
 One binary is both the app and, for the engine's child processes, the Python interpreter: a command
 line such as ``ember -m engine serve``, ``ember -u -m engine.recipes.train --run-dir D`` or
-``ember -I -c CODE`` is run the way ``python`` would run it (engine/frozen.py); anything else is an
+``ember -I -c CODE`` is run the way ``python`` would run it (engine/launch/frozen.py); anything else is an
 ``ember`` command line for the GUI or the headless CLI (app/__main__.py).
 """
 
@@ -32,7 +32,7 @@ def restore_library_path() -> None:
 
 def dispatch(argv: list[str]) -> int:
     """Run ``argv`` (without the program name) as the interpreter or as the app; the exit code."""
-    from engine.frozen import interpret
+    from engine.launch.frozen import interpret
 
     code = interpret(argv)
     if code is not None:

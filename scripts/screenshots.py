@@ -20,8 +20,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.main_window import MainWindow
 from app.style import apply_stylesheet, icon
-from engine.client import EngineClient
-from engine.paths import resolve
+from engine.api.paths import resolve
+from engine.cli.client import EngineClient
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, "batch_size": 16,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.client import EngineClient
-from engine.paths import resolve
+from engine.api.paths import resolve
+from engine.cli.client import EngineClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots

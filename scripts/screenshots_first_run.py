@@ -21,8 +21,8 @@ from PySide6.QtWidgets import QApplication
 from app.main_window import MainWindow
 from app.prefs import prefs
 from app.style import apply_theme, icon
-from engine.client import EngineClient
-from engine.paths import resolve
+from engine.api.paths import resolve
+from engine.cli.client import EngineClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import pump, wait  # noqa: E402 - the shared helpers of the other screenshots

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from app.help import open_doc, show_about
-from engine.client import EngineClient
-from engine.paths import resolve
+from engine.api.paths import resolve
+from engine.cli.client import EngineClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers

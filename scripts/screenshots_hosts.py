@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
 
-from engine.client import EngineClient  # noqa: E402
-from engine.paths import resolve  # noqa: E402
+from engine.api.paths import resolve  # noqa: E402
+from engine.cli.client import EngineClient  # noqa: E402
 from tests.sshd import make_sshd  # noqa: E402 - needs the repo root on sys.path
 
 SSHD_DIR = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/ember-demo-hosts/sshd")

@@ -17,8 +17,8 @@ sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 from PySide6.QtWidgets import QScrollArea  # noqa: E402
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
 
-from engine.client import EngineClient  # noqa: E402
-from engine.paths import resolve  # noqa: E402
+from engine.api.paths import resolve  # noqa: E402
+from engine.cli.client import EngineClient  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 CODE_DIR = Path(sys.argv[2] if len(sys.argv) > 2 else "/tmp/ember-demo-reliability/my-models")
@@ -99,7 +99,7 @@ def main() -> int:
     shoot(app, window, "settings-audit.png")
 
     from app.pages.new_finetune.code_confirm import CodeConfirmDialog
-    from engine.custom_code import confirmation
+    from engine.api.custom_code import confirmation
 
     CODE_DIR.mkdir(parents=True, exist_ok=True)
     code = CODE_DIR / "digits_cnn.py"

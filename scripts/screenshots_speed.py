@@ -14,8 +14,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QScrollArea
 
-from engine.client import EngineClient
-from engine.paths import resolve
+from engine.api.paths import resolve
+from engine.cli.client import EngineClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import open_window, pump, wait  # noqa: E402 - the shared helpers of the other screenshots

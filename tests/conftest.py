@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine import paths as paths_mod
-from engine.client import EngineClient, EngineNotRunning
+from engine.api import paths as paths_mod
+from engine.cli.client import EngineClient, EngineNotRunning
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """Packaging: `ember install-desktop-entry`, and the frozen binary's stand-in for the Python interpreter.
 
 The dispatch tests run packaging/ember_entry.py with the normal interpreter, which exercises exactly the
-argument handling the PyInstaller binary uses (engine/frozen.py). The build itself is checked by
+argument handling the PyInstaller binary uses (engine/launch/frozen.py). The build itself is checked by
 packaging/smoke.sh; test_packaged_build_smoke runs it when a build exists (packaging/build.sh).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.frozen import parse
+from engine.launch.frozen import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = ROOT / "packaging" / "ember_entry.py"

@@ -17,7 +17,7 @@ from app.engine_client import CONNECTION_LOST, NOT_CONNECTED, Subscription
 from app.engine_process import EngineProcess
 from app.probe_facts import probe_rows
 from app.widgets.common import FactsView, card, label, scrolling_body
-from engine.protocol import RpcError
+from engine.api.protocol import RpcError
 
 PROBE_KIND = "system.probe"
 FINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import torch

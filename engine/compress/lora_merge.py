@@ -3,7 +3,7 @@
 The source run's ``model/weights.safetensors`` is the state dict of the
 peft-wrapped model. The base model is rebuilt exactly as the task builds it
 (labels from ``ember_model.json``'s data_info), the same LoRA config is applied
-(engine.methods), the weights are loaded strictly, and ``merge_and_unload()``
+(engine.training.methods), the weights are loaded strictly, and ``merge_and_unload()``
 gives a plain model. Before anything is written, the merged model must agree
 with the adapter model on real validation examples (fp32, CPU): the same top-1
 everywhere and logits within ``MAX_ABS_DIFF``.
@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import methods
 from engine.compress import kd
 from engine.compress.source import Source, load_data, open_source
-from engine.jobctx import JobFailed
 from engine.tasks import get_task
+from engine.training import methods
+from engine.training.context import JobFailed
 
 MAX_ABS_DIFF = 1e-4
 _BATCH = 16

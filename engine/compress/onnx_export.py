@@ -41,7 +41,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import numpy as np

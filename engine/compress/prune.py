@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.evaluate.runners import TASK_INPUTS
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 TARGETS = ("params", "macs")
 TOLERANCE = 0.01  # |achieved - target|, as a share of the whole model

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import torch

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 MIN_CALIBRATION_SAMPLES = 8
 METHODS = ("minmax", "entropy", "percentile")

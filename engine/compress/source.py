@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.jobctx import JobFailed
-from engine.specs import validate_spec
-from engine.train_spec import TrainSpec
+from engine.api.specs import validate_spec
+from engine.api.train_spec import TrainSpec
+from engine.training.context import JobFailed
 
 FINISH_HINT = "The run has not finished: resume or finish the run first."
 
@@ -116,8 +116,8 @@ def load_model(source: Source, data: Any) -> Any:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from engine import methods
     from engine.tasks import get_task
+    from engine.training import methods
 
     if (source.model_dir / "model.pt").is_file():
         try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 
 def is_matmul(m: Any) -> bool:

@@ -3,13 +3,13 @@
 ``model_facts(spec)`` builds the model on PyTorch's meta device (tensors with a
 shape and no storage): Hugging Face folders through ``AutoConfig`` and
 ``from_config``, image models through their constructors. It applies the
-spec's method with the engine's own code (engine/methods.py, so the LoRA and
+spec's method with the engine's own code (engine/training/methods.py, so the LoRA and
 prompt-tuning counts are the ones a run gets), then runs one forward pass on
 meta tensors (engine/estimate/activations.py) and sums the bytes of the tensors autograd saves for backward:
 that is the activation memory a training step holds at its peak. The process
 that does this has imported what a run imports, so its resident set is the
 framework's own RAM (``baseline_rss``). The engine runs it in a subprocess per model
-(``{"op": "facts", "spec": ...}`` on the stdin of ``python -m engine.recipes.check``).
+(``{"op": "facts", "spec": ...}`` on the stdin of ``python -m engine.preflight.check``).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.estimate.activations import activations, is_matmul, matmul_params
-from engine.jobctx import JobFailed
 from engine.tasks.base import InputError, Issue
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import torch
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 HEAD_NAMES = ("classifier", "score", "lm_head", "head", "fc")  # output layers, never quantized by QLoRA
 
@@ -41,8 +41,8 @@ def model_facts(spec: TrainSpec, num_labels: int | None = None) -> dict[str, Any
     else:
         build, about = _hf_skeleton(spec, num_labels)
     base = build()
-    from engine import methods
     from engine.tasks import get_task
+    from engine.training import methods
 
     task = get_task(spec.task)
     block_types = tuple(task.block_types(base))

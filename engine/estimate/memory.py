@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.api.train_spec import TrainSpec
 from engine.estimate.throughput import throughput
-from engine.speed import estimated_precision
-from engine.train_spec import TrainSpec
+from engine.training.speed import estimated_precision
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -103,7 +103,7 @@ def _rounded(dev: dict[str, float], host: dict[str, float]) -> dict[str, dict[st
 
 def estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
     """The estimate.fit reply: devices, verdict, reason, suggestions, params, throughput, notes."""
-    if spec.precision == "auto":  # what the run will pick on this machine (engine/speed.py)
+    if spec.precision == "auto":  # what the run will pick on this machine (engine/training/speed.py)
         gpus = machine.get("gpus") or []
         name = str(gpus[0].get("name", "")) if gpus else ""
         spec = spec.model_copy(update={"precision": estimated_precision(spec, _device_kind(spec, machine), name)})

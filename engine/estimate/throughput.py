@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.mfu import GPU_DEFAULT, GPU_PEAKS, gpu_peak
+from engine.training.mfu import GPU_DEFAULT, GPU_PEAKS, gpu_peak
 
 # Peak dense TFLOP/s per GPU: the table lives with the MFU code, which the running trainer uses too.
 GPU_PEAK_TFLOPS = GPU_PEAKS

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 
 def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 _TIMEOUT_S = 600
 

@@ -19,7 +19,7 @@ from typing import Any
 from engine.evaluate import latency, memory, metrics
 from engine.evaluate.facts import file_bytes
 from engine.evaluate.runners import resolve_threads
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 VERSION = 1
 FILE_NAME = "evaluation.json"

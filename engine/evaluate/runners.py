@@ -20,7 +20,7 @@ from typing import Any
 
 # Environment for a process that measures latency (set before torch is imported; see the module doc).
 from engine.evaluate import EVAL_ENV  # noqa: F401 - re-exported for callers that read it here
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 # The model inputs each task's collate produces (labels are never fed).
 TASK_INPUTS = {

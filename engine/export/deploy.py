@@ -42,13 +42,13 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from engine.api.host_spec import HostSpec
 from engine.export import device_ctl
 from engine.export.jetson_bundle import sha256_file
-from engine.host_spec import HostSpec
-from engine.jobctx import JobFailed
 from engine.launch import ssh
 from engine.launch.remote import NODE_CTL_SOURCE
 from engine.launch.ssh import RemoteError, where
+from engine.training.context import JobFailed
 
 MANIFEST = "manifest.json"
 BUILD_SCRIPT = "build_engine.sh"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.export import jetson_profiles, trtexec
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MANIFEST = "manifest.json"

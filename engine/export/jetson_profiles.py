@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 # JetPack -> versions, one table for all modules; each module lists the JetPacks it runs.
 JETPACKS: dict[str, dict[str, str]] = {

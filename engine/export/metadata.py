@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     from engine.compress.source import Source

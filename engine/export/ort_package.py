@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.export.metadata import TEXT_TASKS, tokenizer_files
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "ort_infer.py"
 TASKS = ("text_classification", "image_classification")

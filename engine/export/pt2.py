@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.compress.onnx_export import _wrap, input_names
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import torch

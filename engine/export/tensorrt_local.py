@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 PRECISIONS = ("fp32", "fp16", "int8")
 

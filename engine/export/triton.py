@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 PLATFORMS = {"onnx": "onnxruntime_onnx", "plan": "tensorrt_plan"}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.export import trt_support as ts
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import onnx

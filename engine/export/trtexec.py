@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from engine.export.trt_support import parse_version
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 TEXT_TASKS = ("text_classification", "causal_lm")
 PRECISIONS = ("fp32", "fp16", "int8")

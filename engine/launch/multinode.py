@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.eventbus import EventBus
-from engine.host_spec import LOCAL
+from engine.api.host_spec import LOCAL
+from engine.api.train_spec import TrainSpec
+from engine.daemon.eventbus import EventBus
 from engine.launch.remote import LocalNode, SshNode
 from engine.launch.ssh import RemoteError
-from engine.train_spec import TrainSpec
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class MultiNodeRun:
         self.progress(f"All {len(self.nodes)} nodes started; waiting for the rendezvous")
 
     async def _preflight(self) -> None:
-        from engine.hosts import assess
+        from engine.daemon.hosts import assess
 
         needs_minilm = self.spec.task == "text_classification" and self.spec.model.path is None
         for state in self.nodes:
@@ -213,7 +213,7 @@ class MultiNodeRun:
         env = {"EMBER_RUN_ID": self.run_id, "EMBER_NODE_NAME": state.host if state.host != LOCAL else
                os.uname().nodename, "PYTHONUNBUFFERED": "1"}
         if state.host == LOCAL:
-            from engine.jobs import job_env
+            from engine.daemon.jobs import job_env
 
             env["PYTHONPATH"] = job_env()["PYTHONPATH"]  # this checkout's engine, installed or not
         cores = self._cores.get(state.host) or os.cpu_count() or 1
@@ -222,7 +222,7 @@ class MultiNodeRun:
 
     async def _node_specs(self) -> dict[int, str]:
         """The spec each node runs: paths of files that live here point at their copies on remote nodes."""
-        from engine.specs import dump_job_yaml
+        from engine.api.specs import dump_job_yaml
 
         texts: dict[int, str] = {}
         for state in self.nodes:
@@ -308,7 +308,7 @@ class MultiNodeRun:
                 if name == "stdout.log":
                     self._merge_log(state, chunk[:end])
                 elif self.primary is None and b'"kind":"status"' in chunk[:end]:
-                    self.primary = state.index  # only rank 0 writes status events (engine/jobctx.py)
+                    self.primary = state.index  # only rank 0 writes status events (engine/training/context.py)
                 offset += end
                 if name == "events.jsonl" and self.primary == state.index:
                     self._copy_primary(state)

@@ -19,7 +19,7 @@ from engine.launch import node_ctl
 from engine.launch.ssh import RemoteError, run, where
 
 if TYPE_CHECKING:
-    from engine.hosts import Hosts
+    from engine.daemon.hosts import Hosts
 
 NODE_CTL_SOURCE = Path(node_ctl.__file__).read_text(encoding="utf-8")
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)

@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from engine.host_spec import HostSpec
+from engine.api.host_spec import HostSpec
 
 CONNECT_TIMEOUT_S = 15
 KEEPALIVE_S = 15  # a dead link is noticed within about KEEPALIVE_S * 3

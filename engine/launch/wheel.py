@@ -21,7 +21,7 @@ PACKAGES = ("engine", "app")
 # app/resources/docs is the manual the GUI shows (a few MB of screenshots): a host never needs it.
 SKIP_DIRS = {"__pycache__", "docs"}
 SKIP_SUFFIXES = (".pyc", ".pyo")
-ENTRY_POINTS = "[console_scripts]\nember = app.__main__:main\nember-engine = engine.cli:main\n"
+ENTRY_POINTS = "[console_scripts]\nember = app.__main__:main\nember-engine = engine.cli.main:main\n"
 
 
 def _files(root: Path) -> list[tuple[str, Path]]:

@@ -14,9 +14,9 @@ import shutil
 import sys
 from typing import Any
 
+from engine.api.specs import PruneSpec, QatSpec, QuantizeSpec
 from engine.compress.variant import Job, progress
-from engine.jobctx import JobContext, JobFailed, run_job
-from engine.specs import PruneSpec, QatSpec, QuantizeSpec
+from engine.training.context import JobContext, JobFailed, run_job
 
 MODE_LABELS = {"dynamic": "int8 dynamic", "static": "int8 static (QDQ)", "fp16": "fp16"}
 TARGET_LABELS = {"tensorrt": "TensorRT form", "cpu": "CPU form"}

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.api.specs import ExportSpec
 from engine.compress import source as sources
 from engine.compress.variant import progress
-from engine.jobctx import JobContext, JobFailed, run_job
-from engine.specs import ExportSpec
+from engine.training.context import JobContext, JobFailed, run_job
 
 TORCH_ONLY = ("torchscript", "pt2")
 NEEDS_ONNX = ("onnx", "ort", "tensorrt", "triton", "jetson")
@@ -302,7 +302,7 @@ class Export:
     def deploy_host(self) -> tuple[Any, Path] | None:
         if not self.spec.host:
             return None
-        from engine.host_spec import HostSpec
+        from engine.api.host_spec import HostSpec
 
         path = self.run_dir / HOST_FILE
         try:

@@ -23,18 +23,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from engine import dist
-from engine.jobctx import JobContext, JobFailed, disk_full, record_environment
-from engine.specs import SpecError
+from engine.api.specs import SpecError
+from engine.api.train_spec import TrainSpec
 from engine.tasks.base import InputError
-from engine.train_loop import Trainer
-from engine.train_spec import TrainSpec
+from engine.training import dist
+from engine.training.context import JobContext, JobFailed, disk_full, record_environment
+from engine.training.loop import Trainer
 
 
 def load_train_spec(path: Path) -> TrainSpec:
     import yaml
 
-    from engine.specs import validate_spec
+    from engine.api.specs import validate_spec
 
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if isinstance(doc, dict) and "kind" in doc:

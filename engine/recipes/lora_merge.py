@@ -13,10 +13,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from engine.api.specs import LoraMergeSpec
 from engine.compress.lora_merge import merge
 from engine.compress.variant import Job
-from engine.jobctx import JobContext, JobFailed, run_job
-from engine.specs import LoraMergeSpec
+from engine.training.context import JobContext, JobFailed, run_job
 
 
 def main(ctx: JobContext, spec: LoraMergeSpec) -> str | None:

@@ -21,10 +21,10 @@ from typing import Any
 
 import psutil
 
-from engine import machine
-from engine.jobctx import JobContext, run_job
-from engine.machine import cpu_model
-from engine.specs import ProbeSpec
+from engine.api.specs import ProbeSpec
+from engine.estimate import machine
+from engine.estimate.machine import cpu_model
+from engine.training.context import JobContext, run_job
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "deepspeed", "onnxruntime",
             "onnx", "tensorrt", "torchao", "torch-pruning")

@@ -54,7 +54,7 @@ def initialize(model: Any, optimizer: Any, scheduler: Any, world: Any, spec: Any
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        # One process: engine.dist leaves the process group out, but DeepSpeed needs one.
+        # One process: engine.training.dist leaves the process group out, but DeepSpeed needs one.
         # An in-memory store is enough for a group of one (no port, no rendezvous).
         cuda = world.device.startswith("cuda")
         for name, value in (("LOCAL_RANK", world.local_rank), ("RANK", 0), ("WORLD_SIZE", 1)):

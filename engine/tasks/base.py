@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
     from torch.utils.data import Dataset
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 
 @dataclass

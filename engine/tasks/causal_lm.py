@@ -40,14 +40,14 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.speed import attention_kwargs
 from engine.tasks import packing
 from engine.tasks.base import InputError, Issue, TaskData, build_once
+from engine.training.speed import attention_kwargs
 
 if TYPE_CHECKING:
     import torch
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 HAS_TOKENS = True
 
@@ -330,7 +330,7 @@ def make_tiny_model_folder(path: str | os.PathLike, seed: int = 0, chat_template
 
 def ensure_tiny_llama() -> Path:
     """The built-in tiny-llama model folder, written once (atomically) under EMBER_HOME."""
-    from engine.paths import data_home
+    from engine.api.paths import data_home
 
     return build_once(data_home() / "models" / BUILTIN_MODEL, lambda tmp: make_tiny_model_folder(tmp))
 
@@ -399,10 +399,10 @@ def _data_files(spec: TrainSpec) -> tuple[Path | None, Path | None, list[Issue]]
             return None, None, [Issue(f'unknown built-in text dataset "{name}"',
                                       f'use "{BUILTIN_DATA}", or set data.path to a JSONL file')]
         return DATA_DIR / "train.jsonl", DATA_DIR / "validation.jsonl", []
-    from engine.jobctx import JobFailed
-    from engine.safe_archive import dataset_path
+    from engine.tasks.safe_archive import dataset_path
+    from engine.training.context import JobFailed
 
-    try:  # a .zip/.tar.gz JSONL dataset is unpacked safely first (engine/safe_archive.py)
+    try:  # a .zip/.tar.gz JSONL dataset is unpacked safely first (engine/tasks/safe_archive.py)
         path, val_path = dataset_path(d.path), dataset_path(d.val_path)
     except JobFailed as exc:
         return None, None, [Issue(str(exc), exc.hint, d.path)]
@@ -520,7 +520,7 @@ def load_data(spec: TrainSpec) -> TaskData:
 
 
 def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
-    """The model in fp32 on CPU; for method qlora, 4-bit NF4 on this rank's GPU (engine.methods)."""
+    """The model in fp32 on CPU; for method qlora, 4-bit NF4 on this rank's GPU (engine.training.methods)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -532,7 +532,7 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
         issues += _check_folder(folder)
     if issues or folder is None:
         raise InputError(issues)
-    from engine import methods
+    from engine.training import methods
 
     extra = methods.load_kwargs(spec)  # QLoRA: the base in 4-bit NF4 on the GPU; nothing otherwise
     quant = extra.get("quantization_config")

@@ -1,6 +1,6 @@
 """A model from the user's own Python file (``model.code``), built in the job process only.
 
-The engine refused the job until the user confirmed the file's sha256 (engine/custom_code.py);
+The engine refused the job until the user confirmed the file's sha256 (engine/api/custom_code.py);
 here, in the job process, the file is read once, hashed again and refused if it changed
 since then, and those same bytes (never a second read of the file) are compiled and run
 as a module with a unique name. The engine and the GUI never import it.
@@ -36,13 +36,13 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import torch
 
+    from engine.api.train_spec import TrainSpec
     from engine.tasks.base import TaskData
-    from engine.train_spec import TrainSpec
 
 ARGUMENTS = ("num_labels", "spec", "vocab_size", "image_size", "data_info")
 CONFIRM_HINT = "Start the job again from the wizard or `ember run` and confirm the file you want to run."

@@ -34,7 +34,7 @@ from engine.tasks.image_models import lora_targets as lora_targets
 if TYPE_CHECKING:
     import torch
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 HAS_TOKENS = False
 
@@ -112,10 +112,10 @@ def _data_folders(spec: TrainSpec) -> tuple[Path | None, Path | None, list[Issue
                                       f'use "{BUILTIN_DATA}", or set data.path instead ({FOLDER_HINT})')]
         root = ensure_digits()
         return root / "train", root / "val", []
-    from engine.jobctx import JobFailed
-    from engine.safe_archive import dataset_path
+    from engine.tasks.safe_archive import dataset_path
+    from engine.training.context import JobFailed
 
-    try:  # a .zip/.tar.gz image folder is unpacked safely first (engine/safe_archive.py)
+    try:  # a .zip/.tar.gz image folder is unpacked safely first (engine/tasks/safe_archive.py)
         path, val_path = dataset_path(data.path), dataset_path(data.val_path)
     except JobFailed as exc:
         return None, None, [Issue(str(exc), exc.hint, data.path)]
@@ -218,7 +218,7 @@ def _write_digits(root: Path) -> None:
 
 def ensure_digits() -> Path:
     """The built-in digits image folder (``train/<digit>/*.png``, ``val/<digit>/*.png``), made on first use."""
-    from engine.paths import data_home
+    from engine.api.paths import data_home
 
     return build_once(data_home() / "datasets" / "digits", _write_digits)
 

@@ -25,7 +25,7 @@ from engine.tasks.base import InputError, Issue
 if TYPE_CHECKING:
     import torch
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 ARCHS = ("small_cnn", "resnet18", "mobilenet_v3_small", "efficientnet_b0")
 WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")

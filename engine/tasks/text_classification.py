@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.speed import attention_kwargs
 from engine.tasks.base import InputError, Issue, TaskData
 from engine.tasks.text_files import MAX_SAME_PROBLEM as MAX_SAME_PROBLEM  # re-exported
 from engine.tasks.text_files import Problems, Rows, read_rows
+from engine.training.speed import attention_kwargs
 
 if TYPE_CHECKING:
     import torch
 
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
 HAS_TOKENS = True
 
@@ -87,10 +87,10 @@ def _sources(spec: TrainSpec) -> Sources:
             src.train, src.val = str(folder / "train.jsonl"), str(folder / "validation.jsonl")
             src.text_column, src.label_column = "text", "label"
     else:
-        from engine.jobctx import JobFailed
-        from engine.safe_archive import dataset_path
+        from engine.tasks.safe_archive import dataset_path
+        from engine.training.context import JobFailed
 
-        try:  # a .zip/.tar.gz dataset is unpacked safely first (engine/safe_archive.py)
+        try:  # a .zip/.tar.gz dataset is unpacked safely first (engine/tasks/safe_archive.py)
             src.train, src.val = dataset_path(d.path), dataset_path(d.val_path)
         except JobFailed as exc:
             src.issues.append(Issue(str(exc), exc.hint, d.path or ""))
@@ -417,7 +417,7 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     hf_logging.set_verbosity_error()  # the new head's "newly initialized" report is expected
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
-    from engine import methods
+    from engine.training import methods
 
     extra = methods.load_kwargs(spec)  # QLoRA: the base in 4-bit NF4 on the GPU; nothing otherwise
     try:

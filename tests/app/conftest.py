@@ -19,9 +19,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before anything imports
 import psutil
 import pytest
 
-from engine import paths as paths_mod
-from engine.client import EngineClient, EngineNotRunning
-from engine.protocol import RpcError
+from engine.api import paths as paths_mod
+from engine.api.protocol import RpcError
+from engine.cli.client import EngineClient, EngineNotRunning
 from tests.conftest import alive, kill_job_groups
 
 CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start can be slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 from tests.conftest import wait_for
 

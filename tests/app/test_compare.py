@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.jobs_model import STATE_COLUMN
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 from tests.app.test_runs_page import FINAL, RUN_TIMEOUT_MS, cell, start_two_runs
 

@@ -19,9 +19,9 @@ import yaml
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from app.engine_client import Subscription
-from engine.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
-from engine.specs import validate_spec
-from engine.train_spec import TrainSpec
+from engine.api.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
+from engine.api.specs import validate_spec
+from engine.api.train_spec import TrainSpec
 
 
 class FakeEngineClient(QObject):

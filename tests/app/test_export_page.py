@@ -20,8 +20,8 @@ import pytest
 import yaml
 from PySide6.QtCore import Qt
 
-from engine.protocol import INVALID_PARAMS, RpcError
-from engine.specs import ExportSpec, validate_spec
+from engine.api.protocol import INVALID_PARAMS, RpcError
+from engine.api.specs import ExportSpec, validate_spec
 from tests.app.test_compress_wizard import DIGITS, LORA, fake_engine, finetune_record, settle
 
 NOW = time.time()
@@ -426,7 +426,7 @@ ENGINE_READY = (Path(__file__).resolve().parents[2] / "engine" / "recipes" / "ex
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not ENGINE_READY, reason="engine/recipes/export.py is not there yet")
 def test_export_a_digits_finetune_to_onnx_and_a_jetson_bundle(qtbot, make_window, gui_home):
-    from engine.client import EngineClient
+    from engine.cli.client import EngineClient
     from tests.app.conftest import wait_connected
 
     window = make_window(page="export")

@@ -115,7 +115,7 @@ def test_stop_engine_button_on_settings(qtbot, make_window, gui_home):
     qtbot.waitUntil(lambda: settings.engine_facts.value("Process id") != "", timeout=10_000)
     assert settings.engine_facts.value("Process id") == str(window.engine.engine_pid)
     assert settings.engine_facts.value("Data folder") == str(gui_home.home)
-    # The store was checked at start and backed up (engine/store_guard.py).
+    # The store was checked at start and backed up (engine/daemon/store_guard.py).
     qtbot.waitUntil(lambda: "last backup ember-" in settings.engine_facts.value("Store"), timeout=15_000)
     assert settings.engine_facts.value("Store").startswith("checked at start: ok")
 

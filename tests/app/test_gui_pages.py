@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QLabel
 
 from app.jobs_model import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
 from app.main_window import PAGES
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
 pytestmark = pytest.mark.slow

@@ -26,15 +26,15 @@ def test_version(gui_home):
 
 def test_engine_commands_are_handed_to_the_engine_cli(gui_home):
     done = run_app("engine", "status")
-    assert done.returncode == 1  # engine/cli.py: status with no engine running
+    assert done.returncode == 1  # engine/cli/main.py: status with no engine running
     assert done.stdout.startswith("stopped:")
     assert engine_pid(gui_home) is None  # `status` never starts an engine
 
 
 def test_every_headless_command_reaches_the_engine_cli():
-    """`ember export …` used to open the GUI: every word engine.cli knows must be routed to it."""
+    """`ember export …` used to open the GUI: every word engine.cli.main knows must be routed to it."""
     from app.__main__ import CLI_COMMANDS
-    from engine.cli import build_parser
+    from engine.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) <= CLI_COMMANDS, set(sub.choices) - CLI_COMMANDS

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
 RUN_TIMEOUT_MS = 180_000  # a tiny run, but the CI machines have two cores

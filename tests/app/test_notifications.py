@@ -10,7 +10,7 @@ from PySide6.QtCore import QTimer
 
 from app import notifications
 from app.notifications import MAX_ENTRIES, NotificationCentre, excepthook, report_error
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
 RUN_TIMEOUT_MS = 180_000  # real jobs on two shared cores

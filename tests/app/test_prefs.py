@@ -14,7 +14,7 @@ from app import prefs as prefs_mod
 from app import style
 from app.engine_process import EngineProcess
 from app.prefs import KEYS, PREFS_VERSION, prefs, reset_prefs, restore_window, save_window
-from engine import paths as paths_mod
+from engine.api import paths as paths_mod
 
 VALUES = {
     "data_dir": "/srv/ember data",

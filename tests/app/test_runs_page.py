@@ -23,7 +23,7 @@ from app.jobs_model import (
     STRATEGY_COLUMN,
     TASK_COLUMN,
 )
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
 FINAL = ("succeeded", "failed", "stopped", "cancelled")
@@ -145,11 +145,11 @@ def test_runs_table_sort_filter_checkpoints_and_delete(qtbot, make_window, gui_h
     assert not runs.message.isVisible()
 
 
-# -- canned records, shaped as jobs.list returns them (engine/run_records.py record()) ---------
+# -- canned records, shaped as jobs.list returns them (engine/daemon/run_records.py record()) ---------
 
 def child_record(run_id: str, kind: str, name: str, spec: dict, parent: str, offset: float) -> dict:
     """A finished compress or export job: the engine validates its spec, and its summary says nothing."""
-    from engine.specs import validate_spec
+    from engine.api.specs import validate_spec
 
     now = time.time()
     return {"id": run_id, "kind": kind, "name": name, "state": "succeeded", "created_at": now - offset,

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from engine.train_spec import TrainSpec
+from engine.api.train_spec import TrainSpec
 
 
 def open_wizard(make_window):
@@ -174,7 +174,7 @@ def test_monitor_shows_mfu_padding_and_the_speed_line(qtbot, make_window):
 @pytest.mark.timeout(600)
 def test_monitor_shows_the_figures_of_a_real_packed_fine_tune(qtbot, make_window, gui_home):
     """A real causal-LM fine-tune with packing through the real engine: the Monitor shows what it reported."""
-    from engine.client import EngineClient
+    from engine.cli.client import EngineClient
     from tests.app.conftest import wait_connected
 
     window = make_window(page="monitor")

@@ -19,7 +19,7 @@ from PySide6.QtGui import QImage
 
 from app.pages.variants.data import build_rows, pareto_front, recommend
 from app.pages.variants.table import COLUMN
-from engine.protocol import METHOD_NOT_FOUND, RpcError
+from engine.api.protocol import METHOD_NOT_FOUND, RpcError
 from tests.app.test_compress_wizard import LORA, fake_engine, settle
 
 LABELS = ["billing", "bug", "login"]

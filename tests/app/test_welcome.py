@@ -6,8 +6,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.main_window import PAGE_KEYS
-from engine.client import EngineClient
-from engine.train_spec import TrainSpec
+from engine.api.train_spec import TrainSpec
+from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
 WAIT_MS = 30_000

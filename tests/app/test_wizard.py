@@ -6,7 +6,7 @@ import pytest
 import yaml
 from PySide6.QtCore import Qt
 
-from engine.train_spec import TrainSpec
+from engine.api.train_spec import TrainSpec
 from tests.app.conftest import wait_connected
 
 # Real runs on two shared cores: minutes, not the default two, when the machine is busy.

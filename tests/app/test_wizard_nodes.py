@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 
 from app.pages.new_finetune.nodes_editor import NodesEditor, host_readiness
 from app.pages.new_finetune.spec_tools import headless_commands, validate
-from engine.train_spec import TrainSpec
+from engine.api.train_spec import TrainSpec
 from tests.app.conftest import wait_connected
 
 pytestmark = [pytest.mark.timeout(300)]

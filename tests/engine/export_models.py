@@ -12,9 +12,9 @@ def export_digits(home: Path, opset: int = 17) -> dict[str, Any]:
     old = os.environ.get("EMBER_HOME")
     os.environ["EMBER_HOME"] = str(home)
     try:
+        from engine.api.train_spec import TrainSpec
         from engine.compress.onnx_export import export_onnx
         from engine.tasks import get_task
-        from engine.train_spec import TrainSpec
 
         spec = TrainSpec.model_validate({"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"})
         task = get_task(spec.task)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.client import RpcError
-from engine.protocol import CONFIRMATION_REQUIRED
+from engine.api.protocol import CONFIRMATION_REQUIRED
+from engine.cli.client import RpcError
 from tests.conftest import wait_for
 
 CNN = '''\
@@ -134,7 +134,7 @@ def test_file_changed_after_confirmation_is_refused_and_a_syntax_error_has_its_l
 
 
 def test_ember_run_asks_and_takes_trust_code(engine_proc, tmp_path):
-    from engine.custom_code import start_confirmed
+    from engine.api.custom_code import start_confirmed
 
     code = tmp_path / "my_cnn.py"
     sha = _write(code, CNN.format(marker=str(tmp_path / "m.txt")))
@@ -176,10 +176,10 @@ BAD = {
 
 def test_job_side_messages_for_bad_files(ember_home, tmp_path):
     """What the job process says (engine/tasks/custom_model.py), one clear message per mistake."""
-    from engine.jobctx import JobFailed
+    from engine.api.train_spec import TrainSpec
     from engine.tasks import get_task
     from engine.tasks.custom_model import build
-    from engine.train_spec import TrainSpec
+    from engine.training.context import JobFailed
 
     task = get_task("image_classification")
     data = None

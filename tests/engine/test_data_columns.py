@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from engine.inspect_data import inspect_data
+from engine.api.train_spec import TrainSpec
+from engine.preflight.data import inspect_data
 from engine.tasks.text_files import column_profile, guess_columns
-from engine.train_spec import TrainSpec
 
 
 def test_csv_and_jsonl_columns_and_the_guess(tmp_path):

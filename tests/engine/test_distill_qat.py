@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.compress import distill, qat
-from engine.jobctx import JobFailed
 from engine.tasks import get_task
-from engine.train_spec import TrainSpec
+from engine.training.context import JobFailed
 
 TEXT = {"task": "text_classification", "method": {"kind": "full"}, "data": {"max_length": 32}, "device": "cpu"}
 

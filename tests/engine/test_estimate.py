@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.api.train_spec import TrainSpec
 from engine.estimate.memory import (
     apply_patch,
     estimate,
@@ -23,7 +24,6 @@ from engine.estimate.memory import (
     measured_peak,
     model_state_bytes,
 )
-from engine.train_spec import TrainSpec
 from tests.conftest import ROOT
 
 GiB = 1 << 30
@@ -248,8 +248,8 @@ def fresh_process(args: list[str], timeout: float, stdin: str | None = None) -> 
 
 
 def facts_in_fresh_process(spec: dict) -> dict:
-    """The facts as the engine gets them: ``engine.recipes.check`` in a process of its own."""
-    proc = fresh_process(["-m", "engine.recipes.check"], 180, json.dumps({"op": "facts", "spec": spec}))
+    """The facts as the engine gets them: ``engine.preflight.check`` in a process of its own."""
+    proc = fresh_process(["-m", "engine.preflight.check"], 180, json.dumps({"op": "facts", "spec": spec}))
     assert proc.returncode == 0, proc.stderr[-2000:]
     answer = json.loads(proc.stdout.splitlines()[-1])
     assert answer["ok"], answer["issues"]
@@ -274,8 +274,8 @@ def test_meta_counts_equal_the_real_models(facts, home):
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    from engine import methods
     from engine.tasks import causal_lm, image_classification, image_models, text_classification
+    from engine.training import methods
 
     def counts(model, name, task):
         spec = TrainSpec.model_validate(SPECS[name])
@@ -305,9 +305,9 @@ def test_meta_counts_equal_the_real_models(facts, home):
 def test_lora_and_prompt_tuning_counts_equal_peft_on_the_real_model(facts, home):
     from transformers import AutoModelForCausalLM
 
-    from engine import methods
     from engine.estimate.facts import model_facts
     from engine.tasks import causal_lm
+    from engine.training import methods
 
     prompt = TrainSpec.model_validate({**SPECS["tiny-llama"], "method": {"kind": "prompt_tuning"}})
     looked = {"lora": facts["tiny-llama"], "prompt_tuning": model_facts(prompt)}
@@ -347,7 +347,7 @@ def test_estimated_peak_against_a_real_cpu_run(name, facts, home, tmp_path):
     assert len(memory) == RUN["max_steps"]
     measured = measured_peak(memory)
     spec = TrainSpec.model_validate({**SPECS[name], **RUN})
-    from engine import machine
+    from engine.estimate import machine
 
     reply = estimate(spec, facts[name], machine.info(tmp_path))
     est = estimated_peak(reply)
@@ -364,8 +364,8 @@ def test_meta_activation_bytes_match_a_real_cpu_forward(facts, home):
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
-    from engine import methods
     from engine.tasks import causal_lm
+    from engine.training import methods
 
     spec = TrainSpec.model_validate(SPECS["tiny-llama"])
     model = methods.apply(AutoModelForCausalLM.from_pretrained(str(causal_lm.ensure_tiny_llama())), spec, causal_lm)

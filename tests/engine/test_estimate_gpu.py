@@ -10,8 +10,8 @@ import os
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.estimate.memory import estimate, estimated_peak, measured_peak
-from engine.train_spec import TrainSpec
 from tests.engine.test_estimate import facts_in_fresh_process, fresh_process, show
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -38,7 +38,7 @@ def test_estimated_peak_against_a_real_cuda_run(method, batch, ember_home, tmp_p
     memory = [e for e in events if e.get("kind") == "memory"]
     assert memory and memory[-1]["ranks"][0]["device"].startswith("cuda")
     measured = measured_peak(memory)
-    from engine import machine
+    from engine.estimate import machine
 
     reply = estimate(TrainSpec.model_validate(doc), facts, machine.info(tmp_path))
     est = estimated_peak(reply)

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.compress.source import Source
 from engine.export import metadata as md
 from engine.export import parity
@@ -25,9 +26,8 @@ from engine.export.onnx import export_onnx
 from engine.export.ort_package import write_ort_package
 from engine.export.pt2 import export_pt2
 from engine.export.torchscript import export_torchscript
-from engine.jobctx import JobFailed
 from engine.tasks import get_task
-from engine.train_spec import TrainSpec
+from engine.training.context import JobFailed
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")

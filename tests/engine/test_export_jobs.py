@@ -60,7 +60,7 @@ def test_minilm_to_every_portable_format_with_parity_and_a_jetson_bundle(engine_
 
 
 def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot(engine_proc, capsys):
-    from engine.cli import main as ember
+    from engine.cli.main import main as ember
 
     with engine_proc.client() as c:
         parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS_PARENT, name="digits")["id"])

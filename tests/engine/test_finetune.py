@@ -105,10 +105,10 @@ def nan_at_step_3(monkeypatch):
 def test_nan_loss_is_reported_with_its_step(ember_home, tmp_path, nan_at_step_3, policy):
     import math
 
-    from engine import dist
-    from engine.jobctx import JobFailed
-    from engine.train_loop import Trainer
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
+    from engine.training import dist
+    from engine.training.context import JobFailed
+    from engine.training.loop import Trainer
 
     spec = TrainSpec.model_validate(digits_spec(max_steps=6, eval_every=100, checkpoint_every=100, nan_policy=policy))
     rec = Recorder()
@@ -153,9 +153,9 @@ def test_inputs_are_checked_before_launch(engine_proc, tmp_path):
 
 
 def test_early_stopping_ends_the_run_when_the_metric_stalls(ember_home, tmp_path):
-    from engine import dist
-    from engine.train_loop import Trainer
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
+    from engine.training import dist
+    from engine.training.loop import Trainer
 
     spec = TrainSpec.model_validate(digits_spec(
         max_steps=100, eval_every=5, checkpoint_every=100, optim={"lr": 1e-9},

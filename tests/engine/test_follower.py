@@ -3,9 +3,9 @@
 import asyncio
 import json
 
-from engine.eventbus import EventBus
-from engine.follower import Follower
-from engine.store import Store
+from engine.daemon.eventbus import EventBus
+from engine.daemon.follower import Follower
+from engine.daemon.store import Store
 
 
 def run_dir_with_run(tmp_path, store):

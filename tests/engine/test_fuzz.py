@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import protocol
-from engine.paths import read_token
+from engine.api import protocol
+from engine.api.paths import read_token
 from tests.conftest import start_engine_process
 
 json_values = st.recursive(
@@ -23,7 +23,7 @@ methods = st.sampled_from(sorted(protocol.METHODS) + ["", "nope", "jobs.", "hell
 def fuzz_engine(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("EMBER_HOME", str(tmp_path_factory.mktemp("fuzz") / "home"))
-    from engine import paths as paths_mod
+    from engine.api import paths as paths_mod
 
     p = paths_mod.resolve()
     proc = start_engine_process(p)
@@ -51,7 +51,7 @@ def exchange(s, f, frame: bytes) -> dict:
 
 
 # Methods that would change state for real are left out of the random params.
-SAFE = st.sampled_from(["ping", "engine.status", "engine.methods", "jobs.kinds", "jobs.list", "jobs.get",
+SAFE = st.sampled_from(["ping", "engine.status", "engine.training.methods", "jobs.kinds", "jobs.list", "jobs.get",
                         "jobs.logs", "events.query", "audit.list", "unsubscribe", "nope", "", "hello"])
 
 

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def lm_spec(**overrides: Any) -> Any:
-    from engine.train_spec import TrainSpec
+    from engine.api.train_spec import TrainSpec
 
     spec = {"task": "causal_lm", "device": "cuda", "method": {"kind": "full"}, "batch_size": 8, "max_steps": 12,
             "eval_every": 10**6, "checkpoint_every": 10**6, "optim": {"lr": 0.002}, "seed": 0,
@@ -31,9 +31,9 @@ def lm_spec(**overrides: Any) -> Any:
 
 def train(spec: Any, run_dir: Path) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
     """(the Trainer after its run, its events by kind)."""
-    from engine import dist
     from engine.recipes.finetune import RankContext
-    from engine.train_loop import Trainer
+    from engine.training import dist
+    from engine.training.loop import Trainer
 
     events: dict[str, list[dict[str, Any]]] = {}
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -53,7 +53,7 @@ def train(spec: Any, run_dir: Path) -> tuple[Any, dict[str, list[dict[str, Any]]
 def test_auto_precision_is_bf16_on_a_bf16_gpu(ember_home):
     import torch
 
-    from engine import speed
+    from engine.training import speed
 
     if torch.cuda.get_device_capability(0)[0] < 8:
         pytest.skip("this GPU has no native bf16 (compute capability below 8.0)")
@@ -113,7 +113,7 @@ def test_packed_batches_with_sdpa_give_the_unpacked_loss(ember_home):
 def test_mfu_is_reported_with_the_gpu_tables_peak(ember_home, tmp_path):
     import torch
 
-    from engine import mfu
+    from engine.training import mfu
 
     _, events = train(lm_spec(precision="bf16", max_steps=15, speed={"compile": "off"}), tmp_path)
     info = events["run_info"][0]

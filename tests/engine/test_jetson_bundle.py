@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from engine.export import jetson_bundle, trtexec
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 from tests.engine.export_models import export_digits
 
 

@@ -132,7 +132,7 @@ def test_job_that_finishes_while_engine_is_down_is_settled_from_its_events(engin
 
 
 def test_logs_and_unknown_job(engine_proc):
-    from engine.protocol import NOT_FOUND, RpcError
+    from engine.api.protocol import NOT_FOUND, RpcError
 
     with engine_proc.client() as c:
         job = c.call("jobs.start", kind="system.probe", spec={})

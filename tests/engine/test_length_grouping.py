@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from engine.data_order import ResumableOrder
+from engine.api.train_spec import TrainSpec
 from engine.tasks.packing import padding_fraction
-from engine.train_spec import TrainSpec
+from engine.training.data_order import ResumableOrder
 
 torch = pytest.importorskip("torch")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import engine
-from engine import cli
+from engine.cli import main as cli
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -130,7 +130,7 @@ def test_secrets_stay_out_of_the_audit_log(engine_proc):
 
 
 def test_digest_of_files_and_folders_follows_their_content(tmp_path):
-    from engine import lineage
+    from engine.daemon import lineage
 
     folder = tmp_path / "data"
     write_images(folder)

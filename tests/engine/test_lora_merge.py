@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from engine.protocol import NOT_FOUND, RpcError
+from engine.api.protocol import NOT_FOUND, RpcError
 from tests.conftest import wait_for
 
 # Real fine-tunes on two shared cores: minutes when the machine is busy.

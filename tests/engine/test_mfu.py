@@ -1,11 +1,11 @@
 """MFU: the FLOPs formula against a hand count and against what torch really computes, the GPU peak
-table, the CPU peak measurement and the MFU arithmetic (engine/mfu.py)."""
+table, the CPU peak measurement and the MFU arithmetic (engine/training/mfu.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine import mfu
+from engine.training import mfu
 
 # A tiny Llama: 3 layers, width 64, 4 query heads of 16, MLP 160, vocabulary 128.
 TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 3,

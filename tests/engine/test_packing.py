@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.tasks import causal_lm as lm
 from engine.tasks import packing
-from engine.train_spec import TrainSpec
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -177,7 +177,7 @@ def test_load_data_packs_builtin_data_and_the_packed_forward_runs(home: Path):
     assert data.lengths is None
     model = lm.build_model(spec, data)
     assert model.config._attn_implementation == "sdpa"
-    from engine import methods
+    from engine.training import methods
 
     model = methods.apply(model, spec, lm)  # LoRA (peft) must pass position_ids through
     batch = data.collate([data.train[i] for i in range(4)])

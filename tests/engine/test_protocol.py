@@ -1,7 +1,7 @@
 import pytest
 
-from engine import protocol
-from engine.protocol import RpcError
+from engine.api import protocol
+from engine.api.protocol import RpcError
 
 
 def test_encode_is_one_line_and_round_trips():

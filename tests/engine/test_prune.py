@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.compress.prune import MIN_KEEP, TOLERANCE, prune, prune_steps
-from engine.jobctx import JobFailed
 from engine.tasks import get_task
-from engine.train_spec import TrainSpec
+from engine.training.context import JobFailed
 
 DIGITS = {"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"}
 TEXT = {"task": "text_classification", "method": {"kind": "full"}, "data": {"max_length": 32}, "device": "cpu"}

@@ -13,11 +13,11 @@ import numpy as np
 import onnx
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.compress import quantize as qz
 from engine.compress.onnx_export import export_onnx, feeds, session
-from engine.jobctx import JobFailed
 from engine.tasks import get_task
-from engine.train_spec import TrainSpec
+from engine.training.context import JobFailed
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

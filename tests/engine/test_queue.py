@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from engine import cli
-from engine.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
-from engine.scheduler import Capacity, Job, Settings, job_need, plan
+from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
+from engine.cli import main as cli
+from engine.daemon.scheduler import Capacity, Job, Settings, job_need, plan
 from tests.conftest import wait_for
 
 CPU2 = {"local": Capacity(cores=2, gpus=0)}

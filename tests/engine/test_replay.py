@@ -2,7 +2,7 @@
 
 import itertools
 
-from engine.client import EngineClient
+from engine.cli.client import EngineClient
 
 
 def collect(client: EngineClient, n: int, timeout: float = 20.0) -> list[dict]:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import paths as paths_mod
-from engine import protocol
-from engine.client import EngineClient
-from engine.paths import read_token
-from engine.protocol import RpcError
+from engine.api import paths as paths_mod
+from engine.api import protocol
+from engine.api.paths import read_token
+from engine.api.protocol import RpcError
+from engine.cli.client import EngineClient
 from tests.conftest import start_engine_process
 
 
@@ -57,7 +57,7 @@ def test_hello_and_status(engine_proc):
         assert c.server["protocol"] == protocol.PROTOCOL_VERSION
         st = c.call("engine.status")
         assert st["pid"] == engine_proc.proc.pid
-        assert set(c.call("engine.methods")) == set(protocol.METHODS)
+        assert set(c.call("engine.training.methods")) == set(protocol.METHODS)
 
 
 def test_malformed_json_gets_parse_error_and_connection_stays_usable(engine_proc):

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.specs import ProbeSpec, SpecError, dump_job_yaml, load_job_file, validate_spec
+from engine.api.specs import ProbeSpec, SpecError, dump_job_yaml, load_job_file, validate_spec
 
 
 def test_every_error_is_reported_at_once_with_hints():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from engine import dist
-from engine.train_spec import TrainSpec
+from engine.api.train_spec import TrainSpec
+from engine.training import dist
 
 
 class Recorder:
@@ -33,7 +33,7 @@ def llm_spec(**overrides):
 
 
 def run(spec, tmp_path, name):
-    from engine.train_loop import Trainer
+    from engine.training.loop import Trainer
 
     rec = Recorder()
     trainer = Trainer(spec, dist.World(0, 0, 1, "cpu", "test"), rec, tmp_path / name)
@@ -42,7 +42,7 @@ def run(spec, tmp_path, name):
 
 
 def test_auto_on_cpu_picks_fp32_no_compile_foreach_and_no_workers():
-    from engine import speed
+    from engine.training import speed
 
     spec, choices = speed.resolve(TrainSpec(), "cpu")
     assert (spec.precision, spec.speed.compile, spec.speed.optimizer_impl, spec.data.num_workers) == \
@@ -55,7 +55,7 @@ def test_auto_on_cpu_picks_fp32_no_compile_foreach_and_no_workers():
 
 
 def test_explicit_choices_are_kept():
-    from engine import speed
+    from engine.training import speed
 
     asked = TrainSpec.model_validate({"precision": "bf16", "speed": {"compile": "on", "optimizer_impl": "for_loop"},
                                       "data": {"num_workers": 2}})
@@ -69,7 +69,7 @@ def test_explicit_choices_are_kept():
     ("cuda", "NVIDIA H200", "bf16"), ("cuda", "NVIDIA A100-SXM4-80GB", "bf16"), ("cuda", "NVIDIA L4", "bf16"),
     ("cuda", "Tesla T4", "fp32"), ("cuda", "Tesla V100-SXM2-16GB", "fp32"), ("cpu", "", "fp32")])
 def test_the_fit_estimate_assumes_what_auto_precision_will_pick(kind, gpu, expected):
-    from engine import speed
+    from engine.training import speed
 
     assert speed.estimated_precision(TrainSpec(), kind, gpu) == expected
     assert speed.estimated_precision(TrainSpec(precision="fp16"), kind, gpu) == "fp16"
@@ -87,7 +87,7 @@ def test_spec_refuses_options_that_do_not_apply():
 def test_fused_foreach_and_for_loop_adamw_take_the_same_steps():
     import torch
 
-    from engine.train_loop import make_optimizer
+    from engine.training.loop import make_optimizer
 
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))

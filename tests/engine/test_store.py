@@ -3,7 +3,7 @@ import sqlite3
 
 import pytest
 
-from engine.store import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, Store
+from engine.daemon.store import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, Store
 
 
 def make_run(run_id="r1", **extra):

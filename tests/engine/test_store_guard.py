@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import Store
-from engine.store_guard import backup, backups_dir, check, open_store
+from engine.daemon.store import Store
+from engine.daemon.store_guard import backup, backups_dir, check, open_store
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(120)

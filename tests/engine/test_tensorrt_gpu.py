@@ -17,11 +17,11 @@ def test_build_run_and_benchmark_the_digits_cnn(tmp_path):
     if not ok:
         pytest.skip(why)
     os.environ.setdefault("EMBER_HOME", str(tmp_path / "home"))
+    from engine.api.train_spec import TrainSpec
     from engine.compress.onnx_export import export_onnx, feeds, session
     from engine.export.triton import model_io
     from engine.export.trtexec import profile_shapes
     from engine.tasks import get_task
-    from engine.train_spec import TrainSpec
 
     spec = TrainSpec.model_validate({"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"})
     task = get_task(spec.task)

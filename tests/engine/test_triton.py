@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from engine.export import triton
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 from tests.engine.export_models import export_digits
 
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.export import jetson_profiles, trt_compat, trt_support, trtexec
-from engine.jobctx import JobFailed
+from engine.training.context import JobFailed
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.protocol import INVALID_STATE, NOT_FOUND, RpcError
+from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from tests.conftest import wait_for
 
 # Real fine-tunes on two shared cores: minutes when the machine is busy.

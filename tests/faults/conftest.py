@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from engine.paths import Paths
+from engine.api.paths import Paths
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process, wait_for
 
 FINAL = ("succeeded", "failed", "stopped", "cancelled")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import checkpoint, store_guard
+from engine.daemon import store_guard
+from engine.training import checkpoint
 from tests.conftest import alive, wait_for
 from tests.faults.conftest import (
     digits,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import checkpoint
+from engine.training import checkpoint
 from tests.conftest import wait_for
 from tests.faults.conftest import digits, events_of, file_events, loss_steps, wait_final
 

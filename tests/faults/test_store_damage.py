@@ -7,7 +7,7 @@ import signal
 import sqlite3
 from pathlib import Path
 
-from engine.store import Store
+from engine.daemon.store import Store
 from tests.conftest import wait_for
 from tests.faults.conftest import wait_final
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine import checkpoint
+from engine.training import checkpoint
 from tests.conftest import alive, wait_for
 from tests.faults.conftest import digits, events_of, kill_tree, loss_steps, wait_final
 

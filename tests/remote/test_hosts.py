@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.protocol import INVALID_PARAMS, REMOTE_FAILED, RpcError
+from engine.api.protocol import INVALID_PARAMS, REMOTE_FAILED, RpcError
 from tests.sshd import free_port, keygen, make_sshd
 
 pytestmark = pytest.mark.timeout(180)
@@ -127,7 +127,7 @@ def test_hosts_from_the_command_line(engine_proc, sshd):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def ember(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "engine.cli", "hosts", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "engine.cli.main", "hosts", *args], capture_output=True, text=True,
                               input=stdin, timeout=180, env=env)
 
     added = ember("add", "cli-box", "127.0.0.1", "--port", str(sshd.port), "--user", sshd.user,

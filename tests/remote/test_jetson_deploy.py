@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.host_spec import HostSpec
-from engine.jobctx import JobFailed
+from engine.api.host_spec import HostSpec
 from engine.launch import ssh
+from engine.training.context import JobFailed
 from tests.sshd import host_venv
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -39,9 +39,9 @@ def onnx_model(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The digits CNN exported to ONNX (dynamic batch), with its inputs as write_bundle takes them."""
     import onnx
 
+    from engine.api.train_spec import TrainSpec
     from engine.compress.onnx_export import export_onnx
     from engine.tasks import get_task
-    from engine.train_spec import TrainSpec
 
     spec = TrainSpec.model_validate({"task": "image_classification", "method": {"kind": "full"}, "device": "cpu"})
     task = get_task(spec.task)
@@ -292,7 +292,7 @@ def test_the_trtexec_stand_in_refuses_what_trtexec_refuses(jetson, onnx_model, t
 
 def test_export_job_one_click_to_jetson_through_the_engine(engine_proc, sshd, jetson):
     """The whole path a user clicks: host added and trusted, a fine-tune, an export with host -> device figures."""
-    from engine.protocol import NOT_FOUND, RpcError
+    from engine.api.protocol import NOT_FOUND, RpcError
     from tests.engine.test_compress_jobs import DIGITS_PARENT, finish
 
     c = engine_proc.client(timeout=150)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.jobctx import JobFailed
-from engine.safe_archive import UnsafeArchive, dataset_path, extract
-from engine.train_spec import TrainSpec
+from engine.api.train_spec import TrainSpec
+from engine.tasks.safe_archive import UnsafeArchive, dataset_path, extract
+from engine.training.context import JobFailed
 
 pytestmark = pytest.mark.timeout(120)
 TICKETS = Path(__file__).resolve().parents[2] / "engine" / "resources" / "datasets" / "support_tickets" / "train.jsonl"
@@ -109,7 +109,7 @@ def test_not_an_archive_is_a_clear_error(box, tmp_path):
 def test_archived_datasets_load_for_training(tmp_path, monkeypatch):
     """A CSV/JSONL inside a .zip and an image folder inside a .tar.gz are unpacked once and used as-is."""
     monkeypatch.setenv("EMBER_HOME", str(tmp_path / "home"))
-    from engine.inspect_data import inspect_data
+    from engine.preflight.data import inspect_data
 
     text_zip = _zip(tmp_path / "tickets.zip", [("tickets/train.jsonl", TICKETS.read_bytes())])
     spec = TrainSpec.model_validate({"task": "text_classification", "data": {"path": str(text_zip)}, "device": "cpu"})

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.specs import MAX_JOB_FILE_BYTES, SpecError, load_job_file
+from engine.api.specs import MAX_JOB_FILE_BYTES, SpecError, load_job_file
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,7 +38,7 @@ def test_python_tags_are_refused_and_never_run(tmp_path):
         f"kind: system.probe\nspec: !!python/object/apply:os.system ['touch {marker}']\n",
         f"kind: !!python/object/new:subprocess.check_output [['touch', '{marker}']]\n",
         "kind: !!python/name:os.system\n",
-        "kind: system.probe\nname: !!python/object:engine.specs.ProbeSpec {samples: 1}\n",
+        "kind: system.probe\nname: !!python/object:engine.api.specs.ProbeSpec {samples: 1}\n",
     ]
     for text in payloads:
         got = _load(tmp_path, text)
@@ -116,7 +116,7 @@ def test_cli_shows_a_message_not_a_traceback(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text(f"kind: system.probe\nspec: !!python/object/apply:os.system ['touch {marker}']\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), EMBER_HOME=str(tmp_path / "home"))
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(job)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "engine.cli.main", "run", str(job)], capture_output=True, text=True,
                          timeout=60, env=env)
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "hint:" in out.stderr
     assert "Traceback" not in out.stderr and not marker.exists()

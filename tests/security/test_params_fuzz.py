@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import protocol
-from engine.handlers import Handlers
-from engine.paths import read_token
+from engine.api import protocol
+from engine.api.paths import read_token
+from engine.daemon.handlers import Handlers
 from tests.conftest import kill_job_groups, start_engine_process
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,7 +79,7 @@ def conn(tmp_path_factory):
     mp.setenv("EMBER_HOME", str(tmp_path_factory.mktemp("fuzz") / "home"))
     mp.setenv("EMBER_SSH_KNOWN_HOSTS", "")
     mp.delenv("EMBER_RUNTIME_DIR", raising=False)
-    from engine import paths as paths_mod
+    from engine.api import paths as paths_mod
 
     p = paths_mod.resolve()
     proc = start_engine_process(p)

@@ -41,7 +41,7 @@ def _images(folder: Path) -> None:
 
 
 def test_local_home_and_dataset_with_shell_characters(tmp_path, monkeypatch):
-    from engine import paths as paths_mod
+    from engine.api import paths as paths_mod
     from tests.conftest import RunningEngine, start_engine_process
 
     root = tmp_path / "my data" / WEIRD
@@ -79,13 +79,13 @@ def test_local_home_and_dataset_with_shell_characters(tmp_path, monkeypatch):
 def test_remote_operations_with_shell_characters_over_ssh(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_SSH_KNOWN_HOSTS", "")
     monkeypatch.setenv("EMBER_HOME", str(tmp_path / "home"))
-    from engine import paths as paths_mod
-    from engine.eventbus import EventBus
-    from engine.host_spec import HostSpec
-    from engine.hosts import Hosts
+    from engine.api import paths as paths_mod
+    from engine.api.host_spec import HostSpec
+    from engine.daemon.eventbus import EventBus
+    from engine.daemon.hosts import Hosts
+    from engine.daemon.store import Store
     from engine.launch import ssh
     from engine.launch.remote import SshNode
-    from engine.store import Store
 
     weird = tmp_path / WEIRD
     bindir = weird / "bin $(touch PWNED)"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import protocol
-from engine.paths import read_token
-from engine.protocol import REMOTE_FAILED, RpcError
+from engine.api import protocol
+from engine.api.paths import read_token
+from engine.api.protocol import REMOTE_FAILED, RpcError
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(400)

@@ -2,7 +2,7 @@
 
 Nothing here touches Qt, so the form, the review YAML and what ``jobs.start``
 receives are built by the same functions, and each spec is validated with the
-engine's own model (engine.specs, engine.train_spec: pydantic only) before it is
+engine's own model (engine.api.specs, engine.api.train_spec: pydantic only) before it is
 shown or sent.
 """
 
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.pages.new_finetune.spec_tools import launch_spec, suggested_lr
 from app.pages.new_finetune.spec_tools import validate as validate_train
-from engine.specs import LoraMergeSpec, PruneSpec, QatSpec, QuantizeSpec
+from engine.api.specs import LoraMergeSpec, PruneSpec, QatSpec, QuantizeSpec
 
 FINETUNE = "train.finetune"
 # Tasks whose built-in models are transformers: a student keeps fewer of their blocks.

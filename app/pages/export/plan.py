@@ -2,7 +2,7 @@
 
 The form, the Review YAML and what ``jobs.start`` receives are built here by the
 same functions, and the spec is validated with the engine's own model
-(engine.specs.validate_spec: pydantic only) before it is shown or sent.
+(engine.api.specs.validate_spec: pydantic only) before it is shown or sent.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from engine.specs import EXPORT_FORMATS, JETSON_TARGETS, SpecError, validate_spec
+from engine.api.specs import EXPORT_FORMATS, JETSON_TARGETS, SpecError, validate_spec
 
 KIND = "export.model"
 FINETUNE = "train.finetune"
@@ -163,8 +163,8 @@ def job_name(record: dict[str, Any] | None) -> str:
 
 
 def job_yaml(spec: dict[str, Any], name: str) -> str:
-    """The job file ``ember run`` reads: kind, name, spec (engine.specs.dump_job_yaml when valid)."""
-    from engine.specs import dump_job_yaml
+    """The job file ``ember run`` reads: kind, name, spec (engine.api.specs.dump_job_yaml when valid)."""
+    from engine.api.specs import dump_job_yaml
 
     try:
         return dump_job_yaml(KIND, validate_spec(KIND, spec), name)

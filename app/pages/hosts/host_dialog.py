@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.widgets.common import label
-from engine.host_spec import HostSpec
+from engine.api.host_spec import HostSpec
 
 AUTH_CHOICES = (("key", "Key file"), ("agent", "SSH agent"), ("password", "Password (asked each time)"))
 ROLE_CHOICES = (("training", "Training node"), ("jetson", "Jetson (export target)"))

@@ -36,7 +36,7 @@ from app.pages.hosts.host_dialog import HostDialog
 from app.pages.hosts.key_dialog import KeyDialog
 from app.widgets.common import card, label, scrolling_body
 from app.widgets.empty_state import empty_state
-from engine.protocol import INVALID_PARAMS, RpcError
+from engine.api.protocol import INVALID_PARAMS, RpcError
 
 AGE_REFRESH_MS = 30_000
 EMPTY_TEXT = ("A host is another machine Ember can use, reached over SSH: a GPU server or workstation to "

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QVBoxLayout
 from app.engine_client import CONNECTION_LOST, NOT_CONNECTED
 from app.style import set_state
 from app.widgets.common import label
-from engine.protocol import RpcError
+from engine.api.protocol import RpcError
 
 # Local to the banner: the shared stylesheet has no amber/red panel role yet.
 STYLE = """

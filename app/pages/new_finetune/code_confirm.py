@@ -1,7 +1,7 @@
 """Confirming a model from the user's Python file before the engine runs it.
 
 ``jobs.start`` with ``model.code`` answers CONFIRMATION_REQUIRED until the spec carries the
-file's sha256 (engine/custom_code.py). :func:`start_job` sends jobs.start, and on that answer
+file's sha256 (engine/api/custom_code.py). :func:`start_job` sends jobs.start, and on that answer
 shows :class:`CodeConfirmDialog` with what the engine read (path, sha256, size, the first
 lines); "Run this code" sends jobs.start again with ``model.code_sha256``, "Cancel" sends
 nothing. The GUI never opens, imports or runs the file: it shows only what the engine sent.
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.protocol import CONFIRMATION_REQUIRED, RpcError
+from engine.api.protocol import CONFIRMATION_REQUIRED, RpcError
 
 RUN_TEXT = "Run this code"
 

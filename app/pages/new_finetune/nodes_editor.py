@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.style import set_role
 from app.widgets.common import label
-from engine.host_spec import LOCAL
+from engine.api.host_spec import LOCAL
 
 MAX_NODES = 64  # distributed.nodes' max_length
 MAX_NPROC = 1024  # NodeSpec.nproc's bound

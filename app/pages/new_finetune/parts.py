@@ -13,7 +13,7 @@ from app.help import DOC_MENTION, doc_label
 from app.pages.new_finetune.field_labels import field_message, label_for, on_screen
 from app.pages.new_finetune.spec_tools import issue_where
 from app.widgets.common import label
-from engine.protocol import METHOD_NOT_FOUND, RpcError
+from engine.api.protocol import METHOD_NOT_FOUND, RpcError
 
 
 class FieldMessage(QLabel):

@@ -1,6 +1,6 @@
 """The wizard's spec as data: defaults, merging, validation by field, and the job file.
 
-Everything here is plain dicts and pydantic (engine.train_spec imports nothing
+Everything here is plain dicts and pydantic (engine.api.train_spec imports nothing
 else), so the form, the review YAML and what jobs.start receives are the same
 document.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from engine.host_spec import LOCAL
-from engine.train_spec import TrainSpec
+from engine.api.host_spec import LOCAL
+from engine.api.train_spec import TrainSpec
 
 KIND = "train.finetune"
 DEFAULTS: dict[str, Any] = TrainSpec().model_dump()

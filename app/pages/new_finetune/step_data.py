@@ -41,7 +41,7 @@ from app.pages.new_finetune.spec_tools import (
 )
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow
-from engine.train_spec import BUILTIN_DATA
+from engine.api.train_spec import BUILTIN_DATA
 
 BUILTIN_TEXT = {
     "text_classification": "Customer support tickets (800 of them, 5 classes).",

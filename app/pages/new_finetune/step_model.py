@@ -38,7 +38,7 @@ from app.pages.new_finetune.spec_tools import (
     route_issue,
 )
 from app.widgets.common import FactsView, card, label
-from engine.train_spec import BUILTIN_MODELS
+from engine.api.train_spec import BUILTIN_MODELS
 
 BUILTIN_TEXT = {
     "text_classification": "all-MiniLM-L6-v2: a small English sentence encoder (22 M parameters).",

@@ -38,7 +38,7 @@ from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
 from app.widgets.reflow import Reflow
-from engine.host_spec import LOCAL
+from engine.api.host_spec import LOCAL
 
 STRATEGIES = (("single", "Single process"), ("ddp", "DDP (a full copy per process)"),
               ("fsdp", "FSDP2 (weights sharded across processes)"),

@@ -43,7 +43,7 @@ from app.pages.variants.scatter import VariantsScatter
 from app.pages.variants.table import VariantsModel, VariantsSort
 from app.widgets.common import card, label
 from app.widgets.empty_state import empty_state, window_action
-from engine.protocol import METHOD_NOT_FOUND
+from engine.api.protocol import METHOD_NOT_FOUND
 
 REFRESH_DELAY_MS = 250  # a burst of job events (start, running, succeeded) costs one request
 LIST_LIMIT = 1000

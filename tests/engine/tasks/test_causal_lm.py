@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.tasks import causal_lm as lm
 from engine.tasks.base import InputError, Issue
-from engine.train_spec import TrainSpec
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -446,7 +446,7 @@ def test_prompt_tuning_virtual_tokens_are_left_out_of_the_loss(tiny, one_thread)
 
 @pytest.mark.skipif("torch.cuda.is_available()", reason="checks the message on a machine without CUDA")
 def test_qlora_without_cuda_says_why(tiny):
-    from engine.jobctx import JobFailed
+    from engine.training.context import JobFailed
 
     spec = TrainSpec(task="causal_lm", model={"path": str(tiny)}, method={"kind": "qlora"})
     data = lm.load_data(spec)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.tasks import image_classification as ic
 from engine.tasks.base import InputError, Issue, TaskData, build_once
-from engine.train_spec import TrainSpec
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")

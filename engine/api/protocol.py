@@ -1,0 +1,171 @@
+"""The engine's wire protocol: JSON-RPC 2.0, one UTF-8 JSON object per line.
+
+Written down for people in docs/protocol.md. Stdlib only: the GUI, the CLI,
+tests and third-party scripts all import this module.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 1024 * 1024  # one line, newline included
+
+# JSON-RPC 2.0 reserved codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# Ember's own codes (the implementation-defined server-error range).
+UNAUTHORIZED = -32001
+HANDSHAKE_REQUIRED = -32002
+FRAME_TOO_LARGE = -32003
+NOT_FOUND = -32004
+INVALID_STATE = -32005
+UNSUPPORTED_VERSION = -32006
+SHUTTING_DOWN = -32007
+REMOTE_FAILED = -32008  # a host could not be reached, logged in to, or did not do what was asked
+CONFIRMATION_REQUIRED = -32009  # model.code needs the user's confirmation: data {path, sha256, size, preview}
+
+# Every method the engine answers, with one line each; `engine.training.methods` returns this.
+METHODS: dict[str, str] = {
+    "hello": "First request of every connection: {token, protocol, client} -> server facts.",
+    "ping": "Liveness check -> {t}.",
+    "engine.status": "Version, pid, uptime, paths and job counts.",
+    "engine.training.methods": "This table.",
+    "engine.shutdown": "Stop the engine (running jobs keep running and are re-attached on restart).",
+    "jobs.kinds": "Job kinds this engine can run, with their spec schemas.",
+    "jobs.start": "{kind, spec, name?} -> the new job (queued or running).",
+    "jobs.check": "{kind, spec} -> {issues: [{message, hint, file, line}]}: the spec and its input files, before launch.",
+    "data.preview": "{spec, n?} -> {samples: [{label, png_base64}], issues}: augmented training images of an image spec.",
+    "data.inspect": "{spec, n?} -> {kind, columns, rows, thumbnails, class_counts, n_train, n_val, issues, "
+                    "file_columns?, column_guess?}: what the wizard shows of a dataset.",
+    "models.inspect": "{spec} -> {ok, issues, facts}: the spec's model, measured on the meta device (no weights loaded).",
+    "estimate.fit": "{spec} -> {devices, verdict, reason, suggestions, params, throughput, notes}: "
+                    "peak memory per device before launch.",
+    "machine.info": "{} -> {hostname, cpu, ram, gpus, disk_free}: this machine's capacity.",
+    "templates.list": "{} -> {templates: [{name, kind, spec, saved_at}]}.",
+    "templates.save": "{name, kind, spec} -> {name}: keep a spec to start new jobs from.",
+    "templates.delete": "{name} -> {ok}.",
+    "hosts.list": "{} -> {hosts: [host]}: remote host profiles with their key status and last probe.",
+    "hosts.add": "{host} -> host: a new host profile (name, address, port, user, auth, key_path, python, workdir, role).",
+    "hosts.update": "{name, host} -> host: change a profile (refused while a run uses it).",
+    "hosts.remove": "{name} -> {ok}: forget a host (refused while a run uses it).",
+    "hosts.check_key": "{name} -> {status: trusted|unknown|changed, fingerprint, key_type, known_fingerprints}.",
+    "hosts.trust": "{name, fingerprint} -> {status, fingerprint}: trust the key the host presents, if it has "
+                   "that fingerprint.",
+    "hosts.forget_key": "{name} -> {ok, removed}: remove the host's trusted keys (after a legitimate key change).",
+    "hosts.probe": "{name, password?} -> host with fresh facts (OS, CPU, RAM, disk, GPUs, CUDA, Python, "
+                   "packages, Jetson).",
+    "hosts.prepare": "{name, password?} -> host: install this Ember version into the host's Python from a "
+                     "copied wheel; progress on topic hosts/<name>.",
+    "jobs.list": "{state?, kind?, limit?} -> jobs, newest first.",
+    "jobs.get": "{id} -> one job, with its result when it has one.",
+    "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",
+    "jobs.cancel": "{id} -> stop the job at once (SIGKILL to its process group).",
+    "jobs.resume": "{id} -> queue a stopped or failed resumable job again; it continues from its checkpoint.",
+    "jobs.delete": "{id, files?} -> {ok, freed_bytes}: forget a finished job, and delete its run dir unless files=false.",
+    "jobs.artifacts": "{id} -> {checkpoints, artifacts, parent, children, memory}: what a run produced and its lineage.",
+    "compress.variants": "{id} -> {parent, parent_evaluation, parent_deployments, variants: [{job, evaluation, "
+                         "deployments}]}: a run's compressed variants, each scored beside it (evaluation.json); "
+                         "deployments: the export jobs of each, with their on-device figures.",
+    "jobs.metrics": "{id, kind?} -> the run's numeric metrics, one row per (kind, name, step).",
+    "jobs.logs": "{id, tail?} -> the last lines of the job's stdout.log.",
+    "subscribe": "{topics: [glob], since?: seq} -> replay stored events after `since`, then live.",
+    "unsubscribe": "{subscription} -> stop a subscription.",
+    "events.query": "{topics: [glob], since?, limit?} -> stored events, without subscribing.",
+    "audit.list": "{limit?, offset?, action?, client?, target?, since?, until?, ok?, text?} -> "
+                  "{records, total, offset, next_offset}: audit records, newest first.",
+    "runs.lineage": "{id} -> the run's lineage: spec, data and model hashes, code and package versions, "
+                    "parent runs, artifacts.",
+    "diag.burst": "{topic, count, payload_bytes?} -> publish synthetic events (benchmarks, tests).",
+    "queue.get": "{} -> {jobs: [queued jobs in run order, each with its wait reason], running, resources, settings}.",
+    "queue.move": "{id, to: top|up|down|bottom} -> queue.get's reply: reorder a queued job.",
+    "queue.configure": "{max_concurrent?, cpu_cores?, allow_gpu_sharing?} -> queue.get's reply; kept across restarts.",
+    "jobs.prioritize": "{id, priority} -> queue.get's reply: a queued job's priority (higher runs first).",
+}
+
+
+class RpcError(Exception):
+    """An error reply. ``data`` carries details (fields) and a plain-language ``hint``."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data or {}
+
+    def to_json(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data:
+            err["data"] = self.data
+        return err
+
+    @classmethod
+    def from_json(cls, err: dict[str, Any]) -> RpcError:
+        return cls(int(err.get("code", INTERNAL_ERROR)), str(err.get("message", "")), err.get("data"))
+
+    @property
+    def hint(self) -> str:
+        return str(self.data.get("hint", ""))
+
+    def __str__(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def request(req_id: int | str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def result(req_id: int | str | None, value: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "result": value}
+
+
+def error(req_id: int | str | None, err: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "error": err.to_json()}
+
+
+def event(topic: str, seq: int, t: float, data: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "event", "params": {"topic": topic, "seq": seq, "t": t, "data": data}}
+
+
+def decode(line: bytes) -> Any:
+    """Parse one frame; raises RpcError(PARSE_ERROR) with a hint on bad input."""
+    if len(line) > MAX_FRAME_BYTES:
+        raise RpcError(FRAME_TOO_LARGE, f"Frame of {len(line)} bytes is over the {MAX_FRAME_BYTES}-byte limit",
+                       {"hint": "Split the request; large payloads belong in files referenced by path."})
+    try:
+        return json.loads(line)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RpcError(PARSE_ERROR, f"Not valid JSON: {exc}",
+                       {"hint": "Send one UTF-8 JSON object per line."}) from None
+
+
+def parse_request(msg: Any) -> tuple[int | str | None, str, dict[str, Any]]:
+    """Validate a decoded request; returns (id, method, params)."""
+    if not isinstance(msg, dict):
+        raise RpcError(INVALID_REQUEST, "A request must be a JSON object",
+                       {"hint": 'Send {"jsonrpc":"2.0","id":1,"method":"ping"}.'})
+    req_id = msg.get("id")
+    if req_id is not None and (isinstance(req_id, bool) or not isinstance(req_id, (int, str))):
+        raise RpcError(INVALID_REQUEST, "'id' must be an integer or a string")
+    if msg.get("jsonrpc") != "2.0":
+        raise RpcError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", {"id": req_id})
+    method = msg.get("method")
+    if not isinstance(method, str) or not method:
+        raise RpcError(INVALID_REQUEST, "'method' must be a non-empty string", {"id": req_id})
+    params = msg.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "'params' must be an object (named parameters)", {"id": req_id})
+    return req_id, method, params

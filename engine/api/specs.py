@@ -1,0 +1,359 @@
+"""Typed job specs: what a job needs to run, validated before it starts.
+
+Each job kind has a pydantic model; a spec travels as YAML (``spec.yaml`` in the
+run dir, or a file a user writes by hand for ``ember run``). Validation reports
+every problem at once, each with the field and a plain-language fix.
+Imports only stdlib, pydantic and yaml: the GUI validates with these too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine.api.train_spec import TrainSpec
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProbeSpec(Spec):
+    """system.probe: facts about this machine, then optional utilisation samples."""
+
+    samples: int = Field(0, ge=0, le=86_400, description="utilisation samples to take after the facts")
+    interval_s: float = Field(1.0, gt=0, le=3600, description="seconds between samples")
+
+
+RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class EvalSpec(Spec):
+    """How a variant is scored next to its parent (docs/compression.md)."""
+
+    samples: int = Field(200, ge=0, le=1_000_000, description="held-out examples to score; 0 = the whole split")
+    batch_size: int = Field(16, ge=1, le=4096, description="the batch N of the second latency figure")
+    warmup: int = Field(3, ge=0, le=1000, description="untimed runs before timing")
+    repeats: int = Field(20, ge=3, le=100_000, description="timed runs per batch size")
+    threads: int = Field(0, ge=0, le=1024, description="CPU threads for both models; 0 = every core")
+    runtime: Literal["auto", "onnxruntime-cpu", "onnxruntime-cuda", "torch"] = Field(
+        "auto", description="auto: ONNX Runtime (CUDA where present) for every model that exports")
+
+
+class CalibrationSpec(Spec):
+    samples: int = Field(64, ge=1, le=100_000, description="validation examples the activation ranges come from")
+    method: Literal["minmax", "entropy", "percentile"] = "minmax"
+
+
+class CompressSpec(Spec):
+    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
+                            description="id of a finished train.finetune run (the parent)")
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+
+
+class LoraMergeSpec(CompressSpec):
+    """compress.lora_merge: fold a LoRA fine-tune's adapters into its base weights."""
+
+    parity_samples: int = Field(64, ge=1, le=100_000,
+                                description="validation examples on which the merged model must match the adapters")
+
+
+class QuantizeSpec(CompressSpec):
+    """compress.quantize: ONNX Runtime post-training quantization of the parent's ONNX export."""
+
+    mode: Literal["dynamic", "static", "fp16"] = Field(
+        "dynamic", description="dynamic int8 (CPU servers), static int8 QDQ (calibrated; TensorRT), fp16 (GPU/Jetson)")
+    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
+    target: Literal["tensorrt", "cpu"] = Field(
+        "tensorrt", description="static int8's form: tensorrt = symmetric int8 activations (TensorRT, Jetson); "
+                                "cpu = unsigned asymmetric activations, ONNX Runtime's fast path on x86 CPUs")
+    per_channel: bool = Field(True, description="one int8 scale per output channel of each weight")
+    exclude_nodes: list[str] = Field(default_factory=list, description="ONNX node names kept in float")
+    exclude_op_types: list[str] = Field(default_factory=list, description="ONNX op types kept in float (e.g. Gemm)")
+
+
+class QatSpec(CompressSpec):
+    """compress.qat: fake-quant fine-tune (torchao), then static int8 QDQ ONNX."""
+
+    steps: int = Field(50, ge=1, le=1_000_000, description="fine-tuning steps with fake quantization")
+    lr: float = Field(2e-5, gt=0, le=1)
+    batch_size: int = Field(16, ge=1, le=4096)
+    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
+    target: Literal["tensorrt", "cpu"] = Field("tensorrt", description="the int8 form, as in compress.quantize")
+
+
+class PruneSpec(CompressSpec):
+    """compress.prune: structured pruning (torch-pruning), then a recovery fine-tune."""
+
+    target: Literal["params", "macs"] = Field("params", description="what the ratio is a share of")
+    ratio: float = Field(0.3, gt=0, lt=1, description="share of parameters (or MACs) to remove")
+    iterative_steps: int = Field(1, ge=1, le=100, description="prune in this many steps, recovering between them")
+    recovery_steps: int = Field(50, ge=0, le=1_000_000, description="fine-tuning steps after pruning; 0 = none")
+    lr: float = Field(5e-5, gt=0, le=1)
+    batch_size: int = Field(16, ge=1, le=4096)
+
+
+EXPORT_FORMATS = ("onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson")
+JETSON_TARGETS = ("orin_nano", "orin_nx", "agx_orin", "xavier_nx", "agx_xavier", "nano")
+
+
+class ExportSpec(Spec):
+    """export.model: turn a finished run or variant into deployable files, each checked against the model.
+
+    docs/export.md describes every format, the files written and the parity checks.
+    """
+
+    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
+                            description="id of a finished fine-tune or compression variant")
+    formats: list[Literal["onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson"]] = Field(
+        default_factory=lambda: ["onnx"], min_length=1,
+        description="onnx, ort (ONNX Runtime package), torchscript, pt2 (torch.export), tensorrt (engine built "
+                    "here: needs TensorRT and a CUDA GPU), triton (model repository), jetson (deploy bundle)")
+    opset: int = Field(18, ge=13, le=23, description="ONNX opset; TensorRT on older JetPacks reads only older ones")
+    dynamic_batch: bool = Field(True, description="any batch size at run time (else the example's size)")
+    dynamic_sequence: bool = Field(True, description="text models: any sequence length up to seq_len")
+    max_batch: int = Field(8, ge=1, le=4096, description="largest batch: TensorRT profile max, Triton max_batch_size")
+    opt_batch: int = Field(1, ge=1, le=4096, description="the batch TensorRT tunes for (profile opt)")
+    seq_len: int | None = Field(None, ge=1, le=131_072,
+                                description="text models: the longest sequence; None = the run's data.max_length")
+    slim: bool = Field(False, description="simplify the ONNX graph with onnxslim (constant folding, fusions)")
+    torchscript_mode: Literal["trace", "script"] = Field("trace", description="how TorchScript captures the model")
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        "fp16", description="TensorRT engine precision; int8 needs a QDQ model (compress.quantize static, tensorrt)")
+    target: Literal["orin_nano", "orin_nx", "agx_orin", "xavier_nx", "agx_xavier", "nano"] | None = Field(
+        None, description="the Jetson the bundle is for (needed by format jetson)")
+    jetpack: str | None = Field(None, max_length=20, pattern=r"^[0-9]+(\.[0-9]+)*$",
+                                description="the JetPack on that Jetson; None = the target's newest "
+                                            "(with a host: what the host reports)")
+    tensorrt_version: str | None = Field(None, max_length=20, pattern=r"^[0-9]+(\.[0-9]+)*$",
+                                         description="check the graph against this TensorRT; None = the target's "
+                                                     "(or this machine's for format tensorrt)")
+    host: str | None = Field(None, min_length=1, max_length=100,
+                             description="a Jetson host (Hosts page): build and benchmark the engine on it")
+    workspace_mb: int = Field(1024, ge=16, le=1_048_576, description="TensorRT builder workspace")
+    dla_core: int | None = Field(None, ge=0, le=1, description="build for this DLA core (GPU fallback on)")
+    archive: bool = Field(True, description="also write the Jetson bundle as a .tar.gz")
+    parity_samples: int = Field(64, ge=1, le=100_000, description="validation examples every format is checked on")
+    tolerance: float = Field(1e-4, gt=0, le=1, description="max abs logit difference allowed for fp32 formats")
+    benchmark_s: float = Field(10.0, gt=0, le=600, description="seconds the on-device benchmark runs")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExportSpec:
+        problems = []
+        if len(set(self.formats)) != len(self.formats):
+            problems.append("formats lists a format twice")
+        if "jetson" in self.formats and self.target is None:
+            problems.append("format jetson needs target (orin_nano, orin_nx, agx_orin, xavier_nx, agx_xavier, nano)")
+        if self.host and "jetson" not in self.formats:
+            problems.append("host builds a Jetson bundle on the device: add jetson to formats")
+        if self.opt_batch > self.max_batch:
+            problems.append(f"opt_batch {self.opt_batch} is larger than max_batch {self.max_batch}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+@dataclass(frozen=True)
+class JobKind:
+    name: str
+    title: str
+    description: str
+    module: str  # run as `python -m <module> --run-dir <dir>`
+    spec_model: type[BaseModel]
+    resumable: bool = False  # jobs.resume re-runs it in its run dir, continuing from its checkpoint
+
+
+JOB_KINDS: dict[str, JobKind] = {
+    k.name: k
+    for k in [
+        JobKind(
+            "train.finetune",
+            "Fine-tune",
+            "Fine-tune a text classifier, image classifier or causal LM (full, LoRA, prompt tuning) "
+            "on one or more processes (DDP, FSDP2).",
+            "engine.recipes.finetune",
+            TrainSpec,
+            resumable=True,
+        ),
+        JobKind(
+            "system.probe",
+            "Probe this machine",
+            "CPU, memory, disk, GPUs, Python, torch and CUDA facts of the machine the job runs on.",
+            "engine.recipes.system_probe",
+            ProbeSpec,
+        ),
+        JobKind(
+            "compress.lora_merge",
+            "Merge LoRA",
+            "Fold a LoRA fine-tune's adapters into its base weights: a plain model, checked to give the same "
+            "outputs on validation examples.",
+            "engine.recipes.lora_merge",
+            LoraMergeSpec,
+        ),
+        JobKind(
+            "compress.quantize",
+            "Quantize",
+            "Post-training quantization with ONNX Runtime: dynamic int8, static int8 (QDQ, calibrated on the "
+            "run's data) or fp16, evaluated next to the parent.",
+            "engine.recipes.compress",
+            QuantizeSpec,
+        ),
+        JobKind(
+            "compress.qat",
+            "Quantization-aware training",
+            "Fine-tune with fake int8 quantization (torchao), then export static int8 QDQ ONNX.",
+            "engine.recipes.compress",
+            QatSpec,
+        ),
+        JobKind(
+            "compress.prune",
+            "Prune",
+            "Remove attention heads, FFN width or CNN channels (torch-pruning) to a target ratio, then "
+            "recover with a short fine-tune.",
+            "engine.recipes.compress",
+            PruneSpec,
+        ),
+        JobKind(
+            "export.model",
+            "Export",
+            "Export a run or variant to ONNX, an ONNX Runtime package, TorchScript, torch.export, TensorRT, a "
+            "Triton model repository or a Jetson bundle, each checked against the model; optionally build and "
+            "benchmark the engine on a Jetson over SSH.",
+            "engine.recipes.export",
+            ExportSpec,
+        ),
+    ]
+}
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; ``fields`` lists every problem with a fix."""
+
+    def __init__(self, message: str, fields: list[dict[str, str]], hint: str):
+        super().__init__(message)
+        self.fields = fields
+        self.hint = hint
+
+    def __str__(self) -> str:
+        lines = [self.args[0]] + [f"  - {f['field']}: {f['message']} ({f['hint']})" for f in self.fields]
+        return "\n".join(lines)
+
+
+_HINTS = {
+    "extra_forbidden": "remove it, or check its spelling",
+    "missing": "add this field",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than": "use a smaller value",
+    "less_than_equal": "use a smaller value",
+    "int_parsing": "write a whole number, such as 8",
+    "int_from_float": "write a whole number, such as 8",
+    "float_parsing": "write a number, such as 0.5",
+    "literal_error": "use one of the values listed",
+    "value_error": "change the values named in the message",
+    "string_pattern_mismatch": "use an id from the runs list (letters, digits, '.', '_', '-')",
+    "string_too_short": "fill it in",
+}
+
+
+def _fields_of(exc: ValidationError) -> list[dict[str, str]]:
+    return [
+        {
+            "field": ".".join(str(p) for p in err["loc"]) or "(spec)",
+            "message": err["msg"],
+            "hint": _HINTS.get(err["type"], "see the field's description in docs"),
+        }
+        for err in exc.errors()
+    ]
+
+
+def validate_spec(kind: str, spec: Any) -> BaseModel:
+    """Return the validated spec model, or raise SpecError listing every problem."""
+    if kind not in JOB_KINDS:
+        raise SpecError(
+            f"Unknown job kind {kind!r}",
+            [{"field": "kind", "message": f"{kind!r} is not a job kind",
+              "hint": f"use one of: {', '.join(sorted(JOB_KINDS))}"}],
+            "Pick a job kind this engine knows (`ember jobs kinds`).",
+        )
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise SpecError(f"Invalid spec for {kind}",
+                        [{"field": "spec", "message": "must be a mapping", "hint": "write key: value pairs"}],
+                        "The spec must be a mapping of field names to values.")
+    try:
+        return JOB_KINDS[kind].spec_model.model_validate(spec)
+    except ValidationError as exc:
+        raise SpecError(f"Invalid spec for {kind}", _fields_of(exc),
+                        "Fix the fields listed and start again.") from None
+
+
+MAX_JOB_FILE_BYTES = 1 << 20  # a job file is a page of settings; the protocol's frame limit is 1 MiB too
+MAX_JOB_FILE_NODES = 100_000  # values after anchors/aliases are expanded (a "billion laughs" file has 10**9)
+
+
+def _check_size(doc: Any, path: Path, limit: int = MAX_JOB_FILE_NODES) -> None:
+    """Refuse a document whose aliases expand past ``limit`` values; stops counting there, so it is bounded."""
+    count, stack = 0, [doc]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            raise SpecError(f"{path} expands to more than {limit:,} values (anchors and aliases)", [],
+                            "Write the values out instead of repeating them through aliases (*name).")
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def load_job_file(path: Path) -> tuple[str, BaseModel, str]:
+    """Read a job YAML ``{kind, spec, name?}`` (the file ``ember run`` takes).
+
+    safe_load only (no Python tags), a size limit, and a bound on what aliases expand to.
+    """
+    try:
+        raw = Path(path).read_bytes()
+        if len(raw) > MAX_JOB_FILE_BYTES:
+            raise SpecError(f"{path} is {len(raw):,} bytes; a job file may be at most {MAX_JOB_FILE_BYTES:,}", [],
+                            "A job file holds settings; point data.path at the dataset instead of pasting it in.")
+        doc = yaml.safe_load(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"No such file: {path}", [], "Check the path.") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path} is a folder, not a job file", [], "Give the path of a .yaml job file.") from None
+    except OSError as exc:
+        raise SpecError(f"Cannot read {path}: {exc.strerror or exc}", [], "Check the path and its permissions.") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise SpecError(f"{path} is not valid YAML: {str(exc)[:500]}", [], "Fix the YAML syntax.") from None
+    _check_size(doc, path)
+    if not isinstance(doc, dict) or "kind" not in doc:
+        raise SpecError(f"{path} has no 'kind'",
+                        [{"field": "kind", "message": "missing", "hint": "add kind: system.probe (for example)"}],
+                        "A job file is a mapping with kind, spec and an optional name.")
+    extra = set(doc) - {"kind", "spec", "name"}
+    if extra:
+        raise SpecError(f"{path} has unknown top-level keys",
+                        [{"field": k, "message": "not a top-level key", "hint": "move it under spec:"} for k in sorted(extra)],
+                        "A job file has only kind, spec and name at the top level.")
+    kind, name = doc["kind"], doc.get("name") or ""
+    for key, value in (("kind", kind), ("name", name)):
+        if not isinstance(value, str) or len(value) > 200:
+            raise SpecError(f"{path}: {key} must be a short text",
+                            [{"field": key, "message": "must be a string of at most 200 characters",
+                              "hint": "write it as plain text"}], "Fix the field listed.")
+    return kind, validate_spec(kind, doc.get("spec") or {}), name
+
+
+def dump_job_yaml(kind: str, spec: BaseModel, name: str = "") -> str:
+    doc: dict[str, Any] = {"kind": kind}
+    if name:
+        doc["name"] = name
+    doc["spec"] = spec.model_dump(mode="json")
+    return yaml.safe_dump(doc, sort_keys=False)

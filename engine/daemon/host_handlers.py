@@ -1,0 +1,142 @@
+"""Protocol methods for remote hosts (hosts.*): profiles, host keys, probe, prepare."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.api.host_spec import HostSpec
+from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, NOT_FOUND, REMOTE_FAILED, RpcError
+from engine.launch.ssh import RemoteError
+
+if TYPE_CHECKING:
+    from engine.daemon.server import Engine
+    from engine.daemon.session import Session
+
+
+class _P(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HostAdd(_P):
+    host: dict[str, Any]
+
+
+class HostName(_P):
+    name: str = Field(min_length=1, max_length=80)
+
+
+class HostUpdate(HostName):
+    host: dict[str, Any]
+
+
+class HostTrust(HostName):
+    fingerprint: str = Field(min_length=8, max_length=200)
+
+
+class HostConnect(HostName):
+    password: str | None = Field(None, max_length=4096, description="asked each time; kept in memory only")
+
+
+NoParamsModel = _P
+AUDITED = {"hosts.add", "hosts.update", "hosts.remove", "hosts.trust", "hosts.forget_key", "hosts.prepare"}
+
+
+def _validate(host: dict[str, Any]) -> HostSpec:
+    from engine.api.specs import _fields_of
+
+    try:
+        return HostSpec.model_validate(host)
+    except ValidationError as exc:
+        raise RpcError(INVALID_PARAMS, "Invalid host", {"fields": _fields_of(exc),
+                                                        "hint": "Fix the fields listed."}) from None
+
+
+def remote_error(exc: RemoteError) -> RpcError:
+    return RpcError(REMOTE_FAILED, str(exc), {"hint": exc.hint})
+
+
+class HostHandlers:
+    def __init__(self, eng: Engine):
+        self.engine = eng
+        self.hosts = eng.hosts
+
+    def table(self) -> dict[str, tuple[type[BaseModel], Any]]:
+        return {
+            "hosts.list": (NoParamsModel, self.list),
+            "hosts.add": (HostAdd, self.add),
+            "hosts.update": (HostUpdate, self.update),
+            "hosts.remove": (HostName, self.remove),
+            "hosts.check_key": (HostName, self.check_key),
+            "hosts.trust": (HostTrust, self.trust),
+            "hosts.forget_key": (HostName, self.forget_key),
+            "hosts.probe": (HostConnect, self.probe),
+            "hosts.prepare": (HostConnect, self.prepare),
+        }
+
+    def _known(self, name: str) -> None:
+        if self.engine.store.get_host(name) is None:
+            raise RpcError(NOT_FOUND, f"No host named {name!r}", {"hint": "hosts.list shows the hosts there are."})
+
+    def _name_free(self, name: str) -> None:
+        if self.engine.store.get_host(name) is not None:
+            raise RpcError(INVALID_PARAMS, f"A host named {name!r} exists already",
+                           {"fields": [{"field": "name", "message": "is taken", "hint": "choose another name"}],
+                            "hint": "Choose another name, or edit that host."})
+
+    def _in_use(self, name: str) -> list[str]:
+        return [r["id"] for r in self.engine.store.list_runs(state=("queued", "running", "stopping"), limit=10_000)
+                if any(n.get("host") == name for n in ((r["spec"] or {}).get("distributed") or {}).get("nodes", []))]
+
+    async def list(self, _s: Session, _p: Any) -> Any:
+        return {"hosts": self.hosts.list()}
+
+    async def add(self, _s: Session, p: HostAdd) -> Any:
+        spec = _validate(p.host)
+        self._name_free(spec.name)
+        return self.hosts.add(spec)
+
+    async def update(self, _s: Session, p: HostUpdate) -> Any:
+        self._known(p.name)
+        spec = _validate(p.host)
+        if spec.name != p.name:
+            self._name_free(spec.name)
+        if self._in_use(p.name):
+            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by run {self._in_use(p.name)[0]}",
+                           {"hint": "Edit it once the run has ended."})
+        return self.hosts.update(p.name, spec)
+
+    async def remove(self, _s: Session, p: HostName) -> Any:
+        self._known(p.name)
+        runs = self._in_use(p.name)
+        if runs:
+            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by run {runs[0]}",
+                           {"hint": "Stop that run first, or wait for it to end."})
+        self.hosts.remove(p.name)
+        return {"ok": True}
+
+    async def _call(self, name: str, coro_fn: Any, *args: Any) -> Any:
+        self._known(name)
+        try:
+            return await coro_fn(name, *args)
+        except RemoteError as exc:
+            raise remote_error(exc) from None
+
+    async def check_key(self, _s: Session, p: HostName) -> Any:
+        return await self._call(p.name, self.hosts.check_key)
+
+    async def trust(self, _s: Session, p: HostTrust) -> Any:
+        return await self._call(p.name, self.hosts.trust, p.fingerprint)
+
+    async def forget_key(self, _s: Session, p: HostName) -> Any:
+        self._known(p.name)
+        return {"ok": True, "removed": self.hosts.forget_key(p.name)}
+
+    async def probe(self, _s: Session, p: HostConnect) -> Any:
+        self.hosts.remember_password(p.name, p.password)
+        return await self._call(p.name, self.hosts.probe)
+
+    async def prepare(self, _s: Session, p: HostConnect) -> Any:
+        self.hosts.remember_password(p.name, p.password)
+        return await self._call(p.name, self.hosts.prepare)

@@ -1,0 +1,389 @@
+"""Job lifecycle: queue, launch detached, follow, stop, cancel, re-discover.
+
+Every job is its own process group (``start_new_session``), started detached,
+so neither a GUI nor an engine crash stops it. On start the engine re-attaches
+to jobs whose process is still alive (pid and start time both match) and
+settles the rest from what their events.jsonl says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import engine
+from engine.api.paths import Paths
+from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
+from engine.api.specs import JOB_KINDS, dump_job_yaml
+from engine.daemon.eventbus import EventBus
+from engine.daemon.follower import Follower
+from engine.daemon.run_records import measured_peak, record
+from engine.daemon.store import Store
+from engine.evaluate import EVAL_ENV
+from engine.launch import local
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("running", "stopping")
+# stopped: ended gracefully on request (checkpoint written, resumable); cancelled: killed, or never started.
+FINAL = ("succeeded", "failed", "stopped", "cancelled")
+POLL_S = 0.1
+_PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """Environment for a job process: it imports the same engine package as this one, installed or not."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
+
+
+def _nodes(spec: Any) -> list[Any]:
+    return list(getattr(getattr(spec, "distributed", None), "nodes", None) or [])
+
+
+def _process_matches(pid: int | None, started: float | None) -> bool:
+    """True while ``pid`` is still the process we launched (guards against pid reuse)."""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) < 1.0
+    except psutil.Error:
+        return False
+
+
+class JobManager:
+    def __init__(self, paths: Paths, store: Store, bus: EventBus, max_concurrent: int = 2,
+                 stop_timeout_s: float = 30.0, hosts: Any = None):
+        self.paths = paths
+        self.hosts = hosts  # engine.daemon.hosts.Hosts: runs with distributed.nodes go through it
+        self.store = store
+        self.bus = bus
+        # A value set with queue.configure (kept in the store) wins over --max-jobs / EMBER_MAX_JOBS.
+        self.max_concurrent = int(store.get_setting("queue.max_concurrent", max_concurrent))
+        self.stop_timeout_s = stop_timeout_s
+        self._procs: dict[str, subprocess.Popen] = {}  # jobs this engine started itself
+        self._multi: dict[str, Any] = {}  # run id -> engine.launch.multinode.MultiNodeRun
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._closing = False
+        self._queue_json: str | None = None  # the last `queue` event, so an unchanged queue is not re-sent
+
+    # ---- queries
+    def get(self, run_id: str) -> dict[str, Any]:
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise RpcError(NOT_FOUND, f"No job with id {run_id!r}",
+                           {"hint": "List jobs with jobs.list (or `ember jobs`)."})
+        return run
+
+    # ---- state changes
+    def _set_state(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
+        self.store.update_run(run_id, state=state, **fields)
+        run = self.get(run_id)
+        # The whole record, so a client's view has times, exit code and error with the state.
+        self.bus.publish("jobs", record(self.store, run))
+        return run
+
+    def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
+        parent = getattr(spec, "source_run", None)  # a job that works on another run's output
+        field = "source_run"
+        if getattr(spec, "distill", None) is not None:  # a student's parent is its teacher
+            parent, field = spec.distill.teacher_run, "distill.teacher_run"
+        if parent is not None and self.store.get_run(parent) is None:
+            raise RpcError(NOT_FOUND, f"No run with id {parent!r} ({field})",
+                           {"hint": "Pick a run from jobs.list (or `ember jobs`)."})
+        host = self._deploy_host(spec)
+        run_id = new_run_id()
+        run_dir = self.paths.run_dir(run_id)
+        run_dir.mkdir(parents=True)
+        (run_dir / "spec.yaml").write_text(dump_job_yaml(kind, spec, name), encoding="utf-8")
+        if host is not None:
+            (run_dir / "deploy_host.json").write_text(json.dumps(host, indent=1), encoding="utf-8")
+        self.store.insert_run({
+            "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
+            "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
+            "parent_id": parent, "queue_pos": self.store.next_queue_pos(),
+        })
+        self.bus.publish("jobs", record(self.store, self.get(run_id)))
+        self.schedule()
+        return self.get(run_id)
+
+    def _deploy_host(self, spec: Any) -> dict[str, Any] | None:
+        """An export's Jetson host, resolved now: the job process reads it (no password) from its run dir."""
+        name = getattr(spec, "host", None)
+        if not name or not isinstance(name, str):
+            return None
+        if self.hosts is None or self.store.get_host(name) is None:
+            raise RpcError(NOT_FOUND, f"No host named {name!r} (host)",
+                           {"hint": "Add the Jetson on the Hosts page (or `ember hosts add`), or leave host empty "
+                                    "to save the bundle only."})
+        return {"host": self.hosts.spec(name).model_dump(mode="json"), "known_hosts": str(self.hosts.known_hosts)}
+
+    def schedule(self) -> None:
+        """Start the queued jobs whose resources are free (engine/daemon/scheduler.py), then publish `queue`."""
+        if self._closing:
+            return
+        from engine.daemon import job_queue
+
+        plan = job_queue.plan_now(self)[0]
+        for run_id, gpus in plan.start:
+            run = self.store.get_run(run_id)
+            if run is not None and run["state"] == "queued":
+                self.store.update_run(run_id, gpus=gpus)
+                self._launch(self.get(run_id))
+        self._publish_queue()
+
+    def _publish_queue(self, publish: bool = True) -> None:
+        from engine.daemon import job_queue
+
+        snap = job_queue.snapshot(self)
+        text = json.dumps(snap, sort_keys=True)
+        if text != self._queue_json:
+            self._queue_json = text
+            if publish:
+                self.bus.publish("queue", snap)
+
+    def _launch(self, run: dict[str, Any]) -> None:
+        run_dir = Path(run["run_dir"])
+        kind = JOB_KINDS[run["kind"]]
+        spec = kind.spec_model.model_validate(run["spec"])
+        if _nodes(spec):
+            self._launch_multi(run, spec)
+            return
+        argv = local.command(kind.module, spec, run_dir)
+        env = job_env(EMBER_RUN_ID=run["id"])
+        local_gpus = (run.get("gpus") or {}).get("local")
+        if local_gpus:
+            # The GPUs the scheduler gave this job, numbered as nvidia-smi numbers them.
+            env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(map(str, local_gpus)))
+        if run["kind"].startswith("compress."):
+            # Timing jobs: OpenMP threads that spin between calls distort interleaved latencies.
+            for key, value in EVAL_ENV.items():
+                env.setdefault(key, value)
+        nproc = getattr(getattr(spec, "distributed", None), "nproc", 1)
+        if nproc > 1 and "OMP_NUM_THREADS" not in env:
+            # torchrun gives each worker one thread; on CPU, share the cores instead.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+        try:
+            with open(run_dir / "stdout.log", "ab") as out:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True,
+                )
+        except OSError as exc:
+            self._set_state(run["id"], "failed", ended_at=time.time(),
+                            error={"message": f"Could not start the job process: {exc}",
+                                   "hint": "Check free disk space and that Python can run here."})
+            return
+        try:
+            started = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            started = None
+        self._procs[run["id"]] = proc
+        self._set_state(run["id"], "running", started_at=time.time(), pid=proc.pid, pid_started=started)
+        self._follow(run["id"])
+
+    def _launch_multi(self, run: dict[str, Any], spec: Any, launched: bool = False) -> None:
+        """A run across machines: the launcher starts and follows torchrun on every node (engine/launch)."""
+        from engine.launch.multinode import MultiNodeRun
+
+        run_dir = Path(run["run_dir"])
+        multi = MultiNodeRun.load(run["id"], run_dir, spec, self.hosts, self.bus) if launched else None
+        if multi is None:
+            multi = MultiNodeRun(run["id"], run_dir, spec, self.hosts, self.bus)
+            launched = False
+        self._multi[run["id"]] = multi
+        if run["state"] != "running":
+            self._set_state(run["id"], "running", started_at=time.time(), pid=None, pid_started=None)
+        multi.task = asyncio.get_running_loop().create_task(multi.run(launched=launched))
+        self._follow(run["id"])
+
+    def _follow(self, run_id: str) -> None:
+        run = self.get(run_id)
+        follower = Follower(self.bus, run_id, Path(run["run_dir"]), run["events_offset"])
+        follower.reported_state = run.get("reported_state")
+        self._tasks[run_id] = asyncio.get_running_loop().create_task(self._watch(run_id, follower))
+
+    async def _watch(self, run_id: str, follower: Follower) -> None:
+        try:
+            while not self._closing:
+                follower.poll()
+                exit_code = self._exit_code(run_id)
+                if exit_code is not None:
+                    while follower.poll():  # drain what the job wrote before it ended
+                        pass
+                    await self._finish_when_stored(run_id, follower, exit_code)
+                    return
+                await asyncio.sleep(POLL_S)
+        finally:
+            self._tasks.pop(run_id, None)
+
+    async def _finish_when_stored(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
+        """Settle the job, retrying while the store cannot be written (a full disk): a watcher that
+        died here would leave the run `running` until the next engine start."""
+        while not self._closing:
+            try:
+                self._finish(run_id, follower, exit_code)
+                return
+            except sqlite3.Error as exc:
+                log.warning("could not record the end of job %s (%s); retrying", run_id, exc)
+                await asyncio.sleep(1.0)
+
+    def _exit_code(self, run_id: str) -> int | str | None:
+        """None while running; the exit code (negative: signal) or 'unknown' once ended."""
+        proc = self._procs.get(run_id)
+        if proc is not None:
+            return proc.poll()
+        if run_id in self._multi:
+            return self._multi[run_id].exit_code()
+        run = self.get(run_id)
+        return None if _process_matches(run["pid"], run["pid_started"]) else "unknown"
+
+    def _finish(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
+        self._procs.pop(run_id, None)
+        multi = self._multi.pop(run_id, None)
+        run = self.get(run_id)
+        code = exit_code if isinstance(exit_code, int) else None
+        reported = follower.reported_state
+        # The follower's own error is the fresh one: its batched store update may not be flushed yet.
+        error = follower.last_error or run.get("error")
+        if multi is not None and not error and reported != "succeeded":
+            error = multi.failure()  # a node other than rank 0's, or the launch itself, said why
+            if error and not reported and not run.get("stop_requested"):
+                reported = "failed"
+        if reported:
+            state = reported
+        elif run.get("stop_requested"):
+            state = "stopped" if run["stop_requested"] == "stop" else "cancelled"
+        else:
+            state = "failed"
+            how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+                   else f"exited with code {code}" if code is not None
+                   else "ended while the engine was not watching")
+            error = {"message": f"The job process {how} without reporting a result.",
+                     "hint": "See stdout.log in the run directory; if it was killed for memory, "
+                             "try a smaller batch."}
+        self.bus.flush()  # the job's own events go out before its final state
+        peak = measured_peak(self.store, run_id) if run["kind"] == "train.finetune" else None
+        self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error,
+                        measured_peak=peak)
+        self.schedule()
+
+    # ---- control
+    def stop(self, run_id: str) -> dict[str, Any]:
+        run = self.get(run_id)
+        if run["state"] == "queued":
+            run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
+            self.schedule()  # what it held back for itself may let others start
+            return run
+        if run["state"] != "running":
+            raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a queued or running job can be stopped",
+                           {"hint": "Use jobs.cancel to end a job that is already stopping."})
+        self._signal(run, signal.SIGTERM)
+        asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, run_id)
+        return self._set_state(run_id, "stopping", stop_requested="stop")
+
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """Queue a stopped or failed job again in its own run dir; it continues from its checkpoint."""
+        run = self.get(run_id)
+        if not JOB_KINDS[run["kind"]].resumable:
+            raise RpcError(INVALID_STATE, f"{run['kind']} jobs cannot be resumed",
+                           {"hint": "Start a new job instead."})
+        if run["state"] not in ("stopped", "cancelled", "failed"):
+            raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a stopped or failed job can be resumed",
+                           {"hint": "Wait for it to end, or stop it first."})
+        # One UPDATE (one transaction): a crash in between must not leave a failed run without its error.
+        run = self._set_state(run_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
+                              stop_requested=None, pid=None, pid_started=None, gpus=None,
+                              queue_pos=self.store.next_queue_pos())
+        self.schedule()
+        return self.get(run_id)
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        run = self.get(run_id)
+        if run["state"] == "queued":
+            run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
+            self.schedule()
+            return run
+        if run["state"] not in ACTIVE:
+            raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({run['state']})",
+                           {"hint": "Nothing to cancel."})
+        self._signal(run, signal.SIGKILL)
+        return self._set_state(run_id, "stopping", stop_requested="cancel")
+
+    def _escalate(self, run_id: str) -> None:
+        run = self.store.get_run(run_id)
+        if run and run["state"] == "stopping":
+            log.warning("job %s did not stop within %.0f s; killing it", run_id, self.stop_timeout_s)
+            self._signal(run, signal.SIGKILL)
+
+    def _signal(self, run: dict[str, Any], sig: signal.Signals) -> None:
+        multi = self._multi.get(run["id"])
+        if multi is not None:
+            asyncio.get_running_loop().create_task(multi.signal("KILL" if sig == signal.SIGKILL else "TERM"))
+            return
+        if not _process_matches(run["pid"], run["pid_started"]):
+            return
+        # torchrun starts each worker in a session of its own: on SIGTERM it passes the signal on
+        # (and gives workers time to checkpoint), but a SIGKILL must reach every descendant directly.
+        descendants = []
+        if sig == signal.SIGKILL:
+            with contextlib.suppress(psutil.Error):
+                descendants = psutil.Process(run["pid"]).children(recursive=True)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(run["pid"], sig)  # the job leads its own process group
+        for child in descendants:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+    # ---- engine start / stop
+    def rediscover(self) -> dict[str, int]:
+        """Re-attach to live jobs after an engine restart; settle the ones that ended meanwhile."""
+        self._publish_queue(publish=False)  # the queue as stored is not news; clients ask queue.get
+        counts = {"reattached": 0, "settled": 0, "queued": 0}
+        for run in self.store.list_runs(state=ACTIVE, limit=100_000):
+            spec = JOB_KINDS[run["kind"]].spec_model.model_validate(run["spec"])
+            if _nodes(spec):
+                # Its nodes run on regardless of this engine: reconnect and follow on from the mirrors.
+                self._launch_multi(run, spec, launched=True)
+                counts["reattached"] += 1
+                continue
+            if _process_matches(run["pid"], run["pid_started"]):
+                counts["reattached"] += 1
+            else:
+                counts["settled"] += 1
+            self._follow(run["id"])  # the watcher settles an ended job on its first poll
+        counts["queued"] = len(self.store.list_runs(state="queued", limit=100_000))
+        self.schedule()
+        return counts
+
+    async def close(self) -> None:
+        """Stop following (jobs keep running; the next engine re-attaches)."""
+        self._closing = True
+        for multi in self._multi.values():
+            multi.task.cancel()  # nodes keep running; the next engine re-attaches
+        for task in list(self._tasks.values()):
+            task.cancel()
+        for task in list(self._tasks.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

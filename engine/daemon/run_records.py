@@ -1,0 +1,144 @@
+"""What the run history shows of a job: its summary, checkpoints, artifacts and lineage.
+
+Everything here reads the store and the run directory; nothing imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from engine.daemon.store import Store
+
+
+def public(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "exit_code",
+            "error", "run_dir", "spec", "parent_id", "host")
+    return {k: run.get(k) for k in keys}
+
+
+def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    spec = run.get("spec") or {}
+    out: dict[str, Any] = {"task": None, "model": None, "method": None, "strategy": None, "nproc": None,
+                           "nodes": [],
+                           "best": None, "estimated_peak": run.get("estimated_peak"),
+                           "measured_peak": run.get("measured_peak")}
+    if run.get("kind") == "train.finetune":
+        from engine.api.train_spec import TrainSpec
+
+        try:
+            parsed = TrainSpec.model_validate(spec)
+        except ValueError:  # a record written by an older version; show what is there
+            parsed = None
+        if parsed is not None:
+            out.update(task=parsed.task, model=parsed.model_name(), method=parsed.method.kind,
+                       strategy=parsed.distributed.strategy, nproc=parsed.world_size(),
+                       nodes=[n.host for n in parsed.distributed.nodes])
+        out["best"] = store.best_metric(run["id"])
+    return out
+
+
+def record(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    """The public job record with its summary: what jobs.list/get and the ``jobs`` topic carry."""
+    rec = public(run)
+    rec["summary"] = summary(store, run)
+    return rec
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    try:
+        latest = (root / "latest").read_text(encoding="utf-8").strip()
+    except OSError:
+        latest = ""
+    found = []
+    for ckpt in sorted(p for p in root.glob("step-*") if p.is_dir()):
+        try:
+            step = int(ckpt.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        found.append({"step": step, "path": str(ckpt), "bytes": _tree_bytes(ckpt),
+                      "created": ckpt.stat().st_mtime, "latest": ckpt.name == latest,
+                      "complete": (ckpt / "manifest.json").is_file()})
+    return found
+
+
+def artifacts(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    run_id = run["id"]
+    found = []
+    for _seq, _topic, t, data in store.query_events([f"run/{run_id}/artifact"], 0, None, 10_000):
+        event = json.loads(data)
+        path = Path(event.get("path", ""))
+        found.append({"type": event.get("type", ""), "path": str(path), "step": event.get("step"), "t": t,
+                      "bytes": _tree_bytes(path) if path.exists() else None, "exists": path.exists()})
+    return {"checkpoints": checkpoints(Path(run["run_dir"])), "artifacts": found,
+            "parent": run.get("parent_id"), "children": store.child_runs(run_id),
+            "memory": {"estimated": run.get("estimated_peak"), "measured": run.get("measured_peak")}}
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The export jobs made from a run, newest first, each with its device figures (result.json's device)."""
+    out = []
+    for child_id in store.child_runs(run_id):
+        child = store.get_run(child_id)
+        if child is None or child.get("kind") != "export.model":
+            continue
+        result = read_json(Path(child["run_dir"]) / "result.json") or {}
+        out.append({"job": child["id"], "name": child.get("name"), "state": child.get("state"),
+                    "ended_at": child.get("ended_at"), "formats": sorted(result.get("formats") or {}),
+                    "device": result.get("device"), "compat": (result.get("compat") or {}).get("ok")})
+    return sorted(out, key=lambda d: d.get("ended_at") or 0, reverse=True)
+
+
+def variants(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    """A run and every variant made from it, each with its evaluation.json (None until it is written).
+
+    Export jobs are not variants: they are listed as the deployments of the run they exported.
+    """
+    out = []
+    for child_id in store.child_runs(run["id"]):
+        child = store.get_run(child_id)
+        if child is not None and child.get("kind") != "export.model":
+            out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
+                        "deployments": deployments(store, child_id)})
+    # The parent as measured most recently beside one of its variants.
+    latest = max((v for v in out if v["evaluation"]), key=lambda v: v["job"].get("ended_at") or 0, default=None)
+    return {"parent": record(store, run), "variants": out,
+            "parent_evaluation": latest["evaluation"]["parent"] if latest else None,
+            "parent_deployments": deployments(store, run["id"])}
+
+
+def measured_peak(store: Store, run_id: str) -> int | None:
+    """The highest per-rank peak the run's memory events recorded."""
+    from engine.estimate.memory import measured_peak as peak_of  # pure Python, no torch
+
+    return peak_of([json.loads(data) for _seq, _topic, _t, data in
+                    store.query_events([f"run/{run_id}/memory"], 0, None, 100_000)])
+
+
+def delete_files(runs_root: Path, run_dir: Path) -> int:
+    """Delete a run directory (only one inside the runs folder); returns the bytes freed."""
+    run_dir = run_dir.resolve()
+    if runs_root.resolve() not in run_dir.parents or not run_dir.is_dir():
+        return 0
+    freed = _tree_bytes(run_dir)
+    shutil.rmtree(run_dir)
+    return freed

@@ -1,0 +1,214 @@
+"""The engine: an asyncio Unix-socket JSON-RPC server that outlives the GUI.
+
+Run it with ``ember engine serve`` (foreground) or ``ember engine start``
+(detached). One engine per runtime dir: it holds an flock on ``engine.lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import struct
+import sys
+import time
+from typing import Any
+
+import engine
+from engine.api import paths as paths_mod
+from engine.api.protocol import (
+    FRAME_TOO_LARGE,
+    MAX_FRAME_BYTES,
+    RpcError,
+)
+from engine.daemon.eventbus import EventBus
+from engine.daemon.handlers import Handlers
+from engine.daemon.hosts import Hosts
+from engine.daemon.jobs import JobManager
+from engine.daemon.session import Session
+from engine.daemon.store_guard import BACKUP_EVERY_S, backup, open_store
+
+log = logging.getLogger("engine")
+EXIT_ALREADY_RUNNING = 3
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+def acquire_lock(p: paths_mod.Paths) -> int:
+    fd = os.open(p.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip()
+        os.close(fd)
+        raise AlreadyRunning(f"An engine is already running for this data dir (pid {holder or '?'})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def write_token(p: paths_mod.Paths) -> str:
+    token = secrets.token_hex(32)
+    tmp = p.token.with_suffix(".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    os.replace(tmp, p.token)
+    return token
+
+
+def peer_uid(sock: socket.socket | None) -> int | None:
+    if sock is None or not hasattr(socket, "SO_PEERCRED"):
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+class Engine:
+    def __init__(self, p: paths_mod.Paths, max_concurrent: int = 2):
+        self.paths = p
+        self.started_at = time.time()
+        self.store, self.store_health = open_store(p.db)
+        self.bus = EventBus(self.store)
+        self.hosts = Hosts(p, self.store, self.bus)
+        self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent, hosts=self.hosts)
+        self.sessions: set[Session] = set()
+        self.token = ""
+        self.stopping = asyncio.Event()
+        self.handlers = Handlers(self)
+        self._next_client = 1
+
+    async def run(self) -> None:
+        p = self.paths
+        self.token = write_token(p)
+        with contextlib.suppress(FileNotFoundError):
+            p.socket.unlink()
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+        try:
+            server = await asyncio.start_unix_server(self._on_connect, path=str(p.socket),
+                                                     limit=MAX_FRAME_BYTES)
+        finally:
+            os.umask(old_umask)
+        os.chmod(p.socket, 0o600)
+        counts = self.jobs.rediscover()
+        log.info("engine %s ready on %s (pid %d); jobs %s", engine.__version__, p.socket, os.getpid(), counts)
+        if self.store_health["message"]:
+            self.bus.publish("engine", {"state": "warning", "message": self.store_health["message"],
+                                        "hint": "See engine.log; the damaged file is kept for inspection."})
+        backups = asyncio.get_running_loop().create_task(self._backups())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+        async with server:
+            await self.stopping.wait()
+            self.bus.publish("engine", {"state": "stopping", "reason": self.stop_reason})
+            self.bus.flush()
+            server.close()
+            for session in list(self.sessions):
+                await session.close()
+            backups.cancel()
+            await self.jobs.close()
+            await self.hosts.close()
+        self.bus.flush()
+        for f in (p.socket, p.token):
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        self.store.close()
+        log.info("engine stopped (%s)", self.stop_reason)
+
+    async def _backups(self) -> None:
+        """A backup of the store now and every BACKUP_EVERY_S (SQLite's online backup: writes may go on)."""
+        while True:
+            try:
+                self.store_health["last_backup"] = str(backup(self.store))
+            except (OSError, sqlite3.Error) as exc:  # a full disk must not stop the engine; it is reported
+                self.store_health["backup_error"] = str(exc)
+                log.warning("store backup failed: %s", exc)
+            await asyncio.sleep(BACKUP_EVERY_S)
+
+    stop_reason = ""
+
+    def request_stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.stopping.set()
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        uid = peer_uid(writer.get_extra_info("socket"))
+        if uid is not None and uid != os.getuid():
+            log.warning("refused a connection from uid %s", uid)
+            writer.close()
+            return
+        session = Session(self, f"c{self._next_client}", writer)
+        self._next_client += 1
+        self.sessions.add(session)
+        try:
+            await self._serve(session, reader)
+        finally:
+            self.sessions.discard(session)
+            await session.close()
+
+    async def _serve(self, session: Session, reader: asyncio.StreamReader) -> None:
+        while not session.closed:
+            try:
+                line = await reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError:
+                return  # the client went away, possibly mid-line
+            except asyncio.LimitOverrunError:
+                session.send_error(None, RpcError(
+                    FRAME_TOO_LARGE, f"Frame over the {MAX_FRAME_BYTES}-byte limit; closing this connection",
+                    {"hint": "Split the request; large payloads belong in files referenced by path."}))
+                await session.drain()
+                return
+            except (ConnectionError, OSError):
+                return
+            await session.handle_line(line)
+
+
+def serve(max_concurrent: int = 2) -> int:
+    """Run the engine in the foreground until stopped; returns the exit code."""
+    p = paths_mod.resolve()
+    paths_mod.ensure_private_dir(p.runtime)
+    # Runs and the store may hold paths and specs a user considers private.
+    p.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    p.runs.mkdir(exist_ok=True, mode=0o700)
+    try:
+        lock_fd = acquire_lock(p)
+    except AlreadyRunning as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_ALREADY_RUNNING
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(Engine(p, max_concurrent=max_concurrent).run())
+    finally:
+        os.close(lock_fd)
+    return 0
+
+
+def status_of(eng: Engine) -> dict[str, Any]:
+    return {
+        "version": engine.__version__,
+        "pid": os.getpid(),
+        "started_at": eng.started_at,
+        "uptime_s": time.time() - eng.started_at,
+        "home": str(eng.paths.home),
+        "socket": str(eng.paths.socket),
+        "python": sys.executable,
+        "jobs": eng.store.count_runs_by_state(),
+        "clients": len(eng.sessions),
+        "last_seq": eng.bus.last_seq,
+        "max_concurrent": eng.jobs.max_concurrent,
+        "store": eng.store_health,
+    }
+
+

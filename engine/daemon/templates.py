@@ -1,0 +1,68 @@
+"""Saved job templates: one YAML job file per template under ``<home>/templates``.
+
+The files are ordinary job files (``ember run`` accepts them), so a template can be
+shared, edited by hand or kept in version control.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.api.protocol import INVALID_PARAMS, NOT_FOUND, RpcError
+from engine.api.specs import (
+    MAX_JOB_FILE_BYTES,
+    SpecError,
+    _check_size,
+    dump_job_yaml,
+    validate_spec,
+)
+
+
+def _file(root: Path, name: str) -> Path:
+    slug = re.sub(r"[^\w.-]+", "-", name.strip()).strip("-.").lower()
+    if not slug:
+        raise RpcError(INVALID_PARAMS, f"Template name {name!r} has no letters or digits",
+                       {"hint": "Use a name like 'tickets-lora'."})
+    return root / f"{slug}.yaml"
+
+
+def save(root: Path, name: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    try:
+        parsed = validate_spec(kind, spec)
+    except SpecError as exc:
+        raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
+    root.mkdir(parents=True, exist_ok=True)
+    path = _file(root, name)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(dump_job_yaml(kind, parsed, name), encoding="utf-8")
+    os.replace(tmp, path)  # a crash mid-write leaves the old template, never half a file
+    return {"name": name, "path": str(path)}
+
+
+def list_all(root: Path) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(root.glob("*.yaml")) if root.is_dir() else []:
+        try:
+            if path.stat().st_size > MAX_JOB_FILE_BYTES:
+                continue
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            _check_size(doc, path)  # an alias bomb would blow up the reply (and the engine's memory)
+        except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError, SpecError):
+            continue  # a hand-edited file that no longer parses is skipped, not fatal
+        if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):
+            found.append({"name": doc.get("name") or path.stem, "kind": doc.get("kind", "train.finetune"),
+                          "spec": doc["spec"], "saved_at": path.stat().st_mtime, "path": str(path)})
+    return found
+
+
+def delete(root: Path, name: str) -> dict[str, Any]:
+    path = _file(root, name)
+    if not path.exists():
+        raise RpcError(NOT_FOUND, f"No template named {name!r}", {"hint": "templates.list shows the saved ones."})
+    path.unlink()
+    return {"ok": True}

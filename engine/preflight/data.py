@@ -1,0 +1,143 @@
+"""What the wizard shows of a dataset before launch: rows or thumbnails, class balance, issues.
+
+Runs in the check subprocess (``data.inspect``). It reads the files the same way the
+task modules do when training, so what the preview flags is what training would flag;
+every issue names the spec field it belongs to, for the form to show it in place.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from engine.api.train_spec import TrainSpec
+
+THUMB_PX = 64
+CELL_CHARS = 300  # a preview cell; the full text stays in the file
+
+
+def _issue(issue: Any, field: str) -> dict[str, Any]:
+    return {**asdict(issue), "field": field}
+
+
+def _field_of(issue: Any, spec: TrainSpec) -> str:
+    val = spec.data.val_path
+    if val and issue.file and Path(issue.file).expanduser() == Path(val).expanduser():
+        return "data.val_path"
+    return "data.path"
+
+
+def _split_sizes(n: int, fraction: float) -> tuple[int, int]:
+    n_val = min(max(round(n * fraction), 1 if n >= 2 else 0), max(n - 1, 0))
+    return n - n_val, n_val
+
+
+def _text(spec: TrainSpec, n: int) -> dict[str, Any]:
+    from engine.tasks import text_classification as tc
+    from engine.tasks.text_files import column_profile, guess_columns
+
+    src = tc._sources(spec)
+    # An issue with a file is the dataset's (an archive that cannot be unpacked); else a built-in name's.
+    issues = [_issue(i, _field_of(i, spec) if i.file else "data.builtin" if "dataset" in i.message else "model")
+              for i in src.issues]
+    # The file's own columns, so the form offers them (and a guess) instead of a free-text name.
+    profile = column_profile(src.train) if src.train and spec.data.path else []
+    found_columns = {"file_columns": profile, "column_guess": guess_columns(profile)}
+    if not src.train:
+        return {"kind": "table", "columns": [], "rows": [], "class_counts": {}, "n_train": 0, "n_val": 0,
+                "issues": issues, **found_columns}
+    train = tc.read_rows(src.train, src.text_column, src.label_column, "data.path")
+    val = tc.read_rows(src.val, src.text_column, src.label_column, "data.val_path") if src.val else None
+    found = train.issues + (val.issues if val else [])
+    if train.texts:
+        found += tc._label_issues(spec, train, val)
+    issues += [_issue(i, _field_of(i, spec)) for i in found]
+    # One rule for every dataset: the class counts are the training split's, as training will see it.
+    if val is not None:
+        train_labels, n_val = train.labels, len(val.texts)
+    else:
+        train_idx, val_idx = tc.split(train.labels, spec.data.val_fraction, spec.seed)
+        train_labels, n_val = [train.labels[i] for i in train_idx], len(val_idx)
+    rows = [{"line": str(line), src.text_column: text[:CELL_CHARS], src.label_column: label}
+            for line, text, label in zip(train.lines[:n], train.texts[:n], train.labels[:n], strict=True)]
+    return {"kind": "table", "columns": ["line", src.text_column, src.label_column], "rows": rows,
+            "class_counts": dict(sorted(Counter(train_labels).items())), "n_train": len(train_labels),
+            "n_val": n_val, "issues": issues, **found_columns}
+
+
+def _thumbnail(path: Path) -> str:
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        img.thumbnail((THUMB_PX, THUMB_PX))
+        if img.width < THUMB_PX // 2:  # tiny scans (8x8 digits) are shown enlarged, pixels kept sharp
+            scale = THUMB_PX // max(img.width, img.height)
+            img = img.resize((img.width * scale, img.height * scale), Image.Resampling.NEAREST)
+        out = io.BytesIO()
+        img.save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def _images(spec: TrainSpec, n: int) -> dict[str, Any]:
+    from engine.tasks import image_classification as ic
+
+    train, val, found = ic._check_data(spec)
+    issues = [_issue(i, _field_of(i, spec)) for i in found]
+    if val is not None:
+        split_train, split_val = train, val
+    else:
+        split_train, split_val = ic._split(train, spec.data.val_fraction, spec.seed) if train else ({}, {})
+    # The training split's counts, as for text: what training will see.
+    counts = {name: len(files) for name, files in sorted(split_train.items())}
+    n_train, n_val = sum(counts.values()), sum(len(f) for f in split_val.values())
+    thumbs: list[dict[str, str]] = []
+    # Round-robin over classes so the grid shows every class, not n of the first.
+    queues = {name: list(files[:n]) for name, files in sorted(train.items())}
+    while len(thumbs) < n and any(queues.values()):
+        for name, files in queues.items():
+            if files and len(thumbs) < n:
+                path = files.pop(0)
+                try:
+                    thumbs.append({"label": name, "png_base64": _thumbnail(path), "file": str(path)})
+                except OSError:
+                    pass  # already listed as unreadable by the folder check
+    return {"kind": "images", "columns": [], "rows": [], "thumbnails": thumbs, "class_counts": counts,
+            "n_train": n_train, "n_val": n_val, "issues": issues}
+
+
+def _chat(spec: TrainSpec, n: int) -> dict[str, Any]:
+    from engine.tasks import causal_lm as lm
+
+    train_path, val_path, found = lm._data_files(spec)
+    issues = [_issue(i, "data.builtin") for i in found]
+    rows: list = []
+    n_val = 0
+    if train_path is not None:
+        rows, bad = lm.read_rows(train_path)
+        issues += [_issue(i, "data.path") for i in bad]
+        if val_path is not None:
+            val_rows, val_bad = lm.read_rows(val_path)
+            issues += [_issue(i, "data.val_path") for i in val_bad]
+            n_val = len(val_rows)
+    n_train = len(rows)
+    if val_path is None:
+        n_train, n_val = _split_sizes(len(rows), spec.data.val_fraction)
+    shown = []
+    for line, messages in rows[:n]:
+        prompt = " ".join(m["content"] for m in messages if m.get("role") != "assistant")
+        response = " ".join(m["content"] for m in messages if m.get("role") == "assistant")
+        shown.append({"line": str(line), "prompt": prompt[:CELL_CHARS], "response": response[:CELL_CHARS]})
+    return {"kind": "chat", "columns": ["line", "prompt", "response"], "rows": shown, "class_counts": {},
+            "n_train": n_train, "n_val": n_val, "issues": issues}
+
+
+def inspect_data(spec: TrainSpec, n: int = 12) -> dict[str, Any]:
+    reader = {"text_classification": _text, "image_classification": _images, "causal_lm": _chat}[spec.task]
+    answer = reader(spec, n)
+    answer.setdefault("thumbnails", [])
+    return answer

@@ -1,0 +1,539 @@
+"""The training loop behind train.finetune: setup, train, evaluate, checkpoint.
+
+Kept apart from the recipe's entry point so tests and benchmarks can drive it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import resource
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.api.train_spec import TrainSpec
+from engine.strategies import get_strategy
+from engine.tasks import get_task
+from engine.tasks.base import InputError
+from engine.training import checkpoint, dist, methods, speed
+from engine.training.context import JobFailed, disk_full
+from engine.training.data_order import ResumableOrder, eval_shards
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def total_steps(spec: TrainSpec, n_train: int, world_size: int) -> int:
+    if spec.max_steps is not None:
+        return spec.max_steps
+    per_epoch = max(1, (n_train // (spec.batch_size * world_size)) // spec.grad_accum)
+    return max(1, math.ceil(per_epoch * (spec.epochs or 1)))
+
+
+def make_schedule(optimizer: Any, spec: TrainSpec, steps: int) -> Any:
+    import torch
+
+    o = spec.optim
+    if o.schedule == "one_cycle":
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=o.lr, total_steps=max(steps, 2))
+    warm = o.warmup_steps
+
+    def factor(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        progress = min(1.0, (step - warm) / max(1, steps - warm))
+        if o.schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        if o.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_optimizer(params: list[Any], spec: TrainSpec) -> Any:
+    import torch
+
+    o = spec.optim
+    if o.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    impl = spec.speed.optimizer_impl
+    kernel = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for_loop": {"foreach": False}}.get(impl, {})
+    return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
+
+
+def memory_record(world: dist.World) -> dict[str, Any]:
+    import psutil
+    import torch
+
+    rec: dict[str, Any] = {"rank": world.rank, "host": world.host, "device": world.device,
+                           "rss": psutil.Process().memory_info().rss,
+                           "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if world.device.startswith("cuda"):
+        rec.update(allocated=torch.cuda.memory_allocated(), reserved=torch.cuda.memory_reserved(),
+                   peak=torch.cuda.max_memory_allocated())
+    else:
+        rec.update(allocated=None, reserved=None, peak=rec["peak_rss"])
+    return rec
+
+
+def _to_device(batch: dict[str, Any], device: str) -> dict[str, Any]:
+    non_blocking = device.startswith("cuda")
+    return {k: (v.to(device, non_blocking=non_blocking) if hasattr(v, "to") else v) for k, v in batch.items()}
+
+
+def _scalar(x: Any) -> float:
+    if hasattr(x, "full_tensor"):
+        x = x.full_tensor()
+    return float(x)
+
+
+class Trainer:
+    """One fine-tune. ``initial_model`` (a plain module trained in full) replaces the task's model, and
+    ``save_model=False`` / ``checkpoints=False`` leave the output to the caller: how a compression job
+    (pruning recovery, QAT) trains in its own process with the same loop and the same live events."""
+
+    def __init__(self, spec: TrainSpec, world: dist.World, rc: Any, run_dir: Path, initial_model: Any = None,
+                 save_model: bool = True, checkpoints: bool = True):
+        self.spec, self.world, self.rc, self.run_dir = spec, world, rc, Path(run_dir)
+        self.initial_model, self.save_model, self.checkpoints = initial_model, save_model, checkpoints
+        self.teacher: Any = None
+        self.student_info: dict[str, Any] | None = None
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.step = 0
+        self.position = (0, 0)  # (epoch, micro-batch) of the next batch
+        self.best: float | None = None
+        self.bad_evals = 0
+        self.last_metrics: dict[str, float] = {}
+
+    # ---- setup
+    def setup(self) -> None:
+        import torch
+
+        world = self.world
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.spec, self.speed = speed.resolve(self.spec, world.device, local_world)
+        spec = self.spec
+        seed_everything(spec.seed)
+        self.task = get_task(spec.task)
+        issues = self.task.validate(spec)
+        if issues:
+            raise InputError(issues)
+        self.data = self.task.load_data(spec)
+        if self.initial_model is not None:
+            model = methods.apply(self.initial_model, spec, self.task)
+        elif spec.distill is not None:
+            model = self._student()
+        else:
+            model = self.task.build_model(spec, self.data)
+            model = methods.apply(model, spec, self.task)
+        self.trainable, self.total_params = methods.count_parameters(model)
+        if spec.activation_checkpointing:
+            self._checkpoint_activations(model)
+        if not methods.is_quantized(model):
+            model.to(world.device)
+        self.speed["attention"] = speed.attention_in_use(model) or spec.speed.attention
+        self._measure_flops(model)
+        if spec.speed.compile == "on":
+            model.compile()  # in place: parameter names (checkpoints, saved weights) stay as they are
+        self.strategy = get_strategy(spec.distributed.strategy)
+        self.deepspeed = spec.distributed.strategy == "deepspeed"
+        if self.deepspeed and (reason := self.strategy.available()):
+            raise JobFailed(reason, "Or use distributed.strategy ddp or fsdp.")
+        self.model = self.strategy.wrap(model, world, spec, self.task)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(params, spec)
+        self.steps = total_steps(spec, len(self.data.train), world.size)
+        self.scheduler = make_schedule(self.optimizer, spec, self.steps)
+        if self.deepspeed:
+            self.model, self.optimizer, self.scheduler = self.strategy.initialize(
+                self.model, self.optimizer, self.scheduler, world, spec)
+        use_scaler = spec.precision == "fp16" and world.device.startswith("cuda")
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+        self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed,
+                                    lengths=self.data.lengths if spec.data.group_by_length else None)
+        self.trainable_only = spec.method.kind != "full"
+        self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
+        self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
+
+    def _measure_flops(self, model: Any) -> None:
+        """The model's training FLOPs per token (or example) and this device's peak, for MFU.
+
+        A failure here costs the MFU figure, never the run."""
+        from engine.training import mfu
+
+        spec, world = self.spec, self.world
+        self.flops: Any = None
+        try:
+            sample = _to_device(self.data.collate([self.data.train[i] for i in range(min(2, len(self.data.train)))]),
+                                world.device)
+            self.flops = mfu.flop_model(model, spec.task, sample)
+        except Exception as exc:  # noqa: BLE001 - an architecture the counter does not know
+            self.rc.log(f"no FLOP count for this model ({type(exc).__name__}: {exc}); MFU is not reported")
+        peak, self.peak_source = None, "unknown"
+        try:
+            peak, self.peak_source = mfu.device_peak(world.device, spec.precision, spec.speed.peak_tflops)
+        except Exception as exc:  # noqa: BLE001 - e.g. a device query failing
+            self.rc.log(f"could not tell this device's peak FLOP/s ({exc}); MFU is not reported")
+        peaks = dist.all_sum(world, [peak or 0.0, 0.0 if peak else 1.0])
+        self.peak_tflops = peaks[0] if not peaks[1] else None  # all processes together; none if any lacks one
+
+    def _step_flops(self, batch: dict[str, Any], stats: dict[str, float]) -> float:
+        if self.flops is None:
+            return 0.0
+        if self.task.HAS_TOKENS and "input_ids" in batch:
+            per_token = self.flops.per_token(int(batch["input_ids"].shape[-1]))
+            if per_token:
+                return per_token * stats.get("tokens", 0.0)
+        per_sample = self.flops.per_sample()
+        return per_sample * stats.get("samples", 0.0) if per_sample else 0.0
+
+    def _student(self) -> Any:
+        """The student of ``spec.distill``: the teacher's blocks thinned out, or the spec's own model."""
+        from engine.compress import source
+
+        d = self.spec.distill
+        teacher_src = source.open_source(self.run_dir.resolve().parent / d.teacher_run)
+        if teacher_src.spec.task != self.spec.task:
+            raise JobFailed(f"The teacher run {d.teacher_run} is a {teacher_src.spec.task} model, this run trains "
+                            f"{self.spec.task}", "Pick a teacher fine-tuned for the same task.")
+        teacher = source.load_model(teacher_src, self.data)
+        if d.student_layers is not None:
+            from engine.compress.distill import build_student
+
+            student, self.student_info = build_student(teacher, self.spec.task, d.student_layers)
+        else:
+            student = self.task.build_model(self.spec, self.data)
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        self.teacher = teacher.to(self.world.device).eval()
+        return methods.apply(student, self.spec, self.task)
+
+    def _forward(self, batch: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+        if self.teacher is None:
+            return self.task.forward(self.model, batch)
+        import torch
+
+        from engine.compress import kd
+
+        d = self.spec.distill
+        with torch.no_grad():
+            teacher_logits = kd.logits(self.spec.task, self.teacher, batch)
+        student_logits = kd.logits(self.spec.task, self.model, batch)
+        loss, _parts = kd.task_loss(self.spec.task, student_logits, teacher_logits, batch,
+                                           d.temperature, d.alpha)
+        stats = {"samples": float(next(iter(batch.values())).shape[0])}
+        if "attention_mask" in batch:
+            stats["tokens"] = float(batch["attention_mask"].sum())
+        return loss, stats
+
+    def _checkpoint_activations(self, model: Any) -> None:
+        if hasattr(model, "gradient_checkpointing_enable") and getattr(model, "supports_gradient_checkpointing", False):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            return
+        from functools import partial
+
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl,
+            apply_activation_checkpointing,
+            checkpoint_wrapper,
+        )
+
+        blocks = tuple(self.task.block_types(model))
+        apply_activation_checkpointing(
+            model, checkpoint_wrapper_fn=partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, blocks))
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        import torch
+
+        if self.spec.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.spec.precision == "bf16" else torch.float16
+        return torch.autocast("cuda" if self.world.device.startswith("cuda") else "cpu", dtype=dtype)
+
+    def resume(self) -> None:
+        if not self.spec.resume:
+            return
+        ckpt, notes = checkpoint.find_resumable(self.ckpt_root)
+        fallback = f"resuming from {ckpt.name} instead" if ckpt is not None else "starting from step 0 instead"
+        for note in notes:
+            # The user sees which checkpoint was bad and where the run really continues from.
+            self.rc.emit("warning", message=f"{note[0].upper()}{note[1:]}; {fallback}",
+                         hint="The damaged checkpoint is left on disk for inspection; delete it to free the space.")
+            self.rc.log(f"{note}; {fallback}")
+        if self.world.is_main:
+            for torn in self.ckpt_root.glob(".step-*.tmp"):  # a save that was killed part-way: never used
+                shutil.rmtree(torn, ignore_errors=True)
+        if ckpt is None:
+            return
+        state = checkpoint.load(ckpt, self.model, self.optimizer,
+                                {"scheduler": self.scheduler, "scaler": self.scaler}, self.world,
+                                self.trainable_only)
+        self.step = state["step"]
+        self.position = tuple(state["position"])
+        self.best, self.bad_evals = state.get("best"), state.get("bad_evals", 0)
+        self.rc.emit("resumed", step=self.step, checkpoint=str(ckpt))
+        self.rc.log(f"resumed from {ckpt.name} at step {self.step}")
+
+    def _flops_info(self) -> dict[str, Any]:
+        if self.flops is None:
+            return {"flops_per_token": None, "flops_per_sample": None, "flops_basis": None}
+        seq = self.spec.data.max_length if self.task.HAS_TOKENS else None
+        return {"flops_per_token": self.flops.per_token(seq) if seq else None,
+                "flops_per_sample": self.flops.per_sample(), "flops_basis": self.flops.basis}
+
+    # ---- the loop
+    def run(self) -> str:
+        import torch
+
+        self.setup()
+        self.resume()
+        spec, world, rc = self.spec, self.world, self.rc
+        info = {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list, bool, dict))}
+        rc.emit("run_info", task=spec.task, model=spec.model_name(), method=spec.method.kind,
+                strategy=spec.distributed.strategy, world_size=world.size, device=world.device,
+                trainable_params=self.trainable, total_params=self.total_params, total_steps=self.steps,
+                start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info,
+                speed=self.speed, peak_tflops=self.peak_tflops, peak_source=self.peak_source,
+                **self._flops_info())
+        rc.log(f"{spec.task}: {spec.model_name()} with {spec.method.kind} on {world.size} process(es) "
+               f"({spec.distributed.strategy}, {world.device}); {self.trainable:,} of {self.total_params:,} "
+               f"parameters train; {self.steps} steps")
+        loader = self._loader()
+        batches = iter(loader)
+        positions = self.order.iterate(*self.position)
+        self.model.train()
+        step_times: list[float] = []
+        outcome = "succeeded"
+        while self.step < self.steps:
+            t0 = time.perf_counter()
+            loss_sum = torch.zeros((), dtype=torch.float64)
+            samples = tokens = slots = flops = 0.0
+            wait = 0.0
+            for micro in range(spec.grad_accum):
+                tw = time.perf_counter()
+                batch = _to_device(next(batches), world.device)
+                wait += time.perf_counter() - tw
+                epoch, index, _ = next(positions)
+                self.position = (epoch, index + 1)  # where a resumed run picks up
+                with self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast():
+                    loss, stats = self._forward(batch)
+                if self.deepspeed:
+                    # DeepSpeed divides by grad_accum itself and steps on the accumulation boundary.
+                    self.model.backward(loss)
+                    self.model.step()
+                else:
+                    scaled = loss / spec.grad_accum
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                loss_sum += loss.detach().double().cpu()
+                samples += stats.get("samples", 0)
+                tokens += stats.get("tokens", 0)
+                slots += stats.get("positions", 0)  # padding included
+                flops += self._step_flops(batch, stats)
+            local_loss = float(loss_sum) / spec.grad_accum
+            finite = math.isfinite(local_loss)
+            totals = dist.all_sum(world, [local_loss if finite else 0.0, samples, tokens,
+                                          0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0,
+                                          slots, flops])
+            mean_loss = totals[0] / world.size
+            if totals[3]:
+                if self.deepspeed:
+                    raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
+                                    "Lower optim.lr or keep optim.grad_clip on; with DeepSpeed such steps "
+                                    "cannot be skipped.")
+                self.optimizer.zero_grad(set_to_none=True)
+                if spec.nan_policy == "stop":
+                    raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
+                                    "Lower optim.lr, keep optim.grad_clip on, or use bf16 instead of fp16; "
+                                    "nan_policy: skip skips such steps instead.")
+                self.step += 1
+                rc.emit("warning", step=self.step, message=f"Skipped step {self.step}: the loss was NaN or infinite",
+                        hint="If this repeats, lower optim.lr.")
+                continue
+            grad_norm = self._optimizer_step()
+            self.step += 1
+            dt = time.perf_counter() - t0
+            step_times.append(dt)
+            if self.step % spec.log_every == 0 or self.step == self.steps:
+                recent = step_times[-20:]
+                eta = (self.steps - self.step) * (sum(recent) / len(recent))
+                event = {"step": self.step, "loss": mean_loss, "lr": self.scheduler.get_last_lr()[0],
+                         "grad_norm": grad_norm, "samples_per_s": totals[1] / dt, "step_time_s": dt,
+                         "data_wait_frac": wait / dt if dt else 0.0, "epoch": self.position[0],
+                         "progress": self.step / self.steps, "eta_s": eta}
+                if self.task.HAS_TOKENS:
+                    event["tokens_per_s"] = totals[2] / dt
+                    if totals[5]:
+                        event["padding_frac"] = max(0.0, 1.0 - totals[2] / totals[5])
+                if totals[6] and dt:
+                    event["tflops"] = totals[6] / dt / 1e12
+                    if self.peak_tflops:
+                        event["mfu"] = event["tflops"] / self.peak_tflops
+                rc.emit("train", **event)
+            if self.step % spec.memory_every == 0 or self.step == 1:
+                records = dist.gather_objects(world, memory_record(world))
+                rc.emit("memory", step=self.step, ranks=records)
+            stopping = bool(totals[4])
+            if self.step % spec.eval_every == 0 or self.step == self.steps:
+                if self._evaluate_and_check_early_stop():
+                    rc.log(f"early stopping at step {self.step}: {spec.early_stopping.metric} did not improve")
+                    rc.emit("early_stop", step=self.step, metric=spec.early_stopping.metric, best=self.best)
+                    self._checkpoint()
+                    break
+            if stopping:
+                path = self._checkpoint()
+                rc.emit("stopped", step=self.step, checkpoint=str(path))
+                rc.log(f"stopped at step {self.step}; checkpoint {path.name}")
+                outcome = "stopped"
+                break
+            if self.checkpoints and (self.step % spec.checkpoint_every == 0 or self.step == self.steps):
+                self._checkpoint()
+        if outcome == "succeeded" and self.save_model:
+            self._save_model()
+        return outcome
+
+    def _loader(self) -> Any:
+        from torch.utils.data import DataLoader
+
+        order = self.order
+
+        class Batches:
+            def __init__(self, start: tuple[int, int]):
+                self.start = start
+
+            def __iter__(self):
+                return (indices for _e, _b, indices in order.iterate(*self.start))
+
+        import torch
+
+        # Its own generator: creating the iterator draws a seed, which must not shift the global
+        # RNG (dropout), or a resumed run would diverge from an uninterrupted one.
+        generator = torch.Generator().manual_seed(self.spec.seed)
+        workers = self.spec.data.num_workers or 0
+        prefetch = {"prefetch_factor": self.spec.data.prefetch_factor} if workers else {}
+        return DataLoader(self.data.train, batch_sampler=Batches(self.position), collate_fn=self.data.collate,
+                          generator=generator, num_workers=workers,
+                          pin_memory=self.world.device.startswith("cuda"),
+                          persistent_workers=workers > 0, **prefetch)
+
+    def _optimizer_step(self) -> float:
+        import torch
+
+        if self.deepspeed:
+            norm = self.model.get_global_grad_norm()  # the step itself ran with the last micro-batch
+            return float(norm) if norm is not None else float("nan")
+
+        clip = self.spec.optim.grad_clip
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return _scalar(norm)
+
+    def evaluate(self) -> dict[str, float]:
+        import torch
+
+        spec, world = self.spec, self.world
+        batches, most = eval_shards(len(self.data.val), spec.batch_size, world.rank, world.size)
+        sums: dict[str, float] = {}
+        collate = self.data.val_collate or self.data.collate  # packed training, unpacked eval
+        self.model.eval()
+        with torch.no_grad(), self.autocast():
+            for i in range(most):
+                real = i < len(batches)
+                idx = batches[i] if real else batches[0] if batches else [0]
+                batch = _to_device(collate([self.data.val[j] for j in idx]), world.device)
+                part = self.task.eval_sums(self.model, batch)
+                if real:
+                    for k, v in part.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+        self.model.train()
+        total: dict[str, float] = {}
+        for part in dist.gather_objects(world, sums):
+            for k, v in part.items():  # type: ignore[union-attr]
+                total[k] = total.get(k, 0.0) + v
+        return self.task.finalize_metrics(total)
+
+    def _evaluate_and_check_early_stop(self) -> bool:
+        metrics = self.evaluate()
+        self.last_metrics = metrics
+        self.rc.emit("eval", step=self.step, metrics=metrics)
+        es = self.spec.early_stopping
+        if es is None or es.metric not in metrics:
+            return False
+        value = metrics[es.metric]
+        better = self.best is None or (value > self.best if es.mode == "max" else value < self.best)
+        if better:
+            self.best, self.bad_evals = value, 0
+        else:
+            self.bad_evals += 1
+        return self.bad_evals >= es.patience
+
+    def _checkpoint(self) -> Path:
+        if not self.checkpoints:
+            return self.ckpt_root  # the caller keeps no checkpoints (a compression job's short fine-tune)
+        t0 = time.perf_counter()
+        path = checkpoint.save(
+            self.ckpt_root, self.step, self.model, self.optimizer,
+            {"scheduler": self.scheduler, "scaler": self.scaler},
+            {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals,
+             "spec": self.spec.model_dump(mode="json")},
+            self.world, self.layout, self.trainable_only, self.spec.keep_checkpoints)
+        self.rc.emit("checkpoint", step=self.step, path=str(path), seconds=time.perf_counter() - t0)
+        return path
+
+    def _save_model(self) -> None:
+        """Final weights for compression and export: ``model/weights.safetensors`` + ``model/ember_model.json``."""
+        import json
+
+        from safetensors.torch import save_file
+
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        else:
+            sd = checkpoint.unwrap(self.model).state_dict()
+        if self.world.is_main:
+            out = self.run_dir / "model"
+            try:
+                self._write_model(out, sd, save_file, json)
+            except Exception as exc:
+                full = disk_full(exc, out, "writing the final model")
+                if full is not None:
+                    raise full from exc
+                raise
+        dist.barrier(self.world)
+
+    def _write_model(self, out: Path, sd: dict[str, Any], save_file: Any, json: Any) -> None:
+        out.mkdir(exist_ok=True)
+        save_file({k: v.detach().contiguous().clone() for k, v in sd.items()}, str(out / "weights.safetensors"))
+        meta = {"task": self.spec.task, "model": self.spec.model.model_dump(), "method": self.spec.method.model_dump(),
+                "data_info": {k: v for k, v in self.data.info.items() if isinstance(v, (int, float, str, list))},
+                "metrics": self.last_metrics, "step": self.step}
+        if self.student_info is not None:
+            meta["student"] = self.student_info
+            meta["teacher_run"] = self.spec.distill.teacher_run
+        (out / "ember_model.json").write_text(json.dumps(meta, indent=1))
+        self.rc.emit("artifact", type="model", path=str(out), step=self.step)
