@@ -6,6 +6,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from engine.api.job_terms import LIVE_STATES
+
 
 def to_epoch(value: Any) -> float | None:
     """Accept epoch seconds or an ISO 8601 string; None when absent or unreadable."""
@@ -55,7 +57,7 @@ def job_duration(job: dict[str, Any], now: float | None = None) -> str:
         return "—"
     end = to_epoch(job.get("ended_at"))
     if end is None:
-        if job.get("state") not in ("running", "stopping"):
+        if job.get("state") not in LIVE_STATES:
             return "—"
         end = time.time() if now is None else now
     return duration(end - start)

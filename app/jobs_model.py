@@ -24,15 +24,23 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
 from app import format as fmt
 from app.style import ThemeColours, colour
+from engine.api.job_terms import (
+    ACTIVE_STATES,
+    EXPORT,
+    FINAL_STATES,
+    FINETUNE,
+    LIVE_STATES,
+    LORA_MERGE,
+    PRUNE,
+    QAT,
+    QUANTIZE,
+)
+from engine.api.job_terms import is_system as is_system_kind
 
 COLUMNS = ("Name", "Task", "Model", "Method", "Strategy", "State", "Best metric", "Duration",
            "Created")
 (NAME_COLUMN, TASK_COLUMN, MODEL_COLUMN, METHOD_COLUMN, STRATEGY_COLUMN, STATE_COLUMN,
  BEST_COLUMN, DURATION_COLUMN, CREATED_COLUMN) = range(len(COLUMNS))
-ACTIVE_STATES = ("queued", "running", "stopping")
-# stopped: ended on request with a checkpoint (resumable); cancelled: killed, or never started.
-FINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
-FINETUNE = "train.finetune"
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NONE = "—"
 
@@ -93,33 +101,18 @@ def display_name(job: dict[str, Any]) -> str:
     return str(job.get("name") or job.get("id") or "")
 
 
-# Job kinds in words: the notification centre, the activity popup and Welcome's recent runs.
-KIND_NOUNS = {
-    FINETUNE: "Fine-tune",
-    "system.probe": "Machine probe",
-    "compress.lora_merge": "LoRA merge",
-    "compress.quantize": "Quantization",
-    "compress.qat": "Quantization-aware training",
-    "compress.prune": "Pruning",
-    "export.model": "Export",
-}
-
-
-def kind_noun(kind: str) -> str:
-    return KIND_NOUNS.get(kind, kind or "Job")
 
 
 # -- jobs made from another run (variants, exports) and the engine's own jobs -----------------
 
-SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs (a machine probe): not runs
 # What a job made of its parent, in a few words: "int8 of tickets-lora". Quantize and prune
 # are refined from the spec (variant_word).
 VARIANT_WORDS = {
-    "compress.lora_merge": "LoRA merge",
-    "compress.quantize": "int8",
-    "compress.qat": "QAT int8",
-    "compress.prune": "pruned",
-    "export.model": "export",
+    LORA_MERGE: "LoRA merge",
+    QUANTIZE: "int8",
+    QAT: "QAT int8",
+    PRUNE: "pruned",
+    EXPORT: "export",
 }
 _MAX_PARENT_DEPTH = 8  # an export of a variant of a fine-tune is 2; a loop in bad records ends here
 
@@ -127,7 +120,7 @@ Lookup = Callable[[str], "dict[str, Any] | None"]
 
 
 def is_system(job: dict[str, Any]) -> bool:
-    return str(job.get("kind") or "").startswith(SYSTEM_PREFIX)
+    return is_system_kind(str(job.get("kind") or ""))
 
 
 def parent_id(job: dict[str, Any]) -> str | None:
@@ -142,9 +135,9 @@ def variant_word(job: dict[str, Any]) -> str | None:
     """'int8', 'fp16', 'pruned 30%', 'export', 'distilled'...; None for a job made from nothing."""
     kind = str(job.get("kind") or "")
     spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
-    if kind == "compress.quantize":
+    if kind == QUANTIZE:
         return {"fp16": "fp16", "static": "static int8"}.get(str(spec.get("mode")), "int8")
-    if kind == "compress.prune":
+    if kind == PRUNE:
         ratio = spec.get("ratio")
         return f"pruned {ratio:.0%}" if isinstance(ratio, (int, float)) else "pruned"
     if kind == FINETUNE:
@@ -248,7 +241,7 @@ def duration_seconds(job: dict[str, Any], now: float | None = None) -> float | N
         return None
     end = fmt.to_epoch(job.get("ended_at"))
     if end is None:
-        if job.get("state") not in ("running", "stopping"):
+        if job.get("state") not in LIVE_STATES:
             return None
         end = time.time() if now is None else now
     return max(0.0, end - start)
@@ -415,7 +408,7 @@ class JobsModel(QAbstractTableModel):
     def refresh_durations(self) -> None:
         """Let running jobs' durations tick without touching anything else."""
         for row, job in enumerate(self._jobs):
-            if job.get("state") in ("running", "stopping"):
+            if job.get("state") in LIVE_STATES:
                 index = self.index(row, DURATION_COLUMN)
                 self.dataChanged.emit(index, index)
 

@@ -38,8 +38,9 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from app import format as fmt
-from app.jobs_model import FINETUNE, best_text, is_system, kind_noun
+from app.jobs_model import best_text, is_system
 from app.prefs import prefs
+from engine.api.job_terms import FINETUNE, kind_noun
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
 from app.accessibility import reachable
 from app.help import show_page_help
 from app.main_window import PAGES
+from engine.api.job_terms import FINETUNE
 
-FINETUNE = "train.finetune"
 PAGE_KEYS = 9  # Ctrl+1 … Ctrl+9
 FILTER_WORDS = ("filter", "search", "find")
 REFRESH_METHODS = ("reload", "refresh", "refresh_status")  # a page's "ask the engine again", in that order

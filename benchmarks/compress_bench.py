@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.api.job_terms import FINAL_STATES
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -63,7 +65,7 @@ def start_engine(home: Path) -> subprocess.Popen:
 def wait(c, job_id: str) -> dict:
     while True:
         job = c.call("jobs.get", id=job_id)
-        if job["state"] in ("succeeded", "failed", "stopped", "cancelled"):
+        if job["state"] in FINAL_STATES:
             return job
         time.sleep(1.0)
 

@@ -28,13 +28,14 @@ from typing import Any
 
 import psutil
 
+from engine.api.job_terms import FINAL_STATES
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.api import paths as paths_mod  # noqa: E402
 from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
 
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 RSS_GROWTH_TARGET = 0.10
 TINY_FINETUNE = {"task": "image_classification", "method": {"kind": "full"}, "device": "cpu",
                  "max_steps": 4, "batch_size": 8, "eval_every": 4, "checkpoint_every": 4}
@@ -83,7 +84,7 @@ class Subscriber(threading.Thread):
             ev = self.client.next_event(timeout=0.2)
             if ev is None:
                 continue
-            if ev["topic"] == "jobs" and ev["data"].get("state") in FINAL:
+            if ev["topic"] == "jobs" and ev["data"].get("state") in FINAL_STATES:
                 self.final[ev["data"]["id"]] = ev["data"]["state"]
             elif ev["topic"].endswith("/sample"):
                 self.samples += 1
@@ -115,10 +116,10 @@ def wait_all_final(c: EngineClient, ids: list[str], timeout: float) -> dict[str,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = {i: c.call("jobs.get", id=i) for i in ids}
-        if all(r["state"] in FINAL for r in runs.values()):
+        if all(r["state"] in FINAL_STATES for r in runs.values()):
             return runs
         time.sleep(0.2)
-    left = {i: r["state"] for i, r in runs.items() if r["state"] not in FINAL}
+    left = {i: r["state"] for i, r in runs.items() if r["state"] not in FINAL_STATES}
     raise TimeoutError(f"jobs not final after {timeout:.0f} s: {left}")
 
 
@@ -170,7 +171,7 @@ def soak(home: Path, n_jobs: int = 20, samples: int = 20, finetunes: int = 0,
         expected = {i: r["state"] for i, r in runs.items()}
         return {
             "jobs": n_jobs, "states": states, "wall_s": wall,
-            "lost": sum(1 for r in runs.values() if r["state"] not in FINAL),
+            "lost": sum(1 for r in runs.values() if r["state"] not in FINAL_STATES),
             "subscribers_agree": all(s == expected for s in seen),
             "subscriber_samples": [s.samples for s in subs], "stored_samples": stored_samples,
             "rss_start": before["rss"], "rss_end": after["rss"],

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.main_window import MainWindow
 from app.style import apply_stylesheet, icon
+from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
 from engine.cli.client import EngineClient
 
@@ -66,7 +67,7 @@ def make_runs() -> tuple[list[str], str]:
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
             states = [c.call("jobs.get", id=i)["state"] for i in done]
-            if all(s in ("succeeded", "failed", "stopped", "cancelled") for s in states):
+            if all(s in FINAL_STATES for s in states):
                 break
             time.sleep(1)
         long_run = c.call("jobs.start", kind="train.finetune", spec=LONG, name="digits-cnn-full")["id"]

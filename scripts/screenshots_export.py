@@ -16,6 +16,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from engine.api.job_terms import FINAL_STATES
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
@@ -44,7 +46,7 @@ def jetson_python() -> Path:
 def finish(c: EngineClient, job_id: str) -> dict:
     import time
 
-    while (job := c.call("jobs.get", id=job_id))["state"] not in ("succeeded", "failed", "stopped", "cancelled"):
+    while (job := c.call("jobs.get", id=job_id))["state"] not in FINAL_STATES:
         time.sleep(1)
     if job["state"] != "succeeded":
         raise SystemExit(f"job {job_id} ended {job['state']}: {job.get('error')}")
@@ -86,7 +88,7 @@ def main() -> int:
         pump(app, 0.5)
         page.run_button.click()
         run = page.run_step
-        wait(app, lambda: run.state in ("succeeded", "failed", "stopped", "cancelled"), 900, "the export")
+        wait(app, lambda: run.state in FINAL_STATES, 900, "the export")
         pump(app, 2)
         shoot(app, window, "export-5-run.png")
         from PySide6.QtWidgets import QScrollArea

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QApplication
 from app.main_window import MainWindow
 from app.prefs import prefs
 from app.style import apply_theme, icon
+from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
 from engine.cli.client import EngineClient
 
@@ -35,7 +36,6 @@ BROKEN = {"task": "text_classification", "method": {"kind": "lora"},
           "data": {"builtin": None, "path": "my-tickets/train.csv"}, "max_steps": 10}
 LONG = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 32, "max_steps": 3000,
         "eval_every": 200, "checkpoint_every": 1000}
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def shoot(app: QApplication, window: MainWindow, name: str, screen: bool = False) -> None:
@@ -54,7 +54,7 @@ def finish(c: EngineClient, job_id: str, timeout: float = 900) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = c.call("jobs.get", id=job_id)["state"]
-        if state in FINAL:
+        if state in FINAL_STATES:
             return state
         time.sleep(1)
     raise SystemExit(f"screenshots: job {job_id} did not finish")

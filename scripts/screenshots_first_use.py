@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from app.help import open_doc, show_about
+from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
 from engine.cli.client import EngineClient
 
@@ -28,7 +29,6 @@ OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, "batch_size": 16,
         "data": {"max_length": 48}, "max_steps": 30, "eval_every": 10, "checkpoint_every": 30,
         "optim": {"lr": 0.003}}
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 ROWS = [("the printer on the second floor is jammed again", "hardware"),
         ("I forgot the password to my account", "account"), ("my screen flickers after the update", "hardware"),
         ("please reset the login for my account", "account"), ("the laptop fan is loud all day", "hardware"),
@@ -38,7 +38,7 @@ ROWS = [("the printer on the second floor is jammed again", "hardware"),
 def finish(c: EngineClient, job_id: str, timeout: float = 900) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if c.call("jobs.get", id=job_id)["state"] in FINAL:
+        if c.call("jobs.get", id=job_id)["state"] in FINAL_STATES:
             return
         time.sleep(1)
     raise SystemExit(f"screenshots: job {job_id} did not finish")

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine.api.job_terms import FINAL_STATES
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 from PySide6.QtWidgets import QScrollArea  # noqa: E402
@@ -44,7 +46,7 @@ def finish(c: EngineClient, job_id: str, timeout: float = 600) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = c.call("jobs.get", id=job_id)
-        if job["state"] in ("succeeded", "failed", "stopped", "cancelled"):
+        if job["state"] in FINAL_STATES:
             return job
         time.sleep(1)
     raise SystemExit(f"screenshots: {job_id} did not finish")

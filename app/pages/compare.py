@@ -34,12 +34,13 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.engine_process import EngineProcess
-from app.jobs_model import FINAL_STATES, FINETUNE, best_text, display_name, peak_text, summary
+from app.jobs_model import best_text, display_name, peak_text, summary
 from app.pages.variants import VariantsView
 from app.widgets.common import label
 from app.widgets.empty_state import empty_state, window_action
 from app.widgets.overlay_chart import OverlayChart, run_colour
 from app.widgets.spec_diff import SpecDiff
+from engine.api.job_terms import FINAL_STATES, FINETUNE
 
 LIST_LIMIT = 1000
 MAX_POINTS = 5000  # per curve: far more than a chart can show, well under a frame

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.widgets.common import label
-from engine.daemon.lineage import to_markdown
+from engine.api.lineage_report import to_markdown
 
 
 class LineageDialog(QDialog):

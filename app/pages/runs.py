@@ -32,9 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.engine_process import EngineProcess
 from app.jobs_model import (
-    ACTIVE_STATES,
     CREATED_COLUMN,
-    FINETUNE,
     NAME_COLUMN,
     STATE_GROUPS,
     JobsFilter,
@@ -47,6 +45,7 @@ from app.widgets.common import call_window, label
 from app.widgets.empty_state import empty_state, window_action
 from app.widgets.flow_layout import FlowLayout
 from app.widgets.run_details import RunDetails
+from engine.api.job_terms import ACTIVE_STATES, FINETUNE
 
 POLL_MS = 2000
 LIST_LIMIT = 1000

@@ -17,10 +17,9 @@ from app.engine_client import CONNECTION_LOST, NOT_CONNECTED, Subscription
 from app.engine_process import EngineProcess
 from app.probe_facts import probe_rows
 from app.widgets.common import FactsView, card, label, scrolling_body
+from engine.api.job_terms import FINAL_STATES, SYSTEM_PROBE
 from engine.api.protocol import RpcError
 
-PROBE_KIND = "system.probe"
-FINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 STATUS_REFRESH_MS = 5000
 
 
@@ -156,7 +155,7 @@ class SettingsPage(QWidget):
         self.probe_status.setText("Starting the probe…")
         # Events of the new job all come after this seq, so replaying from it misses none.
         since = self._client.last_seq
-        self._client.request("jobs.start", {"kind": PROBE_KIND, "spec": {}},
+        self._client.request("jobs.start", {"kind": SYSTEM_PROBE, "spec": {}},
                              lambda job: self._follow_probe(job, since), self._probe_failed)
 
     def _follow_probe(self, job: dict[str, Any], since: int) -> None:
@@ -216,7 +215,7 @@ class SettingsPage(QWidget):
                 self._client.request("jobs.get", {"id": jobs[0]["id"]}, self._show_probe,
                                      lambda _err: None)
 
-        params = {"kind": PROBE_KIND, "state": "succeeded", "limit": 1}
+        params = {"kind": SYSTEM_PROBE, "state": "succeeded", "limit": 1}
         self._client.request("jobs.list", params, got_list, lambda _err: None)
 
     def _show_probe(self, job: dict[str, Any]) -> None:

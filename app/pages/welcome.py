@@ -23,10 +23,11 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.engine_process import EngineProcess
-from app.jobs_model import Lookup, is_system, kind_noun, run_title, state_dot
+from app.jobs_model import Lookup, is_system, run_title, state_dot
 from app.style import icon, set_role
 from app.widgets.common import call_window, card, label, scrolling_body
 from app.widgets.empty_state import empty_state
+from engine.api.job_terms import kind_noun
 
 RECENT_LIMIT = 8
 # Records read to fill those lines: system jobs are left out, and a variant's parent names it.

@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
 from app.probe_facts import probe_rows
 from app.widgets.common import label
 from engine import __version__ as EMBER_VERSION  # the package's version (pyproject reads it there)
+from engine.api.job_terms import SYSTEM_PROBE
 
-PROBE_KIND = "system.probe"
 ENGINE_PACKAGES = ("torch", "transformers", "peft", "onnxruntime")  # read locally until a probe reports
 
 
@@ -140,7 +140,7 @@ class AboutDialog(QDialog):
         if client is None or not client.is_connected:
             return
         client.request("engine.status", {}, self._on_status, lambda _err: None)
-        client.request("jobs.list", {"kind": PROBE_KIND, "state": "succeeded", "limit": 1},
+        client.request("jobs.list", {"kind": SYSTEM_PROBE, "state": "succeeded", "limit": 1},
                        lambda reply: self._on_probes(client, reply), lambda _err: None)
 
     def _on_status(self, status: dict[str, Any]) -> None:

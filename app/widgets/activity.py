@@ -36,10 +36,10 @@ from PySide6.QtWidgets import (
 )
 
 from app import format as fmt
-from app.jobs_model import ACTIVE_STATES, display_name, kind_noun, state_dot
+from app.jobs_model import display_name, state_dot
 from app.style import set_role
+from engine.api.job_terms import ACTIVE_STATES, LIVE_STATES, kind_noun
 
-RUNNING = ("running", "stopping")
 MIN_FRACTION_FOR_ETA = 0.05  # before this, an extrapolated ETA is mostly noise
 MIN_SECONDS_FOR_ETA = 5.0  # nor after only a moment: the first stage is often not the typical pace
 TOPICS = ["jobs", "run/*/train", "run/*/progress", "run/*/sample"]
@@ -59,7 +59,7 @@ class ActiveJob:
     message: str = ""
 
     def eta(self, now: float | None = None) -> float | None:
-        return fmt.eta_left(self.eta_s, self.eta_at, now) if self.state in RUNNING else None
+        return fmt.eta_left(self.eta_s, self.eta_at, now) if self.state in LIVE_STATES else None
 
 
 class ActivityTracker(QObject):
@@ -78,13 +78,13 @@ class ActivityTracker(QObject):
 
     def jobs(self) -> list[ActiveJob]:
         """Running jobs first, then queued; oldest first in each."""
-        return sorted(self._jobs.values(), key=lambda j: (j.state not in RUNNING, j.started_at or 0, j.id))
+        return sorted(self._jobs.values(), key=lambda j: (j.state not in LIVE_STATES, j.started_at or 0, j.id))
 
     def job(self, job_id: str) -> ActiveJob | None:
         return self._jobs.get(job_id)
 
     def running(self) -> list[ActiveJob]:
-        return [j for j in self.jobs() if j.state in RUNNING]
+        return [j for j in self.jobs() if j.state in LIVE_STATES]
 
     def queued(self) -> list[ActiveJob]:
         return [j for j in self.jobs() if j.state == "queued"]
@@ -244,7 +244,7 @@ class JobRow(QFrame):
         left = job.eta(now)
         percent = f"{100 * job.fraction:.0f}%" if job.fraction is not None else ""
         eta = f"ETA {fmt.duration(left)}" if left is not None else \
-            "finishing" if job.state in RUNNING and (job.fraction or 0) >= 1 else ""
+            "finishing" if job.state in LIVE_STATES and (job.fraction or 0) >= 1 else ""
         self.eta_label.setText(" · ".join(p for p in (percent, eta) if p) or
                                ("waiting to start" if job.state == "queued" else ""))
         self.stop_button.setEnabled(job.state == "running")

@@ -32,8 +32,6 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.engine_client import EngineClient, Subscription
 from app.jobs_model import (
-    ACTIVE_STATES,
-    FINETUNE,
     Lookup,
     best_text,
     metrics_text,
@@ -45,6 +43,7 @@ from app.jobs_model import (
 )
 from app.widgets.common import FactsView, label
 from app.widgets.run_outputs import RunOutputs
+from engine.api.job_terms import ACTIVE_STATES, FINETUNE
 
 LOG_TAIL = 500
 MAX_EVENT_LINES = 5000  # older lines scroll away; the Monitor page is for long histories

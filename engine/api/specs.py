@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from engine.api.job_terms import EXPORT, FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE, SYSTEM_PROBE
 from engine.api.train_spec import TrainSpec
 
 
@@ -171,7 +172,7 @@ JOB_KINDS: dict[str, JobKind] = {
     k.name: k
     for k in [
         JobKind(
-            "train.finetune",
+            FINETUNE,
             "Fine-tune",
             "Fine-tune a text classifier, image classifier or causal LM (full, LoRA, prompt tuning) "
             "on one or more processes (DDP, FSDP2).",
@@ -180,14 +181,14 @@ JOB_KINDS: dict[str, JobKind] = {
             resumable=True,
         ),
         JobKind(
-            "system.probe",
+            SYSTEM_PROBE,
             "Probe this machine",
             "CPU, memory, disk, GPUs, Python, torch and CUDA facts of the machine the job runs on.",
             "engine.recipes.system_probe",
             ProbeSpec,
         ),
         JobKind(
-            "compress.lora_merge",
+            LORA_MERGE,
             "Merge LoRA",
             "Fold a LoRA fine-tune's adapters into its base weights: a plain model, checked to give the same "
             "outputs on validation examples.",
@@ -195,7 +196,7 @@ JOB_KINDS: dict[str, JobKind] = {
             LoraMergeSpec,
         ),
         JobKind(
-            "compress.quantize",
+            QUANTIZE,
             "Quantize",
             "Post-training quantization with ONNX Runtime: dynamic int8, static int8 (QDQ, calibrated on the "
             "run's data) or fp16, evaluated next to the parent.",
@@ -203,14 +204,14 @@ JOB_KINDS: dict[str, JobKind] = {
             QuantizeSpec,
         ),
         JobKind(
-            "compress.qat",
+            QAT,
             "Quantization-aware training",
             "Fine-tune with fake int8 quantization (torchao), then export static int8 QDQ ONNX.",
             "engine.recipes.compress",
             QatSpec,
         ),
         JobKind(
-            "compress.prune",
+            PRUNE,
             "Prune",
             "Remove attention heads, FFN width or CNN channels (torch-pruning) to a target ratio, then "
             "recover with a short fine-tune.",
@@ -218,7 +219,7 @@ JOB_KINDS: dict[str, JobKind] = {
             PruneSpec,
         ),
         JobKind(
-            "export.model",
+            EXPORT,
             "Export",
             "Export a run or variant to ONNX, an ONNX Runtime package, TorchScript, torch.export, TensorRT, a "
             "Triton model repository or a Jetson bundle, each checked against the model; optionally build and "

@@ -79,7 +79,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    from engine.daemon.lineage import to_markdown
+    from engine.api.lineage_report import to_markdown
 
     with ensure_engine() as c:
         rec = c.call("runs.lineage", id=args.run)

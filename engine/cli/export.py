@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.api.job_terms import EXPORT
 from engine.api.specs import EXPORT_FORMATS, SpecError, validate_spec
 from engine.cli.client import ensure_engine
 
@@ -56,12 +57,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         if value is not None:
             spec[key] = value
     try:
-        checked = validate_spec("export.model", spec)
+        checked = validate_spec(EXPORT, spec)
     except SpecError as exc:
         print(f"error: {exc}\nhint: {exc.hint}", file=sys.stderr)
         return 2
     with ensure_engine() as c:
-        job = c.call("jobs.start", kind="export.model", spec=checked.model_dump(mode="json"), name=args.name or "")
+        job = c.call("jobs.start", kind=EXPORT, spec=checked.model_dump(mode="json"), name=args.name or "")
         print(f"started {job['id']} (export.model), run dir {job['run_dir']}")
         code = _follow(c, job["id"], quiet=not args.verbose)
         result_file = Path(job["run_dir"]) / "result.json"

@@ -17,10 +17,9 @@ from typing import Any
 
 import engine
 from engine.api import paths as paths_mod
+from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import RpcError
 from engine.cli.client import EngineClient, EngineNotRunning, ensure_engine
-
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def _when(t: float | None) -> str:
@@ -121,12 +120,12 @@ def _follow(c: EngineClient, job_id: str, quiet: bool) -> int:
         ev = c.next_event(timeout=5.0)
         if ev is None:
             job = c.call("jobs.get", id=job_id)
-            if job["state"] in FINAL:
+            if job["state"] in FINAL_STATES:
                 break
             continue
         data = ev["data"]
         if ev["topic"] == "jobs":
-            if data.get("id") == job_id and data.get("state") in FINAL:
+            if data.get("id") == job_id and data.get("state") in FINAL_STATES:
                 break
             continue
         if not quiet:

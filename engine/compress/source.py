@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.api.job_terms import FINETUNE
 from engine.api.specs import validate_spec
 from engine.api.train_spec import TrainSpec
 from engine.training.context import JobFailed
@@ -59,7 +60,7 @@ def _train_spec(run_dir: Path, meta: dict[str, Any]) -> TrainSpec:
         else:
             doc = yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8")) or {}
             doc = doc.get("spec", doc) if isinstance(doc, dict) else doc
-        spec = validate_spec("train.finetune", doc)
+        spec = validate_spec(FINETUNE, doc)
     except (OSError, ValueError) as exc:
         raise JobFailed(f"Cannot read the fine-tune spec of run {run_dir.name}: {exc}",
                         "The run directory is incomplete; train it again.") from exc

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.api.job_terms import FINAL_STATES
 from engine.daemon.eventbus import EventBus
 
-TERMINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 # Read at most this much per poll, so one chatty job cannot stall the engine's loop.
 MAX_READ = 4 * 1024 * 1024
 
@@ -67,7 +67,7 @@ class Follower:
                              run_id=self.run_id)
             return
         kind = data.get("kind") if isinstance(data.get("kind"), str) else "event"
-        if kind == "status" and data.get("state") in TERMINAL_STATES:
+        if kind == "status" and data.get("state") in FINAL_STATES:
             self.reported_state = data["state"]
             if data.get("message"):
                 self.last_error = {"message": data["message"], "hint": data.get("hint", "")}

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.api.job_terms import FINETUNE
 from engine.api.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -62,7 +63,7 @@ class DataInspect(Params):
 
 class TemplateSave(Params):
     name: str = Field(min_length=1, max_length=80)
-    kind: str = "train.finetune"
+    kind: str = FINETUNE
     spec: dict[str, Any]
 
 
@@ -291,7 +292,7 @@ class Handlers:
 
         custom_code.require_confirmed(spec)  # model.code: CONFIRMATION_REQUIRED until the user approved its hash
         run = self.engine.jobs.submit(p.kind, spec, p.name)
-        if p.kind == "train.finetune":
+        if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.
             asyncio.ensure_future(self._store_estimate(run["id"], p.spec))
         return record(self.engine.store, run)
@@ -352,7 +353,7 @@ class Handlers:
 
     async def estimate_fit(self, _s: Session, p: SpecOnly) -> Any:
         try:
-            spec = validate_spec("train.finetune", p.spec)
+            spec = validate_spec(FINETUNE, p.spec)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
         looked = await self._model_facts(p.spec)

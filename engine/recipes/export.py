@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.api.job_terms import FINETUNE
 from engine.api.specs import ExportSpec
 from engine.compress import source as sources
 from engine.compress.variant import progress
@@ -335,7 +336,7 @@ class Export:
 
 def _source_kind(source: sources.Source) -> str:
     variant = source.meta.get("variant") or {}
-    return str(variant.get("technique") or "train.finetune")
+    return str(variant.get("technique") or FINETUNE)
 
 
 def main(ctx: JobContext, spec: Any) -> str | None:

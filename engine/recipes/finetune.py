@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from engine.api.job_terms import FINETUNE
 from engine.api.specs import SpecError
 from engine.api.train_spec import TrainSpec
 from engine.tasks.base import InputError
@@ -38,10 +39,10 @@ def load_train_spec(path: Path) -> TrainSpec:
 
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if isinstance(doc, dict) and "kind" in doc:
-        if doc["kind"] != "train.finetune":
+        if doc["kind"] != FINETUNE:
             raise SpecError(f"{path} is a {doc['kind']} job, not train.finetune", [], "Use a train.finetune spec.")
         doc = doc.get("spec") or {}
-    spec = validate_spec("train.finetune", doc)
+    spec = validate_spec(FINETUNE, doc)
     assert isinstance(spec, TrainSpec)
     return spec
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from engine.api.specs import Spec, SpecError, validate_spec
 
-TERMINAL_STATES = ("succeeded", "failed", "stopped", "cancelled")
 # Kept free in the run dir (``.reserve``) and given up when the disk fills, so the job can still
 # write why it failed: a job that dies silently on a full disk leaves the user a bare exit code.
 RESERVE_BYTES = 256 * 1024
@@ -140,7 +139,7 @@ def record_environment(run_dir: Path) -> None:
     """Versions as the job ran them (for the lineage report): packages, Python, Ember and its git commit."""
     if os.environ.get("RANK", "0") != "0":
         return  # one record per run: torchrun's other ranks run the same code
-    from engine.daemon.lineage import code_version, installed_versions
+    from engine.api.versions import code_version, installed_versions
 
     doc = {"t": time.time(), "python": sys.version.split()[0], "packages": installed_versions(),
            "code": {**code_version(), "recorded": "when the job ran"}}

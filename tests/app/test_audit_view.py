@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import json
 
+from engine.api.job_terms import FINAL_STATES
 from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 from tests.conftest import wait_for
-
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def test_audit_table_filters_exports_and_the_lineage_dialog(qtbot, make_window, gui_home, tmp_path):
@@ -23,7 +22,7 @@ def test_audit_table_filters_exports_and_the_lineage_dialog(qtbot, make_window, 
             c.call("jobs.stop", id="no-such-run")
         except Exception:  # noqa: BLE001, S110 - refused, and that is what the log must show
             pass
-        wait_for(lambda: c.call("jobs.get", id=job["id"])["state"] in FINAL, timeout=60, what="the probe to end")
+        wait_for(lambda: c.call("jobs.get", id=job["id"])["state"] in FINAL_STATES, timeout=60, what="the probe to end")
 
     view = window.page("settings").audit_view
     view.reload()

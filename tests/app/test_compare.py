@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from app.jobs_model import STATE_COLUMN
 from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
-from tests.app.test_runs_page import FINAL, RUN_TIMEOUT_MS, cell, start_two_runs
+from tests.app.test_runs_page import FINAL_STATES, RUN_TIMEOUT_MS, cell, start_two_runs
 
 # Real runs on two shared cores: minutes, not the default two, when the machine is busy.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -19,8 +19,8 @@ def test_compare_overlays_two_runs_and_diffs_their_specs(qtbot, make_window, gui
     wait_connected(qtbot, window)
     runs = window.page("runs")
     r8, r4 = start_two_runs(gui_home)
-    qtbot.waitUntil(lambda: cell(runs, r8["id"], STATE_COLUMN) in FINAL
-                    and cell(runs, r4["id"], STATE_COLUMN) in FINAL, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: cell(runs, r8["id"], STATE_COLUMN) in FINAL_STATES
+                    and cell(runs, r4["id"], STATE_COLUMN) in FINAL_STATES, timeout=RUN_TIMEOUT_MS)
     with EngineClient.connect(gui_home, client="check", timeout=30) as check:
         metrics = {job["id"]: check.call("jobs.metrics", id=job["id"])["metrics"] for job in (r8, r4)}
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from PySide6.QtCore import Qt
 
+from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import INVALID_PARAMS, RpcError
 from engine.api.specs import ExportSpec, validate_spec
 from tests.app.test_compress_wizard import DIGITS, LORA, fake_engine, finetune_record, settle
@@ -457,7 +458,7 @@ def test_export_a_digits_finetune_to_onnx_and_a_jetson_bundle(qtbot, make_window
     qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
 
     run = page.run_step
-    qtbot.waitUntil(lambda: run.state in ("succeeded", "failed", "stopped", "cancelled"), timeout=180_000)
+    qtbot.waitUntil(lambda: run.state in FINAL_STATES, timeout=180_000)
     assert run.state == "succeeded", f"{run.error_label.text()} {run.hint_label.text()}"
     qtbot.waitUntil(lambda: {"onnx", "jetson"} <= set(run.format_cells()), timeout=20_000)
     cells = run.format_cells()

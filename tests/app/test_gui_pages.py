@@ -11,11 +11,11 @@ from PySide6.QtWidgets import QLabel
 
 from app.jobs_model import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
 from app.main_window import PAGES
+from engine.api.job_terms import FINAL_STATES
 from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
 pytestmark = pytest.mark.slow
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def visible_words(page) -> str:
@@ -119,7 +119,7 @@ def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, 
     qtbot.waitUntil(lambda: " result " in details.events_view.toPlainText(), timeout=30_000)
 
     qtbot.mouseClick(runs.stop_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: runs_state(runs, job["id"]) in FINAL, timeout=40_000)
+    qtbot.waitUntil(lambda: runs_state(runs, job["id"]) in FINAL_STATES, timeout=40_000)
     assert details.job_id == job["id"] and job["id"] in details.meta.text()
     # What the job printed and recorded is what the two tabs show. The engine may still be
     # reading the job's last events when its state turns final; they arrive live.

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
+from engine.api.job_terms import FINAL_STATES
 from tests.app.conftest import wait_connected
 
 # The whole path is minutes on two shared cores; the target is under ten.
@@ -247,7 +248,7 @@ def test_newcomer_fine_tunes_compresses_compares_and_exports_the_built_in_model(
     assert export.current_step() == 3
     click(qtbot, export.run_button)
     run = export.run_step
-    qtbot.waitUntil(lambda: run.state in ("succeeded", "failed", "stopped", "cancelled"), timeout=300_000)
+    qtbot.waitUntil(lambda: run.state in FINAL_STATES, timeout=300_000)
     assert run.state == "succeeded", f"{run.error_label.text()} {run.hint_label.text()}"
     qtbot.waitUntil(lambda: "ort" in run.format_cells(), timeout=20_000)
     cells = run.format_cells()["ort"]

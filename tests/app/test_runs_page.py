@@ -23,10 +23,10 @@ from app.jobs_model import (
     STRATEGY_COLUMN,
     TASK_COLUMN,
 )
+from engine.api.job_terms import FINAL_STATES
 from engine.cli.client import EngineClient
 from tests.app.conftest import wait_connected
 
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
         "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2}
 RUN_TIMEOUT_MS = 240_000  # two tiny fine-tunes side by side on a 2-core machine
@@ -65,8 +65,8 @@ def test_runs_table_sort_filter_checkpoints_and_delete(qtbot, make_window, gui_h
     wait_connected(qtbot, window)
     runs = window.page("runs")
     r8, r4 = start_two_runs(gui_home)
-    qtbot.waitUntil(lambda: cell(runs, r8["id"], STATE_COLUMN) in FINAL
-                    and cell(runs, r4["id"], STATE_COLUMN) in FINAL, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: cell(runs, r8["id"], STATE_COLUMN) in FINAL_STATES
+                    and cell(runs, r4["id"], STATE_COLUMN) in FINAL_STATES, timeout=RUN_TIMEOUT_MS)
     # The final record (with its summary) follows the state change.
     qtbot.waitUntil(lambda: cell(runs, r4["id"], BEST_COLUMN) != "—", timeout=20_000)
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.job_terms import FINAL_STATES
 from tests.conftest import wait_for
 
 # Real fine-tunes and exports on two shared cores: minutes when the machine is busy.
 pytestmark = pytest.mark.timeout(900)
 
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 EVAL = {"samples": 32, "batch_size": 8, "warmup": 1, "repeats": 5}
 TEXT_PARENT = {"task": "text_classification", "method": {"kind": "full"}, "batch_size": 16,
                "data": {"max_length": 32}, "max_steps": 20, "eval_every": 20, "optim": {"lr": 1e-4}}
@@ -23,7 +23,7 @@ ENTRY_KEYS = {"run_id", "label", "runtime", "metrics", "latency_ms", "throughput
 
 
 def finish(c, job_id: str, timeout: float = 600) -> dict:
-    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL and j,
+    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL_STATES and j,
                     timeout=timeout, interval=0.5, what=f"job {job_id} to finish")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import CONFIRMATION_REQUIRED
 from engine.cli.client import RpcError
 from tests.conftest import wait_for
@@ -62,7 +63,7 @@ def _write(path: Path, text: str) -> str:
 
 def _finish(client, job_id: str, timeout: float = 90.0) -> dict:
     return wait_for(lambda: (j := client.call("jobs.get", id=job_id))["state"] in
-                    ("succeeded", "failed", "stopped", "cancelled") and j, timeout=timeout, what="the job to end")
+                    FINAL_STATES and j, timeout=timeout, what="the job to end")
 
 
 def test_code_runs_only_after_confirmation_and_only_in_the_job_process(engine_proc, tmp_path):

@@ -6,10 +6,10 @@ import time
 import psutil
 import pytest
 
+from engine.api.job_terms import FINAL_STATES
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def digits_spec(**overrides):
@@ -20,7 +20,7 @@ def digits_spec(**overrides):
 
 
 def wait_final(c, job_id, timeout=240):
-    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL and j, timeout=timeout,
+    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL_STATES and j, timeout=timeout,
                     interval=0.2, what=f"job {job_id} to end")
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import engine
+from engine.api.job_terms import FINAL_STATES
 from engine.cli import main as cli
 from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 def write_images(folder: Path) -> None:
@@ -37,7 +37,7 @@ def folder_hash(folder: Path) -> str:
 
 
 def finish(c, job_id: str) -> dict:
-    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL and j,
+    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL_STATES and j,
                     timeout=240, interval=0.3, what=f"job {job_id} to finish")
 
 

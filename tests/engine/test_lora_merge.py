@@ -8,20 +8,20 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import NOT_FOUND, RpcError
 from tests.conftest import wait_for
 
 # Real fine-tunes on two shared cores: minutes when the machine is busy.
 pytestmark = pytest.mark.timeout(600)
 
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 LORA = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
         "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2}
 DIGITS_FULL = {"task": "image_classification", "method": {"kind": "full"}, "max_steps": 2, "eval_every": 2}
 
 
 def finish(c, job_id: str, timeout: float = 240) -> dict:
-    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL and j,
+    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL_STATES and j,
                     timeout=timeout, interval=0.5, what=f"job {job_id} to finish")
 
 

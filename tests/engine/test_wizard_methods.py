@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from tests.conftest import wait_for
 
 # Real fine-tunes on two shared cores: minutes when the machine is busy.
 pytestmark = pytest.mark.timeout(600)
 
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
         "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2, "checkpoint_every": 2, "memory_every": 1}
 
@@ -71,7 +71,7 @@ def test_machine_info_reports_this_machine(engine_proc):
 def test_finished_run_has_summary_checkpoints_and_can_be_deleted(engine_proc):
     with engine_proc.client() as c:
         job = c.call("jobs.start", kind="train.finetune", spec=TINY, name="tiny")
-        done = wait_for(lambda: (j := c.call("jobs.get", id=job["id"]))["state"] in FINAL and j,
+        done = wait_for(lambda: (j := c.call("jobs.get", id=job["id"]))["state"] in FINAL_STATES and j,
                         timeout=180, what="the run to finish")
         assert done["state"] == "succeeded", done
         summary = done["summary"]
@@ -116,5 +116,5 @@ def test_an_active_run_cannot_be_deleted(engine_proc):
             c.call("jobs.delete", id=job["id"])
         assert err.value.code == INVALID_STATE and "Cancel it first" in err.value.data["hint"]
         c.call("jobs.cancel", id=job["id"])
-        wait_for(lambda: c.call("jobs.get", id=job["id"])["state"] in FINAL, what="the cancel")
+        wait_for(lambda: c.call("jobs.get", id=job["id"])["state"] in FINAL_STATES, what="the cancel")
         assert c.call("jobs.delete", id=job["id"])["ok"]

@@ -18,10 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
+from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import Paths
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process, wait_for
-
-FINAL = ("succeeded", "failed", "stopped", "cancelled")
 
 
 @pytest.fixture
@@ -79,7 +78,7 @@ def digits(**overrides: Any) -> dict[str, Any]:
 
 
 def wait_final(c: Any, job_id: str, timeout: float = 90) -> dict[str, Any]:
-    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL and j, timeout=timeout,
+    return wait_for(lambda: (j := c.call("jobs.get", id=job_id))["state"] in FINAL_STATES and j, timeout=timeout,
                     interval=0.1, what=f"job {job_id} to end")
 
 

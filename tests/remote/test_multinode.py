@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.job_terms import FINAL_STATES
 from engine.launch import node_ctl
 from tests.conftest import wait_for
 from tests.sshd import free_port
@@ -75,7 +76,7 @@ def test_two_nodes_over_ssh_train_and_survive_a_dropped_link(engine_proc, sshd, 
         engine_proc.kill()
         engine_proc.restart()
         client = engine_proc.client(timeout=120)
-        done = _wait_state(client, run_id, ("succeeded", "failed", "stopped", "cancelled"), timeout=300)
+        done = _wait_state(client, run_id, FINAL_STATES, timeout=300)
         assert done["state"] == "succeeded", done.get("error")
         # Not one step lost across the reconnect: every step 1..steps is stored exactly once.
         assert _steps(client, run_id) == list(range(1, steps + 1))
@@ -131,7 +132,7 @@ def test_stop_reaches_every_node_leaves_no_process_and_resumes(engine_proc, sshd
         assert stopped_at < steps
         # Resume: every node gets that checkpoint and the run goes on from it to the end.
         client.call("jobs.resume", id=run_id)
-        done = _wait_state(client, run_id, ("succeeded", "failed", "stopped", "cancelled"), timeout=300)
+        done = _wait_state(client, run_id, FINAL_STATES, timeout=300)
         assert done["state"] == "succeeded", done.get("error")
         assert _steps(client, run_id) == list(range(1, steps + 1))
         info = [e["data"] for e in client.call("events.query", topics=[f"run/{run_id}/run_info"], limit=10)["events"]]

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
 from app.field_text import plain_message
-from app.jobs_model import FINAL_STATES, FINETUNE
 from app.pages.compress.step_review import ReviewStep
 from app.pages.compress.step_run import JobRow, RunStep
 from app.pages.compress.step_settings import SettingsStep
@@ -25,6 +24,7 @@ from app.pages.compress.step_techniques import TechniquesStep
 from app.pages.compress.techniques import build_jobs, default_settings, field_errors
 from app.pages.new_finetune.parts import Step, error_text
 from app.widgets.wizard_page import WizardPage
+from engine.api.job_terms import FINAL_STATES, FINETUNE
 
 LIST_LIMIT = 1000
 SOURCE, TECHNIQUES, SETTINGS, REVIEW, RUN = range(5)

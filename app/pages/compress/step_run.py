@@ -13,10 +13,11 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from app.jobs_model import ACTIVE_STATES, FINAL_STATES, STATE_COLOURS
+from app.jobs_model import STATE_COLOURS
 from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column
+from engine.api.job_terms import ACTIVE_STATES, FINAL_STATES
 
 
 class JobRow(QWidget):

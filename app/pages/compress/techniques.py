@@ -18,9 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from app.pages.new_finetune.spec_tools import launch_spec, suggested_lr
 from app.pages.new_finetune.spec_tools import validate as validate_train
+from engine.api.job_terms import FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE
 from engine.api.specs import LoraMergeSpec, PruneSpec, QatSpec, QuantizeSpec
 
-FINETUNE = "train.finetune"
 # Tasks whose built-in models are transformers: a student keeps fewer of their blocks.
 TRANSFORMER_TASKS = ("text_classification", "causal_lm")
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
@@ -39,28 +39,28 @@ class Technique:
 
 
 TECHNIQUES: tuple[Technique, ...] = (
-    Technique("lora_merge", "LoRA merge", "compress.lora_merge",
+    Technique("lora_merge", "LoRA merge", LORA_MERGE,
               "Fold the LoRA adapters into the base weights: one plain model, no adapter code at inference.",
               "Same accuracy and a little faster; the file holds the whole model, not just the adapter.",
               "merged"),
-    Technique("dynamic_int8", "Dynamic int8", "compress.quantize",
+    Technique("dynamic_int8", "Dynamic int8", QUANTIZE,
               "Weights stored as int8, activations quantized on the fly. Needs no calibration data.",
               "About 4× smaller and often 1.5–3× faster on CPUs; accuracy usually within a point.",
               "int8-dynamic"),
-    Technique("static_int8", "Static int8 (QDQ)", "compress.quantize",
+    Technique("static_int8", "Static int8 (QDQ)", QUANTIZE,
               "Weights and activations in int8, activation ranges calibrated on training examples "
               "(QDQ, which TensorRT reads).",
               "About 4× smaller and the fastest on int8 hardware; accuracy depends on the calibration.",
               "int8-static"),
-    Technique("fp16", "fp16", "compress.quantize",
+    Technique("fp16", "fp16", QUANTIZE,
               "Weights and arithmetic in half precision.",
               "Half the size; faster on GPUs and Jetsons, often slower on CPUs; accuracy nearly unchanged.",
               "fp16"),
-    Technique("qat", "QAT", "compress.qat",
+    Technique("qat", "QAT", QAT,
               "Fine-tune for a few steps with simulated int8, then export static int8.",
               "Can win back what static int8 loses in accuracy, given enough training steps; costs a short training run.",
               "qat-int8"),
-    Technique("prune", "Structured pruning", "compress.prune",
+    Technique("prune", "Structured pruning", PRUNE,
               "Remove attention heads, FFN width or CNN channels, then a short recovery fine-tune.",
               "Fewer parameters and MACs, faster on any hardware; accuracy falls as the ratio grows.",
               "pruned"),
@@ -72,10 +72,10 @@ TECHNIQUES: tuple[Technique, ...] = (
 BY_KEY = {t.key: t for t in TECHNIQUES}
 QUANTIZE_MODES = {"dynamic_int8": "dynamic", "static_int8": "static", "fp16": "fp16"}
 SPEC_MODELS: dict[str, type[BaseModel]] = {
-    "compress.lora_merge": LoraMergeSpec,
-    "compress.quantize": QuantizeSpec,
-    "compress.qat": QatSpec,
-    "compress.prune": PruneSpec,
+    LORA_MERGE: LoraMergeSpec,
+    QUANTIZE: QuantizeSpec,
+    QAT: QatSpec,
+    PRUNE: PruneSpec,
 }
 
 

@@ -16,7 +16,6 @@ from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
 from app.field_text import plain_message
-from app.jobs_model import FINAL_STATES
 from app.pages.export.plan import (
     FORMATS,
     KIND,
@@ -39,6 +38,7 @@ from app.pages.export.step_source import SourceStep
 from app.pages.export.step_target import TargetStep
 from app.pages.new_finetune.parts import Step, error_text
 from app.widgets.wizard_page import WizardPage
+from engine.api.job_terms import FINAL_STATES
 
 LIST_LIMIT = 1000
 

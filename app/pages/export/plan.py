@@ -13,12 +13,12 @@ from typing import Any
 
 import yaml
 
+from engine.api.job_terms import EXPORT, FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE
 from engine.api.specs import EXPORT_FORMATS, JETSON_TARGETS, SpecError, validate_spec
 
-KIND = "export.model"
-FINETUNE = "train.finetune"
-SOURCE_KINDS = (FINETUNE, "compress.lora_merge", "compress.quantize", "compress.qat", "compress.prune")
-ONNX_ONLY_KINDS = ("compress.quantize", "compress.qat")  # their model is model.onnx only
+KIND = EXPORT
+SOURCE_KINDS = (FINETUNE, LORA_MERGE, QUANTIZE, QAT, PRUNE)
+ONNX_ONLY_KINDS = (QUANTIZE, QAT)  # their model is model.onnx only
 TORCH_FORMATS = ("torchscript", "pt2")
 TARGET_FORMATS = ("jetson", "tensorrt")  # the formats the Target step is for
 SOURCE, FORMATS, TARGET, REVIEW, RUN = range(5)
@@ -197,10 +197,10 @@ def host_label(host: dict[str, Any]) -> str:
 
 # Where each kind of job leaves its model (docs/compression.md), inside the run's model/ folder.
 MODEL_FILES = {
-    "compress.quantize": "model.onnx",
-    "compress.qat": "model.onnx",
-    "compress.prune": "model.pt (and model.onnx)",
-    "compress.lora_merge": "weights.safetensors",
+    QUANTIZE: "model.onnx",
+    QAT: "model.onnx",
+    PRUNE: "model.pt (and model.onnx)",
+    LORA_MERGE: "weights.safetensors",
 }
 
 

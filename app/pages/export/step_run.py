@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs_model import ACTIVE_STATES, FINAL_STATES, STATE_COLOURS
+from app.jobs_model import STATE_COLOURS
 from app.pages.export.plan import export_folder, format_folder
 from app.pages.export.results import (
     FINDING_COLUMNS,
@@ -42,6 +42,7 @@ from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import FactsView, card, label
 from app.widgets.open_folder import FolderFallback, open_folder
 from app.widgets.wizard_frame import step_column
+from engine.api.job_terms import ACTIVE_STATES, FINAL_STATES
 
 MAX_DEVICE_LINES = 5000
 

@@ -30,15 +30,16 @@ from app import format as fmt
 from app.engine_client import Subscription
 from app.engine_process import EngineProcess
 from app.glossary import term_tooltip
-from app.jobs_model import ACTIVE_STATES, STATE_COLOURS, metrics_text
+from app.jobs_model import STATE_COLOURS, metrics_text
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.pages.monitor.speed_line import perf_summary, speed_summary
 from app.widgets.common import label, show_text
 from app.widgets.empty_state import empty_state, window_action
 from app.widgets.log_pane import LogPane
+from engine.api.job_terms import ACTIVE_STATES, FINETUNE, LIVE_STATES
 
-KIND = "train.finetune"
+KIND = FINETUNE
 LOG_TAIL = 2000
 POLL_MS = 1000
 STATUS_MS = 150  # progress labels follow the events at most this often
@@ -346,7 +347,7 @@ class MonitorPage(QWidget):
             self.step_label.setText(f"step {step:,} / {total:,}" if total else f"step {step:,}")
         else:
             self.step_label.setText(f"{total:,} steps" if total else "")
-        if state in ("running", "stopping"):
+        if state in LIVE_STATES:
             # No ETA before it can be estimated, nor once the estimate has run out.
             left = fmt.train_eta(train)
             finishing = progress is not None and progress >= 1

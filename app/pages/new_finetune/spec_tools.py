@@ -16,9 +16,10 @@ import yaml
 from pydantic import ValidationError
 
 from engine.api.host_spec import LOCAL
+from engine.api.job_terms import FINETUNE
 from engine.api.train_spec import TrainSpec
 
-KIND = "train.finetune"
+KIND = FINETUNE
 DEFAULTS: dict[str, Any] = TrainSpec().model_dump()
 
 # The model validator reports cross-field problems without a location; these words say

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from app.pages.new_finetune.parts import Step, error_text, show_text, step_header
 from app.widgets.common import card, label
+from engine.api.job_terms import FINETUNE
 
 TASKS = (
     ("text_classification", "Text classification",
@@ -98,7 +99,7 @@ class TaskStep(Step):
 
     def _show_templates(self, reply: dict[str, Any]) -> None:
         self.templates.clear()
-        items = [t for t in reply.get("templates") or [] if t.get("kind", "train.finetune") == "train.finetune"]
+        items = [t for t in reply.get("templates") or [] if t.get("kind", FINETUNE) == FINETUNE]
         for template in items:
             task = (template.get("spec") or {}).get("task", "")
             item = QListWidgetItem(f"{template.get('name')}    {task}")

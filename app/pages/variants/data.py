@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.job_terms import LORA_MERGE, PRUNE, QAT, QUANTIZE
+
 LATENCY_BASES = {"b1": "batch 1", "bN": "batch N"}
 
 
@@ -72,16 +74,16 @@ def technique_label(record: dict[str, Any], evaluation: dict[str, Any] | None = 
     """'int8 dynamic', 'pruned 30% params', 'distilled (3 layers)' ... from the job's kind and spec."""
     kind = record.get("kind") or ""
     spec = record.get("spec") or {}
-    if kind == "compress.quantize":
+    if kind == QUANTIZE:
         mode = spec.get("mode", "dynamic")
         return "fp16" if mode == "fp16" else f"int8 {mode}"
-    if kind == "compress.qat":
+    if kind == QAT:
         return "QAT int8"
-    if kind == "compress.prune":
+    if kind == PRUNE:
         ratio = spec.get("ratio")
         target = spec.get("target", "params")
         return f"pruned {ratio:.0%} {target}" if isinstance(ratio, (int, float)) else "pruned"
-    if kind == "compress.lora_merge":
+    if kind == LORA_MERGE:
         return "LoRA merged"
     if spec.get("distill"):
         layers = (spec.get("distill") or {}).get("student_layers")

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs_model import FINETUNE, display_name
+from app.jobs_model import display_name
 from app.pages.new_finetune.parts import error_text
 from app.pages.variants.data import (
     LATENCY_BASES,
@@ -43,6 +43,7 @@ from app.pages.variants.scatter import VariantsScatter
 from app.pages.variants.table import VariantsModel, VariantsSort
 from app.widgets.common import card, label
 from app.widgets.empty_state import empty_state, window_action
+from engine.api.job_terms import FINETUNE
 from engine.api.protocol import METHOD_NOT_FOUND
 
 REFRESH_DELAY_MS = 250  # a burst of job events (start, running, succeeded) costs one request
