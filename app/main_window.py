@@ -1,7 +1,7 @@
 """The main window: a sidebar of pages, the connection banner and the status bar.
 
 It only assembles. Each page is its own module and talks to the engine itself
-through ``engine.cli.client``; the window owns the EngineProcess and hands it to
+through ``EngineProcess.client``; the window owns the EngineProcess and hands it to
 every page. Pages are built the first time they are shown, so a page that
 needs something heavy (pyqtgraph, numpy) costs nothing until it is opened.
 """

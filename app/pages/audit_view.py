@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app import format as fmt
 from app.widgets.common import card, label
-from engine.cli.audit import COLUMNS, row
+from engine.api.audit_rows import COLUMNS, row
 
 PAGE = 100
 EXPORT_PAGE = 500

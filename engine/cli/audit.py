@@ -8,21 +8,16 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from engine.cli.client import EngineClient, ensure_engine
+from engine.api.audit_rows import COLUMNS, iso, row
+from engine.cli.client import BlockingClient, ensure_engine
 
 PAGE = 500
-COLUMNS = ("time", "client", "action", "target", "ok", "error", "params")
 
 
-def iso(t: float | None) -> str:
-    return datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else ""
-
-
-def pages(c: EngineClient, limit: int | None, **filters: Any) -> Iterator[dict[str, Any]]:
+def pages(c: BlockingClient, limit: int | None, **filters: Any) -> Iterator[dict[str, Any]]:
     """Audit records newest first, page by page (each reply stays well under the frame limit)."""
     # Records written while paging are newer than this: pinned, the pages neither shift nor repeat.
     filters.setdefault("until", time.time() + 0.001)
@@ -35,13 +30,6 @@ def pages(c: EngineClient, limit: int | None, **filters: Any) -> Iterator[dict[s
         if reply.get("next_offset") is None or not reply["records"]:
             return
         offset = reply["next_offset"]
-
-
-def row(rec: dict[str, Any]) -> list[str]:
-    """One CSV row: what the GUI's export writes too."""
-    return [iso(rec.get("t")), rec.get("client", ""), rec.get("action", ""), rec.get("target", ""),
-            "yes" if rec.get("ok") else "no", rec.get("error") or "",
-            json.dumps(rec.get("params") or {}, sort_keys=True)]
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""The Trainer: the training loop every fine-tune and every training compression runs."""
