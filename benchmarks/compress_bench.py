@@ -42,7 +42,7 @@ TARGETS = {  # variant name -> (max size ratio, max latency ratio at batch N, ma
 
 def start_engine(home: Path) -> subprocess.Popen:
     from engine.api import paths
-    from engine.cli.client import EngineClient, EngineNotRunning
+    from engine.cli.client import BlockingClient, EngineNotRunning
 
     env = dict(os.environ, EMBER_HOME=str(home), PYTHONPATH=str(ROOT))
     env.pop("EMBER_RUNTIME_DIR", None)
@@ -55,7 +55,7 @@ def start_engine(home: Path) -> subprocess.Popen:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with contextlib.suppress(EngineNotRunning, ConnectionError, FileNotFoundError):
-            EngineClient.connect(paths.resolve(), client="bench", timeout=5).close()
+            BlockingClient.connect(paths.resolve(), client="bench", timeout=5).close()
             return proc
         time.sleep(0.1)
     proc.kill()
@@ -102,14 +102,14 @@ def main() -> int:
     args = ap.parse_args()
 
     from engine.api import paths
-    from engine.cli.client import EngineClient
+    from engine.cli.client import BlockingClient
 
     tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="ember-compress-bench-")
     home = args.keep or Path(tmp.name)
     proc = start_engine(home)
     t0 = time.monotonic()
     try:
-        with EngineClient.connect(paths.resolve(), client="bench", timeout=60) as c:
+        with BlockingClient.connect(paths.resolve(), client="bench", timeout=60) as c:
             spec = {"task": "text_classification", "method": {"kind": "full"}, "batch_size": 16,
                     "data": {"max_length": 64}, "max_steps": args.steps, "eval_every": args.steps,
                     "optim": {"lr": 1e-4, "warmup_steps": 10}, "seed": 0}

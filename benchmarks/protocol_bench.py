@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.api import paths as paths_mod  # noqa: E402
-from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
+from engine.cli.client import BlockingClient, EngineNotRunning  # noqa: E402
 
 RTT_TARGET_MS = 1.0
 FANOUT_TARGET = 20_000
@@ -42,7 +42,7 @@ def start_engine(home: Path) -> subprocess.Popen:
     os.environ["EMBER_HOME"] = str(home)
     for _ in range(400):
         try:
-            EngineClient.connect(paths_mod.resolve()).close()
+            BlockingClient.connect(paths_mod.resolve()).close()
             return proc
         except (EngineNotRunning, ConnectionError, FileNotFoundError):
             time.sleep(0.05)
@@ -55,7 +55,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def rtt_engine(n: int) -> list[float]:
-    with EngineClient.connect() as c:
+    with BlockingClient.connect() as c:
         for _ in range(200):
             c.call("ping")
         out = []
@@ -106,7 +106,7 @@ def rtt_echo_anchor(n: int) -> list[float]:
 
 def subscriber(home: str, expect: int, ready, results) -> None:
     os.environ["EMBER_HOME"] = home
-    with EngineClient.connect(client="bench-sub") as c:
+    with BlockingClient.connect(client="bench-sub") as c:
         c.subscribe(["diag/bench"])
         ready.set()
         got, first, last = 0, None, None
@@ -130,7 +130,7 @@ def fanout(home: Path, subscribers: int, events: int, batch: int = 5000) -> tupl
         p.start()
     for r in readies:
         r.wait(60)
-    with EngineClient.connect(client="bench-pub") as c:
+    with BlockingClient.connect(client="bench-pub") as c:
         t0 = time.time()
         for _ in range(events // batch):
             c.call("diag.burst", topic="diag/bench", count=batch, payload_bytes=64)

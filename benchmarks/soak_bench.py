@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.api import paths as paths_mod  # noqa: E402
-from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
+from engine.cli.client import BlockingClient, EngineNotRunning  # noqa: E402
 
 RSS_GROWTH_TARGET = 0.10
 TINY_FINETUNE = {"task": "image_classification", "method": {"kind": "full"}, "device": "cpu",
@@ -61,7 +61,7 @@ def start_engine(home: Path) -> tuple[subprocess.Popen, paths_mod.Paths]:
         if proc.poll() is not None:
             raise RuntimeError(f"engine exited with {proc.returncode}: {(home / 'engine.log').read_text()[-2000:]}")
         with contextlib.suppress(EngineNotRunning, ConnectionError, FileNotFoundError):
-            EngineClient.connect(p, client="soak-probe").close()
+            BlockingClient.connect(p, client="soak-probe").close()
             return proc, p
         time.sleep(0.05)
     proc.kill()
@@ -73,7 +73,7 @@ class Subscriber(threading.Thread):
 
     def __init__(self, p: paths_mod.Paths, name: str):
         super().__init__(daemon=True, name=name)
-        self.client = EngineClient.connect(p, client=name, timeout=30)
+        self.client = BlockingClient.connect(p, client=name, timeout=30)
         self.client.subscribe(["jobs", "run/*/sample"])
         self.final: dict[str, str] = {}
         self.samples = 0
@@ -112,7 +112,7 @@ def engine_usage(pid: int) -> dict[str, int]:
     return {"rss": proc.memory_info().rss, "fds": proc.num_fds(), "children": len(proc.children(recursive=True))}
 
 
-def wait_all_final(c: EngineClient, ids: list[str], timeout: float) -> dict[str, dict[str, Any]]:
+def wait_all_final(c: BlockingClient, ids: list[str], timeout: float) -> dict[str, dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         runs = {i: c.call("jobs.get", id=i) for i in ids}
@@ -129,7 +129,7 @@ def soak(home: Path, n_jobs: int = 20, samples: int = 20, finetunes: int = 0,
     proc, p = start_engine(home)
     subs: list[Subscriber] = []
     try:
-        with EngineClient.connect(p, client="soak-driver", timeout=60) as c:
+        with BlockingClient.connect(p, client="soak-driver", timeout=60) as c:
             # Warm-up: one job first, so the start figures include what any engine holds after a job.
             warm = c.call("jobs.start", kind="system.probe", spec={})
             wait_all_final(c, [warm["id"]], 120)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.api import paths as paths_mod  # noqa: E402
 from engine.api.protocol import RpcError  # noqa: E402
-from engine.cli.client import EngineClient, EngineNotRunning  # noqa: E402
+from engine.cli.client import BlockingClient, EngineNotRunning  # noqa: E402
 
 TARGET_S = 1.5
 
@@ -62,7 +62,7 @@ def stop_engine(paths: paths_mod.Paths) -> str:
 
     pids = set()
     with contextlib.suppress(EngineNotRunning, OSError, RpcError):
-        with EngineClient.connect(paths, client="startup-bench", timeout=10) as c:
+        with BlockingClient.connect(paths, client="startup-bench", timeout=10) as c:
             pids.add(int(c.call("engine.status")["pid"]))
             c.call("engine.shutdown")
     for proc in psutil.process_iter(["pid", "cmdline"]):

@@ -22,7 +22,7 @@ from app.main_window import MainWindow
 from app.style import apply_stylesheet, icon
 from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 TINY = {"task": "text_classification", "method": {"kind": "lora", "lora_r": 8}, "batch_size": 16,
@@ -59,7 +59,7 @@ def shoot(app: QApplication, window: MainWindow, name: str) -> None:
 def make_runs() -> tuple[list[str], str]:
     """Two finished fine-tunes that differ in LoRA rank, and one long run to watch."""
     paths = resolve()
-    with EngineClient.connect(paths, client="screenshots", timeout=60) as c:
+    with BlockingClient.connect(paths, client="screenshots", timeout=60) as c:
         done = []
         for rank, name in ((8, "tickets-lora-r8"), (2, "tickets-lora-r2")):
             spec = {**TINY, "method": {"kind": "lora", "lora_r": rank}}

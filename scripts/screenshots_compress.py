@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from engine.api.paths import resolve
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
@@ -20,7 +20,7 @@ OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 
 
 def parent_run() -> str:
-    with EngineClient.connect(resolve(), client="screenshots", timeout=60) as c:
+    with BlockingClient.connect(resolve(), client="screenshots", timeout=60) as c:
         runs = c.call("jobs.list", kind="train.finetune", limit=50)["jobs"]
     parents = [r for r in runs if not r.get("parent_id") and r["state"] == "succeeded"]
     if not parents:

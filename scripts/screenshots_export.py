@@ -24,7 +24,7 @@ from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the share
 
 import engine  # noqa: E402
 from engine.api.paths import resolve  # noqa: E402
-from engine.cli.client import EngineClient  # noqa: E402
+from engine.cli.client import BlockingClient  # noqa: E402
 from tests.sshd import host_venv, make_sshd  # noqa: E402 - needs the repo root on sys.path
 
 WORK = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/ember-demo-export/jetson")
@@ -43,7 +43,7 @@ def jetson_python() -> Path:
     return python
 
 
-def finish(c: EngineClient, job_id: str) -> dict:
+def finish(c: BlockingClient, job_id: str) -> dict:
     import time
 
     while (job := c.call("jobs.get", id=job_id))["state"] not in FINAL_STATES:
@@ -63,7 +63,7 @@ def main() -> int:
     server = make_sshd(WORK / "sshd").start()
     try:
         app, window = open_window()  # starts the engine
-        client = EngineClient.connect(resolve(), client="screenshots", timeout=300)
+        client = BlockingClient.connect(resolve(), client="screenshots", timeout=300)
         client.call("hosts.add", host={**server.host("orin-nano"), "python": str(python),
                                        "workdir": str(WORK / "work"), "role": "jetson"})
         client.call("hosts.trust", name="orin-nano", fingerprint=server.fingerprint)

@@ -23,7 +23,7 @@ from app.prefs import prefs
 from app.style import apply_theme, icon
 from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import pump, wait  # noqa: E402 - the shared helpers of the other screenshots
@@ -50,7 +50,7 @@ def shoot(app: QApplication, window: MainWindow, name: str, screen: bool = False
     print(f"  {OUT / name}")
 
 
-def finish(c: EngineClient, job_id: str, timeout: float = 900) -> str:
+def finish(c: BlockingClient, job_id: str, timeout: float = 900) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = c.call("jobs.get", id=job_id)["state"]
@@ -62,7 +62,7 @@ def finish(c: EngineClient, job_id: str, timeout: float = 900) -> str:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    with EngineClient.connect(resolve(), client="screenshots", timeout=60) as c:
+    with BlockingClient.connect(resolve(), client="screenshots", timeout=60) as c:
         first = c.call("jobs.start", kind="train.finetune", spec=TINY, name="tickets-lora")["id"]
         finish(c, first)
 

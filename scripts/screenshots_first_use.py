@@ -20,7 +20,7 @@ from pathlib import Path
 from app.help import open_doc, show_about
 from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers
@@ -35,7 +35,7 @@ ROWS = [("the printer on the second floor is jammed again", "hardware"),
         ("two-factor codes never arrive on my phone", "account")]
 
 
-def finish(c: EngineClient, job_id: str, timeout: float = 900) -> None:
+def finish(c: BlockingClient, job_id: str, timeout: float = 900) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if c.call("jobs.get", id=job_id)["state"] in FINAL_STATES:
@@ -46,7 +46,7 @@ def finish(c: EngineClient, job_id: str, timeout: float = 900) -> None:
 
 def make_runs() -> None:
     """A fine-tune, its int8 variant and an export of the variant, named as the wizards name them."""
-    with EngineClient.connect(resolve(), client="screenshots", timeout=60) as c:
+    with BlockingClient.connect(resolve(), client="screenshots", timeout=60) as c:
         run = c.call("jobs.start", kind="train.finetune", spec=TINY, name="tickets-lora")["id"]
         finish(c, run)
         variant = c.call("jobs.start", kind="compress.quantize", spec={"source_run": run, "mode": "dynamic"},

@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
 
 from engine.api.paths import resolve  # noqa: E402
-from engine.cli.client import EngineClient  # noqa: E402
+from engine.cli.client import BlockingClient  # noqa: E402
 from tests.sshd import make_sshd  # noqa: E402 - needs the repo root on sys.path
 
 SSHD_DIR = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/ember-demo-hosts/sshd")
@@ -43,7 +43,7 @@ def main() -> int:
         card = page.card("workstation")
         wait(app, lambda: card.hardware.value("CPU") != "" and not card.busy_text, 120, "the probe")
         # A second host whose Python has no torch: its card says so, and what to do.
-        client = EngineClient.connect(resolve(), client="screenshots", timeout=120)
+        client = BlockingClient.connect(resolve(), client="screenshots", timeout=120)
         client.call("hosts.add", host={**server.host("gpu-box"), "python": "/usr/bin/python3", "workdir": "~/ember"})
         client.call("hosts.probe", name="gpu-box")
         wait(app, lambda: page.card("gpu-box") is not None and page.card("gpu-box").hardware.value("CPU") != "",

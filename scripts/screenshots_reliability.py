@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QScrollArea  # noqa: E402
 from screenshots import open_window, pump, shoot, wait  # noqa: E402 - the shared helpers of the other screenshots
 
 from engine.api.paths import resolve  # noqa: E402
-from engine.cli.client import EngineClient  # noqa: E402
+from engine.cli.client import BlockingClient  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
 CODE_DIR = Path(sys.argv[2] if len(sys.argv) > 2 else "/tmp/ember-demo-reliability/my-models")
@@ -42,7 +42,7 @@ def build_model(num_labels: int, image_size: int = 32) -> nn.Module:
 '''
 
 
-def finish(c: EngineClient, job_id: str, timeout: float = 600) -> dict:
+def finish(c: BlockingClient, job_id: str, timeout: float = 600) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = c.call("jobs.get", id=job_id)
@@ -58,7 +58,7 @@ def main() -> int:
     screenshots.OUT = OUT
     OUT.mkdir(parents=True, exist_ok=True)
     app, window = open_window()  # starts the engine
-    c = EngineClient.connect(resolve(), client="screenshots", timeout=120)
+    c = BlockingClient.connect(resolve(), client="screenshots", timeout=120)
     base = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS, name="digits-baseline")["id"])
     finish(c, c.call("jobs.start", kind="export.model", name="digits-onnx",
                      spec={"source_run": base["id"], "formats": ["onnx"], "parity_samples": 16})["id"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QScrollArea
 
 from engine.api.paths import resolve
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from screenshots import open_window, pump, wait  # noqa: E402 - the shared helpers of the other screenshots
@@ -29,7 +29,7 @@ PACKED = {"task": "causal_lm", "method": {"kind": "full"}, "batch_size": 4, "max
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    with EngineClient.connect(resolve(), client="screenshots", timeout=60) as c:
+    with BlockingClient.connect(resolve(), client="screenshots", timeout=60) as c:
         run = c.call("jobs.start", kind="train.finetune", spec=PACKED, name="tiny-llama-packed")["id"]
     app, window = open_window()
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from engine.api import paths as paths_mod
-from engine.cli.client import EngineClient, EngineNotRunning
+from engine.cli.client import BlockingClient, EngineNotRunning
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,8 +85,8 @@ class RunningEngine:
     paths: paths_mod.Paths
     proc: subprocess.Popen
 
-    def client(self, name: str = "test", timeout: float = 30.0) -> EngineClient:
-        return EngineClient.connect(self.paths, client=name, timeout=timeout)
+    def client(self, name: str = "test", timeout: float = 30.0) -> BlockingClient:
+        return BlockingClient.connect(self.paths, client=name, timeout=timeout)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -117,7 +117,7 @@ def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0)
         if proc.poll() is not None:
             raise RuntimeError(f"engine exited with {proc.returncode}: {(p.home / 'engine.log').read_text()}")
         with contextlib.suppress(EngineNotRunning, ConnectionError, FileNotFoundError):
-            EngineClient.connect(p, client="probe", timeout=5).close()
+            BlockingClient.connect(p, client="probe", timeout=5).close()
             return proc
         time.sleep(0.05)
     proc.kill()

@@ -1,6 +1,6 @@
 """A small blocking client of the engine, for the CLI, tests, benchmarks and scripts.
 
-    with EngineClient.connect() as c:
+    with BlockingClient.connect() as c:
         job = c.call("jobs.start", kind="system.probe", spec={})
         sub = c.subscribe([f"run/{job['id']}/*"], since=0)
         for ev in c.events(timeout=30): ...
@@ -27,7 +27,7 @@ class EngineNotRunning(ConnectionError):
     """No engine answers on the socket."""
 
 
-class EngineClient:
+class BlockingClient:
     def __init__(self, sock: socket.socket, timeout: float = 30.0):
         self.sock = sock
         self.timeout = timeout
@@ -38,7 +38,7 @@ class EngineClient:
 
     @classmethod
     def connect(cls, p: paths_mod.Paths | None = None, client: str = "ember-cli",
-                timeout: float = 30.0, token: str | None = None) -> EngineClient:
+                timeout: float = 30.0, token: str | None = None) -> BlockingClient:
         p = p or paths_mod.resolve()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -60,7 +60,7 @@ class EngineClient:
             raise
         return c
 
-    def __enter__(self) -> EngineClient:
+    def __enter__(self) -> BlockingClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -153,18 +153,18 @@ def spawn_engine(p: paths_mod.Paths | None = None) -> subprocess.Popen:
 
 
 def ensure_engine(p: paths_mod.Paths | None = None, timeout: float = 20.0,
-                  client: str = "ember-cli") -> EngineClient:
+                  client: str = "ember-cli") -> BlockingClient:
     """Connect to the engine, starting one first if none answers."""
     p = p or paths_mod.resolve()
     try:
-        return EngineClient.connect(p, client=client)
+        return BlockingClient.connect(p, client=client)
     except EngineNotRunning:
         pass
     proc = spawn_engine(p)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            return EngineClient.connect(p, client=client)
+            return BlockingClient.connect(p, client=client)
         except (EngineNotRunning, RpcError, ConnectionError):
             if proc.poll() not in (None, 0, 3):
                 raise EngineNotRunning(

@@ -19,7 +19,7 @@ import engine
 from engine.api import paths as paths_mod
 from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import RpcError
-from engine.cli.client import EngineClient, EngineNotRunning, ensure_engine
+from engine.cli.client import BlockingClient, EngineNotRunning, ensure_engine
 
 
 def _when(t: float | None) -> str:
@@ -47,7 +47,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         print(f"engine {st['version']} running, pid {st['pid']}, socket {st['socket']}")
         return 0
     try:
-        c = EngineClient.connect(p)
+        c = BlockingClient.connect(p)
     except EngineNotRunning as exc:
         print(f"stopped: {exc}")
         return 1 if args.action == "status" else 0
@@ -114,7 +114,7 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
     return spec
 
 
-def _follow(c: EngineClient, job_id: str, quiet: bool) -> int:
+def _follow(c: BlockingClient, job_id: str, quiet: bool) -> int:
     c.subscribe([f"run/{job_id}/*", "jobs"], since=0)
     while True:
         ev = c.next_event(timeout=5.0)

@@ -21,7 +21,7 @@ import pytest
 
 from engine.api import paths as paths_mod
 from engine.api.protocol import RpcError
-from engine.cli.client import EngineClient, EngineNotRunning
+from engine.cli.client import BlockingClient, EngineNotRunning
 from tests.conftest import alive, kill_job_groups
 
 CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start can be slow
@@ -30,7 +30,7 @@ CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start c
 def engine_pid(paths: paths_mod.Paths) -> int | None:
     """The pid of the engine answering for ``paths``, or None."""
     try:
-        with EngineClient.connect(paths, client="test-probe", timeout=5) as c:
+        with BlockingClient.connect(paths, client="test-probe", timeout=5) as c:
             return int(c.call("engine.status")["pid"])
     except (EngineNotRunning, OSError, RpcError):
         return None
@@ -51,7 +51,7 @@ def stop_engine(paths: paths_mod.Paths, extra_pids: tuple[int, ...] = ()) -> Non
     """Stop the engine for ``paths`` politely, then SIGKILL whatever is left."""
     pids = {pid for pid in extra_pids if pid}
     with contextlib.suppress(EngineNotRunning, OSError, RpcError):
-        with EngineClient.connect(paths, client="test-teardown", timeout=5) as c:
+        with BlockingClient.connect(paths, client="test-teardown", timeout=5) as c:
             pids.add(int(c.call("engine.status")["pid"]))
             c.call("engine.shutdown")
     with contextlib.suppress(OSError, ValueError):

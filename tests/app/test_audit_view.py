@@ -6,7 +6,7 @@ import csv
 import json
 
 from engine.api.job_terms import FINAL_STATES
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 from tests.conftest import wait_for
 
@@ -15,7 +15,7 @@ def test_audit_table_filters_exports_and_the_lineage_dialog(qtbot, make_window, 
     window = make_window(page="settings")
     wait_connected(qtbot, window)
     # Some state-changing requests from another client: one job started, one refused stop, a template saved.
-    with EngineClient.connect(gui_home, client="audit-test") as c:
+    with BlockingClient.connect(gui_home, client="audit-test") as c:
         job = c.call("jobs.start", kind="system.probe", spec={}, name="probe")
         c.call("templates.save", name="tiny", kind="system.probe", spec={})
         try:

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.jobs_model import STATE_COLUMN
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 from tests.app.test_runs_page import FINAL_STATES, RUN_TIMEOUT_MS, cell, start_two_runs
 
@@ -21,7 +21,7 @@ def test_compare_overlays_two_runs_and_diffs_their_specs(qtbot, make_window, gui
     r8, r4 = start_two_runs(gui_home)
     qtbot.waitUntil(lambda: cell(runs, r8["id"], STATE_COLUMN) in FINAL_STATES
                     and cell(runs, r4["id"], STATE_COLUMN) in FINAL_STATES, timeout=RUN_TIMEOUT_MS)
-    with EngineClient.connect(gui_home, client="check", timeout=30) as check:
+    with BlockingClient.connect(gui_home, client="check", timeout=30) as check:
         metrics = {job["id"]: check.call("jobs.metrics", id=job["id"])["metrics"] for job in (r8, r4)}
 
     # From the Runs page: select both and press Compare.

@@ -427,17 +427,17 @@ ENGINE_READY = (Path(__file__).resolve().parents[2] / "engine" / "recipes" / "ex
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not ENGINE_READY, reason="engine/recipes/export.py is not there yet")
 def test_export_a_digits_finetune_to_onnx_and_a_jetson_bundle(qtbot, make_window, gui_home):
-    from engine.cli.client import EngineClient
+    from engine.cli.client import BlockingClient
     from tests.app.conftest import wait_connected
 
     window = make_window(page="export")
     wait_connected(qtbot, window)
-    with EngineClient.connect(gui_home, client="setup", timeout=30) as c:
+    with BlockingClient.connect(gui_home, client="setup", timeout=30) as c:
         parent = c.call("jobs.start", kind="train.finetune", spec=PARENT, name="digits parent")
     pid = parent["id"]
 
     def state_of(job_id: str) -> str:
-        with EngineClient.connect(gui_home, client="check", timeout=30) as c:
+        with BlockingClient.connect(gui_home, client="check", timeout=30) as c:
             return c.call("jobs.get", id=job_id)["state"]
 
     qtbot.waitUntil(lambda: state_of(pid) in ("succeeded", "failed"), timeout=180_000)

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel
 from app.jobs_model import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
 from app.main_window import PAGES
 from engine.api.job_terms import FINAL_STATES
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,7 @@ def test_runs_page_follows_a_job_started_by_another_client(qtbot, make_window, g
     runs = window.page("runs")
     qtbot.waitUntil(lambda: runs.list_stack.currentWidget() is runs.empty, timeout=10_000)
 
-    with EngineClient.connect(gui_home, client="another-client", timeout=30) as other:
+    with BlockingClient.connect(gui_home, client="another-client", timeout=30) as other:
         job = other.call("jobs.start", kind="system.probe",
                          spec={"samples": 600, "interval_s": 0.2}, name="long probe")
         qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "running", timeout=30_000)
@@ -109,7 +109,7 @@ def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, 
     window = make_window(page="runs")
     wait_connected(qtbot, window)
     runs = window.page("runs")
-    with EngineClient.connect(gui_home, client="another-client", timeout=30) as other:
+    with BlockingClient.connect(gui_home, client="another-client", timeout=30) as other:
         job = other.call("jobs.start", kind="system.probe",
                          spec={"samples": 600, "interval_s": 0.2})
     qtbot.waitUntil(lambda: runs_state(runs, job["id"]) == "running", timeout=30_000)
@@ -123,7 +123,7 @@ def test_runs_page_stops_the_selected_job_and_shows_its_log(qtbot, make_window, 
     assert details.job_id == job["id"] and job["id"] in details.meta.text()
     # What the job printed and recorded is what the two tabs show. The engine may still be
     # reading the job's last events when its state turns final; they arrive live.
-    check = EngineClient.connect(gui_home, client="check", timeout=30)
+    check = BlockingClient.connect(gui_home, client="check", timeout=30)
     lines = check.call("jobs.logs", id=job["id"], tail=500)["lines"]
     qtbot.waitUntil(lambda: details.log_view.toPlainText() == "\n".join(lines), timeout=10_000)
 

@@ -16,7 +16,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLineEdit, QMessageBox
 
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 from tests.sshd import free_port, host_venv, make_sshd
 
@@ -123,7 +123,7 @@ def test_add_trust_probe_and_an_unreachable_host(qtbot, make_window, gui_home, s
     page.remove_host("gone")
     click(qtbot, page.confirm_dialog.button(QMessageBox.StandardButton.Yes))
     qtbot.waitUntil(lambda: page.card("gone") is None, timeout=10_000)
-    with EngineClient.connect(gui_home, client="test-other", timeout=10) as other:
+    with BlockingClient.connect(gui_home, client="test-other", timeout=10) as other:
         other.call("hosts.remove", name="loop")
         other.call("hosts.remove", name="pw")
     qtbot.waitUntil(lambda: page.card("loop") is None and page.empty_state.isVisible(), timeout=10_000)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 
 RUN_TIMEOUT_MS = 180_000  # a tiny run, but the CI machines have two cores
@@ -26,12 +26,12 @@ def tiny_spec(**overrides):
 
 
 def start_job(home, spec, name="monitor test"):
-    with EngineClient.connect(home, client="test-starter", timeout=30) as c:
+    with BlockingClient.connect(home, client="test-starter", timeout=30) as c:
         return c.call("jobs.start", kind="train.finetune", spec=spec, name=name)["id"]
 
 
 def stored_train_steps(home, job_id):
-    with EngineClient.connect(home, client="test-check", timeout=30) as c:
+    with BlockingClient.connect(home, client="test-check", timeout=30) as c:
         events = c.call("events.query", topics=[f"run/{job_id}/train"], limit=100_000)["events"]
     return [e["data"]["step"] for e in events]
 

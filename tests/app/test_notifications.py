@@ -10,14 +10,14 @@ from PySide6.QtCore import QTimer
 
 from app import notifications
 from app.notifications import MAX_ENTRIES, NotificationCentre, excepthook, report_error
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 
 RUN_TIMEOUT_MS = 180_000  # real jobs on two shared cores
 
 
 def start_job(home, kind, spec, name=""):
-    with EngineClient.connect(home, client="test-starter", timeout=30) as c:
+    with BlockingClient.connect(home, client="test-starter", timeout=30) as c:
         return c.call("jobs.start", kind=kind, spec=spec, name=name)["id"]
 
 
@@ -118,7 +118,7 @@ def test_job_endings_engine_errors_and_uncaught_exceptions_become_entries(
     qtbot.waitUntil(lambda: job_entry(window, quick) is not None, timeout=RUN_TIMEOUT_MS)
     done = job_entry(window, quick)
     assert done.level == "success" and done.title == "Fine-tune “quick” finished", done
-    with EngineClient.connect(gui_home, client="test-check", timeout=30) as c:
+    with BlockingClient.connect(gui_home, client="test-check", timeout=30) as c:
         qtbot.waitUntil(lambda: c.call("jobs.get", id=probe)["state"] == "succeeded", timeout=RUN_TIMEOUT_MS)
     qtbot.wait(200)  # the probe's last jobs event has reached the window
     assert job_entry(window, probe) is None
@@ -135,7 +135,7 @@ def test_job_endings_engine_errors_and_uncaught_exceptions_become_entries(
     failing = start_job(gui_home, "train.finetune", tiny_finetune(2, data={"path": str(missing)}), "no data")
     qtbot.waitUntil(lambda: job_entry(window, failing) is not None, timeout=RUN_TIMEOUT_MS)
     failed = job_entry(window, failing)
-    with EngineClient.connect(gui_home, client="test-check", timeout=30) as c:
+    with BlockingClient.connect(gui_home, client="test-check", timeout=30) as c:
         error = c.call("jobs.get", id=failing)["error"]
     assert failed.level == "error" and failed.title == "Fine-tune “no data” failed"
     assert error["message"] in failed.text and error["message"] in failed.details
@@ -194,7 +194,7 @@ def test_activity_shows_a_running_fine_tune_and_stops_it(qtbot, make_window, gui
     qtbot.waitUntil(lambda: job_entry(window, job_id) is not None, timeout=20_000)
     stopped = job_entry(window, job_id)
     assert stopped.level == "info" and stopped.title == "Fine-tune “long run” stopped"
-    with EngineClient.connect(gui_home, client="test-check", timeout=30) as c:
+    with BlockingClient.connect(gui_home, client="test-check", timeout=30) as c:
         assert c.call("jobs.get", id=job_id)["state"] == "stopped"
 
 

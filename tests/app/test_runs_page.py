@@ -24,7 +24,7 @@ from app.jobs_model import (
     TASK_COLUMN,
 )
 from engine.api.job_terms import FINAL_STATES
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 
 TINY = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
@@ -36,7 +36,7 @@ def start_two_runs(home) -> tuple[dict, dict]:
     """Two tiny LoRA fine-tunes that differ only in lora_r, started by another client."""
     variant = copy.deepcopy(TINY)
     variant["method"]["lora_r"] = 4
-    with EngineClient.connect(home, client="test-runs", timeout=30) as other:
+    with BlockingClient.connect(home, client="test-runs", timeout=30) as other:
         r8 = other.call("jobs.start", kind="train.finetune", spec=TINY, name="lora r8")
         r4 = other.call("jobs.start", kind="train.finetune", spec=variant, name="lora r4")
     return r8, r4

@@ -174,7 +174,7 @@ def test_monitor_shows_mfu_padding_and_the_speed_line(qtbot, make_window):
 @pytest.mark.timeout(600)
 def test_monitor_shows_the_figures_of_a_real_packed_fine_tune(qtbot, make_window, gui_home):
     """A real causal-LM fine-tune with packing through the real engine: the Monitor shows what it reported."""
-    from engine.cli.client import EngineClient
+    from engine.cli.client import BlockingClient
     from tests.app.conftest import wait_connected
 
     window = make_window(page="monitor")
@@ -182,7 +182,7 @@ def test_monitor_shows_the_figures_of_a_real_packed_fine_tune(qtbot, make_window
     page = window.page("monitor")
     spec = {"task": "causal_lm", "method": {"kind": "full"}, "device": "cpu", "batch_size": 4, "max_steps": 3,
             "eval_every": 3, "checkpoint_every": 100, "data": {"packing": True, "max_length": 64}}
-    with EngineClient.connect(gui_home, client="test-starter", timeout=30) as c:
+    with BlockingClient.connect(gui_home, client="test-starter", timeout=30) as c:
         job_id = c.call("jobs.start", kind="train.finetune", spec=spec, name="speed figures")["id"]
     qtbot.waitUntil(lambda: page.job_id == job_id, timeout=30_000)
     qtbot.waitUntil(lambda: page.job().get("state") in ("succeeded", "failed"), timeout=300_000)
@@ -190,7 +190,7 @@ def test_monitor_shows_the_figures_of_a_real_packed_fine_tune(qtbot, make_window
     chart = page.charts.step_chart
     qtbot.waitUntil(lambda: chart.count("MFU %") == 3, timeout=20_000)
 
-    with EngineClient.connect(gui_home, client="test-check", timeout=30) as c:
+    with BlockingClient.connect(gui_home, client="test-check", timeout=30) as c:
         events = c.call("events.query", topics=[f"run/{job_id}/train", f"run/{job_id}/run_info"],
                         limit=1000)["events"]
     train = [e["data"] for e in events if e["topic"].endswith("/train")]

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.main_window import PAGE_KEYS
 from engine.api.train_spec import TrainSpec
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 
 WAIT_MS = 30_000
@@ -55,7 +55,7 @@ def test_welcome_buttons_and_recent_runs(qtbot, make_window, gui_home):
     window.show_page("welcome")
     quick = {"task": "image_classification", "method": {"kind": "full"}, "batch_size": 8, "max_steps": 2,
              "eval_every": 10_000, "checkpoint_every": 10_000, "device": "cpu"}  # the digits CNN: quickest
-    with EngineClient.connect(gui_home, client="test", timeout=30) as other:
+    with BlockingClient.connect(gui_home, client="test", timeout=30) as other:
         probe = other.call("jobs.start", kind="system.probe", spec={}, name="quick probe")
         job = other.call("jobs.start", kind="train.finetune", spec=quick, name="quick run")
         qtbot.waitUntil(lambda: welcome.recent_ids() == [job["id"]] and "succeeded" in

@@ -2,10 +2,10 @@
 
 import itertools
 
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 
 
-def collect(client: EngineClient, n: int, timeout: float = 20.0) -> list[dict]:
+def collect(client: BlockingClient, n: int, timeout: float = 20.0) -> list[dict]:
     return list(itertools.islice(client.events(timeout=timeout), n))
 
 

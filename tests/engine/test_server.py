@@ -17,7 +17,7 @@ from engine.api import paths as paths_mod
 from engine.api import protocol
 from engine.api.paths import read_token
 from engine.api.protocol import RpcError
-from engine.cli.client import EngineClient
+from engine.cli.client import BlockingClient
 from tests.conftest import start_engine_process
 
 
@@ -117,7 +117,7 @@ def test_invalid_params_list_every_field(engine_proc):
 
 def test_wrong_token_is_refused_and_connection_closed(engine_proc):
     with pytest.raises(RpcError) as exc:
-        EngineClient.connect(engine_proc.paths, token="0" * 64)
+        BlockingClient.connect(engine_proc.paths, token="0" * 64)
     assert exc.value.code == protocol.UNAUTHORIZED
     s = raw_socket(engine_proc.paths)
     s.sendall(protocol.encode(protocol.request(1, "hello", {"token": "nope"})))
@@ -216,7 +216,7 @@ def test_peer_credentials_refuse_another_user_even_with_open_permissions(ember_h
         )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == "closed", out.stdout + out.stderr
-        with EngineClient.connect(p) as c:
+        with BlockingClient.connect(p) as c:
             assert c.call("ping")
     finally:
         proc.terminate()
