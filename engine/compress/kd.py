@@ -16,9 +16,9 @@ def logits(task_name: str, model: Any, batch: dict[str, Any]) -> Any:
     elif task_name == "causal_lm":
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
     else:
-        from engine.tasks.text_classification import _inputs
+        from engine.tasks.text_classification import model_inputs
 
-        out = model(**_inputs(batch)).logits
+        out = model(**model_inputs(batch)).logits
     return out.float()
 
 

@@ -71,7 +71,7 @@ def input_names(task_name: str, batch: dict[str, Any]) -> list[str]:
     return names
 
 
-def _wrap(model: torch.nn.Module, task_name: str, names: list[str]) -> torch.nn.Module:
+def logits_wrapper(model: torch.nn.Module, task_name: str, names: list[str]) -> torch.nn.Module:
     """A module whose positional inputs are ``names`` and whose single output is the logits tensor."""
     from torch import nn
 
@@ -249,7 +249,7 @@ def export_onnx(model: torch.nn.Module, task_name: str, example_batch: dict[str,
     path = Path(path)
     names = input_names(task_name, example_batch)
     model = model.eval()
-    wrapper = _wrap(model, task_name, names)
+    wrapper = logits_wrapper(model, task_name, names)
     args = tuple(example_batch[k] for k in names)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

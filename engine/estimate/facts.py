@@ -98,21 +98,21 @@ def _hf_skeleton(spec: TrainSpec, num_labels: int | None) -> tuple[Any, dict[str
     if spec.task == "text_classification":
         from engine.tasks import text_classification as tc
 
-        src = tc._sources(spec)
+        src = tc.sources(spec)
         if src.issues:
             raise InputError(src.issues)
         assert src.model_dir is not None
         folder = src.model_dir
-        issues, _ = tc._check_model_dir(folder, spec.data.max_length)
+        issues, _ = tc.check_model_dir(folder, spec.data.max_length)
         if issues:
             raise InputError(issues)
         labels = num_labels or _text_labels(spec)
     else:
         from engine.tasks import causal_lm
 
-        folder, issues = causal_lm._model_dir(spec)
+        folder, issues = causal_lm.resolve_model_dir(spec)
         if folder is not None:
-            issues += causal_lm._check_folder(folder)
+            issues += causal_lm.check_model_folder(folder)
         if issues or folder is None:
             raise InputError(issues)
         labels = None
@@ -171,7 +171,7 @@ def _text_labels(spec: TrainSpec) -> int:
         return 2
     from engine.tasks import text_classification as tc
 
-    labels = set(tc._check(spec).train.labels)
+    labels = set(tc.check_data(spec).train.labels)
     return max(2, len(labels))
 
 

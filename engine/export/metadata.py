@@ -36,13 +36,13 @@ def model_folder(source: Source) -> Path | None:
     """The Hugging Face model folder a text model was built from; None for image models."""
     spec = source.spec
     if spec.task == "text_classification":
-        from engine.tasks.text_classification import _sources
+        from engine.tasks.text_classification import sources
 
-        return _sources(spec).model_dir
+        return sources(spec).model_dir
     if spec.task == "causal_lm":
-        from engine.tasks.causal_lm import _model_dir
+        from engine.tasks.causal_lm import resolve_model_dir
 
-        return _model_dir(spec)[0]
+        return resolve_model_dir(spec)[0]
     return None
 
 

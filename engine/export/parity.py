@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.compress.onnx_export import _wrap, feeds, input_names
+from engine.compress.onnx_export import feeds, input_names, logits_wrapper
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def reference_logits(model: torch.nn.Module, task_name: str, batches: list[dict[
     import torch
 
     names = input_names(task_name, batches[0])
-    wrapper = _wrap(model.float().eval(), task_name, names)
+    wrapper = logits_wrapper(model.float().eval(), task_name, names)
     with torch.no_grad():
         return [wrapper(*(b[k] for k in names)).float().cpu().numpy() for b in batches]
 

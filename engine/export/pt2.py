@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.compress.onnx_export import _wrap, input_names
+from engine.compress.onnx_export import input_names, logits_wrapper
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def export_pt2(model: torch.nn.Module, task_name: str, example_batch: dict[str, 
     started = time.perf_counter()
     path = Path(path)
     names = input_names(task_name, example_batch)
-    wrapper = _wrap(model.eval(), task_name, names)
+    wrapper = logits_wrapper(model.eval(), task_name, names)
     args = tuple(example_batch[k] for k in names)
     dyn = torch.export.Dim.DYNAMIC
     shapes = {}

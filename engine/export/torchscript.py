@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.compress.onnx_export import _wrap, input_names
+from engine.compress.onnx_export import input_names, logits_wrapper
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def export_torchscript(model: torch.nn.Module, task_name: str, example_batch: di
     started = time.perf_counter()
     path = Path(path)
     names = input_names(task_name, example_batch)
-    wrapper = _wrap(model.eval(), task_name, names)
+    wrapper = logits_wrapper(model.eval(), task_name, names)
     args = tuple(example_batch[k] for k in names)
     try:
         with warnings.catch_warnings(), torch.no_grad():

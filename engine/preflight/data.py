@@ -40,7 +40,7 @@ def _text(spec: TrainSpec, n: int) -> dict[str, Any]:
     from engine.tasks import text_classification as tc
     from engine.tasks.text_files import column_profile, guess_columns
 
-    src = tc._sources(spec)
+    src = tc.sources(spec)
     # An issue with a file is the dataset's (an archive that cannot be unpacked); else a built-in name's.
     issues = [_issue(i, _field_of(i, spec) if i.file else "data.builtin" if "dataset" in i.message else "model")
               for i in src.issues]
@@ -54,7 +54,7 @@ def _text(spec: TrainSpec, n: int) -> dict[str, Any]:
     val = tc.read_rows(src.val, src.text_column, src.label_column, "data.val_path") if src.val else None
     found = train.issues + (val.issues if val else [])
     if train.texts:
-        found += tc._label_issues(spec, train, val)
+        found += tc.label_issues(spec, train, val)
     issues += [_issue(i, _field_of(i, spec)) for i in found]
     # One rule for every dataset: the class counts are the training split's, as training will see it.
     if val is not None:
@@ -86,12 +86,12 @@ def _thumbnail(path: Path) -> str:
 def _images(spec: TrainSpec, n: int) -> dict[str, Any]:
     from engine.tasks import image_classification as ic
 
-    train, val, found = ic._check_data(spec)
+    train, val, found = ic.check_data(spec)
     issues = [_issue(i, _field_of(i, spec)) for i in found]
     if val is not None:
         split_train, split_val = train, val
     else:
-        split_train, split_val = ic._split(train, spec.data.val_fraction, spec.seed) if train else ({}, {})
+        split_train, split_val = ic.split_classes(train, spec.data.val_fraction, spec.seed) if train else ({}, {})
     # The training split's counts, as for text: what training will see.
     counts = {name: len(files) for name, files in sorted(split_train.items())}
     n_train, n_val = sum(counts.values()), sum(len(f) for f in split_val.values())
@@ -113,7 +113,7 @@ def _images(spec: TrainSpec, n: int) -> dict[str, Any]:
 def _chat(spec: TrainSpec, n: int) -> dict[str, Any]:
     from engine.tasks import causal_lm as lm
 
-    train_path, val_path, found = lm._data_files(spec)
+    train_path, val_path, found = lm.resolve_data_files(spec)
     issues = [_issue(i, "data.builtin") for i in found]
     rows: list = []
     n_val = 0

@@ -78,6 +78,21 @@ def build_once(final: Path, build: Callable[[Path], None]) -> Path:
     return final
 
 
+def load_tokenizer(folder: Path) -> Any:
+    """The tokenizer saved in a model folder, offline; InputError when it cannot load.
+
+    Here rather than in the text task: custom text models (engine/tasks/custom_model.py) need it too."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        raise InputError([Issue(f"cannot load the tokenizer: {e}",
+                                "save the tokenizer into the model folder with tokenizer.save_pretrained(folder)",
+                                str(folder))]) from e
+
+
 class Task(Protocol):
     # Token counts are reported as tokens/s when a task has them.
     HAS_TOKENS: bool

@@ -335,7 +335,7 @@ def ensure_tiny_llama() -> Path:
     return build_once(data_home() / "models" / BUILTIN_MODEL, lambda tmp: make_tiny_model_folder(tmp))
 
 
-def _model_dir(spec: TrainSpec) -> tuple[Path | None, list[Issue]]:
+def resolve_model_dir(spec: TrainSpec) -> tuple[Path | None, list[Issue]]:
     m = spec.model
     if m.builtin is not None or m.path is None:
         name = m.builtin or BUILTIN_MODEL
@@ -345,7 +345,7 @@ def _model_dir(spec: TrainSpec) -> tuple[Path | None, list[Issue]]:
     return Path(m.path).expanduser(), []
 
 
-def _check_folder(folder: Path) -> list[Issue]:
+def check_model_folder(folder: Path) -> list[Issue]:
     if not folder.exists():
         return [Issue("model folder not found", FOLDER_HINT, str(folder))]
     if not folder.is_dir():
@@ -391,7 +391,7 @@ def load_tokenizer(folder: Path) -> Any:
 # ---------------------------------------------------------------- the task
 
 
-def _data_files(spec: TrainSpec) -> tuple[Path | None, Path | None, list[Issue]]:
+def resolve_data_files(spec: TrainSpec) -> tuple[Path | None, Path | None, list[Issue]]:
     d = spec.data
     if d.builtin is not None or d.path is None:
         name = d.builtin or BUILTIN_DATA
@@ -443,17 +443,17 @@ def _packing_issues(spec: TrainSpec) -> list[Issue]:
 
 
 def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
-    folder, issues = _model_dir(spec)
+    folder, issues = resolve_model_dir(spec)
     tokenizer = None
     if folder is not None:
-        folder_issues = _check_folder(folder)
+        folder_issues = check_model_folder(folder)
         issues += folder_issues
         if not folder_issues:
             try:
                 tokenizer = load_tokenizer(folder)
             except InputError as exc:
                 issues += exc.issues
-    train_path, val_path, data_issues = _data_files(spec)
+    train_path, val_path, data_issues = resolve_data_files(spec)
     issues += data_issues + _packing_issues(spec)
     if train_path is None:
         return None, issues
@@ -527,9 +527,9 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     if data.info.get("model_dir"):
         folder, issues = Path(data.info["model_dir"]), []
     else:
-        folder, issues = _model_dir(spec)
+        folder, issues = resolve_model_dir(spec)
     if folder is not None:
-        issues += _check_folder(folder)
+        issues += check_model_folder(folder)
     if issues or folder is None:
         raise InputError(issues)
     from engine.training import methods

@@ -36,13 +36,13 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.tasks.base import TaskData, load_tokenizer
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
     import torch
 
     from engine.api.train_spec import TrainSpec
-    from engine.tasks.base import TaskData
 
 ARGUMENTS = ("num_labels", "spec", "vocab_size", "image_size", "data_info")
 CONFIRM_HINT = "Start the job again from the wizard or `ember run` and confirm the file you want to run."
@@ -195,10 +195,7 @@ def build(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
 
 
 def _vocab_size(data: TaskData) -> int:
-    from engine.tasks import text_classification as tc
-
-    tok = tc._load_tokenizer(Path(data.info["model_dir"]))
-    return len(tok)
+    return len(load_tokenizer(Path(data.info["model_dir"])))
 
 
 def _try_one_batch(model: Any, spec: TrainSpec, data: TaskData, where: str) -> None:

@@ -65,7 +65,7 @@ def _scan(folder: Path) -> tuple[dict[str, list[Path]], list[Path]]:
     return classes, skipped
 
 
-def _open_rgb(path: Path, size: int | None = None):
+def open_rgb(path: Path, size: int | None = None):
     """Decode one image fully as RGB (alpha composited over white), optionally resized."""
     from PIL import Image, ImageOps
 
@@ -91,7 +91,7 @@ def _open_rgb(path: Path, size: int | None = None):
 def _unreadable(paths: list[Path], size: int) -> list[tuple[Path, str]]:
     def check(path: Path) -> tuple[Path, str] | None:
         try:
-            _open_rgb(path, size)
+            open_rgb(path, size)
         except Exception as exc:  # noqa: BLE001 - any decoder failure means the same to the user
             return path, f"{type(exc).__name__}: {exc}"
         return None
@@ -160,7 +160,7 @@ def _check_folder(folder: Path, role: str, spec: TrainSpec) -> tuple[dict[str, l
     return classes, issues
 
 
-def _check_data(spec: TrainSpec) -> tuple[dict[str, list[Path]], dict[str, list[Path]] | None, list[Issue]]:
+def check_data(spec: TrainSpec) -> tuple[dict[str, list[Path]], dict[str, list[Path]] | None, list[Issue]]:
     train_dir, val_dir, issues = _data_folders(spec)
     if train_dir is None:
         return {}, None, issues
@@ -177,7 +177,7 @@ def _check_data(spec: TrainSpec) -> tuple[dict[str, list[Path]], dict[str, list[
     return train, val, issues
 
 
-def _split(classes: dict[str, list[Path]], fraction: float, seed: int) -> tuple[dict, dict]:
+def split_classes(classes: dict[str, list[Path]], fraction: float, seed: int) -> tuple[dict, dict]:
     """Seeded stratified split: each class keeps at least one training image."""
     rng = random.Random(seed)
     train, val = {}, {}
@@ -192,7 +192,7 @@ def _split(classes: dict[str, list[Path]], fraction: float, seed: int) -> tuple[
 # ---------------------------------------------------------------- data: built-in digits
 
 
-def _write_digits(root: Path) -> None:
+def write_digits(root: Path) -> None:
     import numpy as np
     from PIL import Image
     from sklearn.datasets import load_digits
@@ -220,7 +220,7 @@ def ensure_digits() -> Path:
     """The built-in digits image folder (``train/<digit>/*.png``, ``val/<digit>/*.png``), made on first use."""
     from engine.api.paths import data_home
 
-    return build_once(data_home() / "datasets" / "digits", _write_digits)
+    return build_once(data_home() / "datasets" / "digits", write_digits)
 
 
 # ---------------------------------------------------------------- data: datasets
@@ -239,7 +239,7 @@ class ImageFiles:
     def image(self, i: int):
         if self._cache is not None and i in self._cache:
             return self._cache[i]
-        img = _open_rgb(self.items[i][0], self.size)
+        img = open_rgb(self.items[i][0], self.size)
         if self._cache is not None:
             self._cache[i] = img
         return img
@@ -286,17 +286,17 @@ def build_transform(spec: TrainSpec, train: bool):
 def validate(spec: TrainSpec) -> list[Issue]:
     """Every problem with the model settings and the image folders, each with its path."""
     issues = image_models.check(spec)
-    issues += _check_data(spec)[2]
+    issues += check_data(spec)[2]
     return issues
 
 
 def load_data(spec: TrainSpec) -> TaskData:
-    train_classes, val_classes, issues = _check_data(spec)
+    train_classes, val_classes, issues = check_data(spec)
     if issues:
         raise InputError(issues)
     names = sorted(train_classes)
     if val_classes is None:
-        train_classes, val_classes = _split(train_classes, spec.data.val_fraction, spec.seed)
+        train_classes, val_classes = split_classes(train_classes, spec.data.val_fraction, spec.seed)
     index = {n: i for i, n in enumerate(names)}
     train_items = [(p, index[n]) for n in names for p in train_classes[n]]
     val_items = [(p, index[n]) for n in sorted(val_classes) for p in val_classes[n]]
@@ -326,7 +326,7 @@ def preview_augmentations(spec: TrainSpec, n: int = 8, seed: int = 0) -> list[tu
     import torch
     from torchvision.transforms import v2
 
-    classes, _, issues = _check_data(spec)
+    classes, _, issues = check_data(spec)
     if issues:
         raise InputError(issues)
     names = sorted(classes)
@@ -341,7 +341,7 @@ def preview_augmentations(spec: TrainSpec, n: int = 8, seed: int = 0) -> list[tu
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for name, path in picks:
-            img = augment(_open_rgb(path, spec.data.image_size))
+            img = augment(open_rgb(path, spec.data.image_size))
             buf = io.BytesIO()
             img.save(buf, format="PNG")
             out.append((name, buf.getvalue()))

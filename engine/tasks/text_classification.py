@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.tasks.base import InputError, Issue, TaskData
+from engine.tasks.base import InputError, Issue, TaskData, load_tokenizer
 from engine.tasks.text_files import MAX_SAME_PROBLEM as MAX_SAME_PROBLEM  # re-exported
 from engine.tasks.text_files import Problems, Rows, read_rows
 from engine.training.speed import attention_kwargs
@@ -74,7 +74,7 @@ class Sources:
     issues: list[Issue] = field(default_factory=list)
 
 
-def _sources(spec: TrainSpec) -> Sources:
+def sources(spec: TrainSpec) -> Sources:
     src = Sources(text_column=spec.data.text_column, label_column=spec.data.label_column)
     d = spec.data
     if d.builtin or not d.path:
@@ -112,7 +112,7 @@ def _sources(spec: TrainSpec) -> Sources:
     return src
 
 
-def _check_model_dir(folder: Path, max_length: int) -> tuple[list[Issue], dict]:
+def check_model_dir(folder: Path, max_length: int) -> tuple[list[Issue], dict]:
     """Problems with a model folder, found from its files alone; and its config.json."""
     f = str(folder)
     if not folder.exists():
@@ -195,8 +195,8 @@ class _Checked:
     config: dict
 
 
-def _check(spec: TrainSpec) -> _Checked:
-    src = _sources(spec)
+def check_data(spec: TrainSpec) -> _Checked:
+    src = sources(spec)
     issues = list(src.issues)
     train = val = None
     if src.train:
@@ -206,15 +206,15 @@ def _check(spec: TrainSpec) -> _Checked:
             val = read_rows(src.val, src.text_column, src.label_column, "data.val_path")
             issues += val.issues
     if train and train.texts:
-        issues += _label_issues(spec, train, val)
+        issues += label_issues(spec, train, val)
     config: dict = {}
     if src.model_dir is not None:
-        model_issues, config = _check_model_dir(src.model_dir, spec.data.max_length)
+        model_issues, config = check_model_dir(src.model_dir, spec.data.max_length)
         issues += model_issues
     return _Checked(src, train or Rows(""), val, issues, config)
 
 
-def _label_issues(spec: TrainSpec, train: Rows, val: Rows | None) -> list[Issue]:
+def label_issues(spec: TrainSpec, train: Rows, val: Rows | None) -> list[Issue]:
     issues: list[Issue] = []
     counts = Counter(train.labels)
     first_line = {}
@@ -258,7 +258,7 @@ def _label_key(label: str) -> tuple:
 
 def validate(spec: TrainSpec) -> list[Issue]:
     """Every problem with the data files and the model folder, each with its file and line."""
-    return _check(spec).issues
+    return check_data(spec).issues
 
 
 def split(labels: list[str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -319,27 +319,15 @@ class Collate:
         return batch
 
 
-def _load_tokenizer(folder: Path):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError, KeyError, ImportError) as e:
-        raise InputError([Issue(f"cannot load the tokenizer: {e}",
-                                "save the tokenizer into the model folder with tokenizer.save_pretrained(folder)",
-                                str(folder))]) from e
-
-
 def load_data(spec: TrainSpec) -> TaskData:
     """Tokenized train/val datasets and the collate function; InputError lists every problem."""
-    checked = _check(spec)
+    checked = check_data(spec)
     if checked.issues:
         raise InputError(checked.issues)
     src, train_rows, val_rows = checked.src, checked.train, checked.val
     folder = src.model_dir
     assert folder is not None
-    tok = _load_tokenizer(folder)
+    tok = load_tokenizer(folder)
     config = checked.config
     if isinstance(config.get("vocab_size"), int) and len(tok) > config["vocab_size"]:
         raise InputError([_vocab_issue(len(tok), config["vocab_size"], str(folder))])
@@ -399,11 +387,11 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
         from engine.tasks import custom_model
 
         return custom_model.build(spec, data)
-    src = _sources(spec)
+    src = sources(spec)
     if src.issues:
         raise InputError(src.issues)
     assert src.model_dir is not None
-    issues, config = _check_model_dir(src.model_dir, spec.data.max_length)
+    issues, config = check_model_dir(src.model_dir, spec.data.max_length)
     if issues:
         raise InputError(issues)
     folder = str(src.model_dir)
@@ -448,7 +436,7 @@ def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:
     return model.float()  # fp32 whatever the checkpoint's dtype (the recipe applies precision)
 
 
-def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
@@ -456,7 +444,7 @@ def forward(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[tor
     """Mean cross-entropy of the batch; stats: samples, non-pad tokens and positions (rows x width)."""
     import torch.nn.functional as F
 
-    logits = model(**_inputs(batch)).logits
+    logits = model(**model_inputs(batch)).logits
     loss = F.cross_entropy(logits.float(), batch["labels"])
     return loss, {"samples": int(batch["labels"].shape[0]), "tokens": int(batch["attention_mask"].sum()),
                   "positions": int(batch["input_ids"].numel())}
@@ -468,7 +456,7 @@ def eval_sums(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[st
     import torch.nn.functional as F
 
     with torch.no_grad():
-        logits = model(**_inputs(batch)).logits.float()
+        logits = model(**model_inputs(batch)).logits.float()
         labels = batch["labels"]
         pred = logits.argmax(-1)
         hit = pred == labels

@@ -38,9 +38,9 @@ def fault_report(request: pytest.FixtureRequest) -> Callable[..., None]:
 def digits_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The built-in digits images, rendered once for the session (1,797 PNGs: ~10 s each time otherwise)."""
     from engine.tasks.base import build_once
-    from engine.tasks.image_classification import _write_digits
+    from engine.tasks.image_classification import write_digits
 
-    return build_once(tmp_path_factory.mktemp("digits") / "digits", _write_digits)
+    return build_once(tmp_path_factory.mktemp("digits") / "digits", write_digits)
 
 
 @pytest.fixture

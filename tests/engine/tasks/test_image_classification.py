@@ -174,11 +174,11 @@ def test_mixed_sizes_and_modes_become_rgb_at_image_size(tmp_path):
     batch = data.collate([data.train[0], data.val[0]])
     assert batch["pixel_values"].shape == (2, 3, 24, 24) and batch["labels"].dtype == torch.long
     # The 16-bit image is scaled, not clipped to white.
-    depth = ic._open_rgb(root / "dog" / "depth.png", 8)
+    depth = ic.open_rgb(root / "dog" / "depth.png", 8)
     assert depth.mode == "RGB" and depth.getpixel((0, 0)) == (156, 156, 156)
     # Transparent pixels are composited over white.
     Image.new("RGBA", (4, 4), (0, 0, 0, 0)).save(root / "cat" / "clear.png")
-    assert ic._open_rgb(root / "cat" / "clear.png", 4).getpixel((1, 1)) == (255, 255, 255)
+    assert ic.open_rgb(root / "cat" / "clear.png", 4).getpixel((1, 1)) == (255, 255, 255)
 
 
 def test_split_is_stratified_seeded_and_datasets_pickle(tmp_path):
