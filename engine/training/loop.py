@@ -379,7 +379,8 @@ class Trainer:
                 if totals[6] and dt:
                     event["tflops"] = totals[6] / dt / 1e12
                     if self.peak_tflops:
-                        event["mfu"] = event["tflops"] / self.peak_tflops
+                        # At most 1, as mfu.mfu: above it the peak is wrong, not the model faster than the device.
+                        event["mfu"] = min(1.0, event["tflops"] / self.peak_tflops)
                 rc.emit("train", **event)
             if self.step % spec.memory_every == 0 or self.step == 1:
                 records = dist.gather_objects(world, memory_record(world))

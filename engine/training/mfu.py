@@ -15,7 +15,9 @@ Convention (Chowdhery et al. 2022, "PaLM", appendix B; Korthikanti et al. 2022 f
   does, not work the model needs. Counting it would give hardware FLOPs utilization (HFU).
 - Peaks are dense (non-sparse) vendor data-sheet figures for the precision the matmuls run in:
   16-bit tensor cores for bf16/fp16 autocast, else fp32. On CPU the peak is measured: the best
-  rate of a square matmul in this process with its torch thread count.
+  rate of a square matmul over several rounds, with this process's torch thread count, remembered
+  per machine in the data folder (a better figure replaces a worse one), so a run started on a
+  busy machine does not read a low peak and report too high an MFU. MFU is at most 100%.
 
 Models that are not Hugging Face transformers (CNNs, custom models) are counted once with
 ``torch.utils.flop_counter.FlopCounterMode`` over a forward pass of a sample batch.
@@ -29,8 +31,12 @@ inside the functions (the estimator imports the GPU table without it).
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Peak dense TFLOP/s: (name substring, 16-bit tensor cores (bf16/fp16, fp32 accumulate), fp32 without tensor
@@ -80,9 +86,34 @@ def _cpu_size(threads: int) -> int:
     return 512 if threads <= 4 else 1024 if threads <= 16 else 2048
 
 
-def measure_cpu_peak(dtype: str = "fp32", seconds: float = 0.3) -> float:
-    """TFLOP/s of a square matmul loop in this process, with its current torch thread count (the best chunk).
+CPU_PEAK_ROUNDS = 5  # rounds of a CPU peak measurement; the best counts
+CPU_PEAKS_FILE = "cpu_peaks.json"  # in the data folder: the best peak measured on this machine, per key
+QUICK_CHECK_S = 0.05  # a run's check of a remembered peak
 
+
+def _matmul_round(a: Any, b: Any, out: Any, seconds: float) -> float:
+    """FLOP/s of the fastest pair of matmuls in a loop of about ``seconds``."""
+    import torch
+
+    flops = 2.0 * 2.0 * a.shape[0] ** 3
+    best = 0.0
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        torch.mm(a, b, out=out)
+        t1 = time.perf_counter()
+        best = max(best, flops / max(t1 - t0, 1e-9))
+        if t1 - start >= seconds:
+            return best
+
+
+def measure_cpu_peak(dtype: str = "fp32", seconds: float = 0.3, rounds: int = CPU_PEAK_ROUNDS) -> float:
+    """TFLOP/s of a square matmul loop in this process, with its current torch thread count.
+
+    ``rounds`` loops of ``seconds / rounds`` with a short pause between them; the best pair of matmuls
+    of all counts. Another process busy on the same cores slows some pairs, never speeds one up, so the
+    best is the closest to what the cores can do; the pauses let a burst of someone else's work pass.
     Uses its own random generator, so a seeded run's random stream is untouched."""
     import torch
 
@@ -94,17 +125,85 @@ def measure_cpu_peak(dtype: str = "fp32", seconds: float = 0.3) -> float:
     out = torch.empty(n, n, dtype=torch_dtype)
     for _ in range(2):  # warm up: thread pool, kernel selection
         torch.mm(a, b, out=out)
-    flops = 2.0 * n**3
     best = 0.0
-    start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(2):
-            torch.mm(a, b, out=out)
-        t1 = time.perf_counter()
-        best = max(best, 2 * flops / max(t1 - t0, 1e-9))
-        if t1 - start >= seconds:
-            return best / 1e12
+    for r in range(max(1, rounds)):
+        if r:
+            time.sleep(0.02)
+        best = max(best, _matmul_round(a, b, out, seconds / max(1, rounds)))
+    return best / 1e12
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name") and ":" in line:
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_peak_key(dtype: str, threads: int) -> str:
+    """What a remembered CPU peak is valid for: the CPU, its cores, the threads the matmul ran on, the dtype.
+
+    Threads too: a CPU run of several processes gives each a share of the cores, and its peak per process."""
+    return f"{cpu_name()} | {os.cpu_count() or 0} cores | {threads} threads | {dtype}"
+
+
+def _peaks_file() -> Path:
+    from engine.api.paths import data_home
+
+    return data_home() / CPU_PEAKS_FILE
+
+
+def remembered_cpu_peaks() -> dict[str, dict[str, Any]]:
+    """The data folder's remembered CPU peaks by key; empty when there are none or the file is unreadable."""
+    try:
+        data = json.loads(_peaks_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("tflops"), (int, float))} \
+        if isinstance(data, dict) else {}
+
+
+def remember_cpu_peak(key: str, tflops: float) -> float:
+    """Keep ``tflops`` for ``key`` when it beats the remembered figure; returns the best of the two.
+
+    Written whole to a temporary file and renamed, so processes measuring at once never leave half a file.
+    A data folder that cannot be written costs the memory, never the run."""
+    peaks = remembered_cpu_peaks()
+    old = peaks.get(key, {}).get("tflops")
+    if old is not None and old >= tflops:
+        return float(old)
+    peaks[key] = {"tflops": tflops, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    path = _peaks_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{CPU_PEAKS_FILE}-", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(peaks, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return tflops
+
+
+def cpu_peak(dtype: str, threads: int, refresh: bool = False) -> tuple[float, bool]:
+    """(TFLOP/s, whether a remembered figure was known) of this CPU for ``dtype`` on ``threads`` threads.
+
+    The first time on a machine (or with ``refresh``): a full measurement, remembered in the data folder.
+    After that the remembered figure, topped up by one short round (QUICK_CHECK_S, not the full
+    measurement: a run's start-up stays short): the better of the two is kept, so a peak first measured
+    on a busy machine rises to the true one over later runs, and a busy moment never lowers it."""
+    key = cpu_peak_key(dtype, threads)
+    known = remembered_cpu_peaks().get(key)
+    if known is not None and not refresh:
+        return remember_cpu_peak(key, measure_cpu_peak(dtype, seconds=QUICK_CHECK_S, rounds=1)), True
+    return remember_cpu_peak(key, measure_cpu_peak(dtype)), False
 
 
 def _board_name(name: str) -> str:
@@ -168,17 +267,22 @@ def device_peak(device: str, precision: str, override: float | None) -> tuple[fl
         key = ("cpu", "+".join(dtypes), threads)
         if key not in _PEAKS:
             n = _cpu_size(threads)
-            rate, dtype = max((measure_cpu_peak(d), d) for d in dtypes)
-            _PEAKS[key] = (rate, f"measured {dtype} {n}x{n} matmul on {threads} thread{'s' if threads != 1 else ''}")
+            (rate, remembered), dtype = max((cpu_peak(d, threads), d) for d in dtypes)
+            how = "the best measured on this machine" if remembered else f"best of {CPU_PEAK_ROUNDS} rounds"
+            _PEAKS[key] = (rate, f"measured {dtype} {n}x{n} matmul on {threads} thread{'s' if threads != 1 else ''}, "
+                                 f"{how}")
         return _PEAKS[key]
     return None, f"no peak known for device {device}; set {PEAK_OVERRIDE} to see MFU"
 
 
 def mfu(achieved_flops_per_s: float, peak_tflops: float | None) -> float | None:
-    """Achieved model FLOP/s as a fraction of the peak (not clamped: above 1 means the peak is wrong)."""
+    """Achieved model FLOP/s as a fraction of the peak, at most 1.
+
+    Above 1 can only mean the peak is wrong (a CPU measured while busy, a wrong ``speed.peak_tflops``):
+    shown as 100%, never more; the TFLOP/s figure beside it is still the true one."""
     if not peak_tflops or peak_tflops <= 0 or achieved_flops_per_s is None:
         return None
-    return achieved_flops_per_s / (peak_tflops * 1e12)
+    return min(1.0, achieved_flops_per_s / (peak_tflops * 1e12))
 
 
 # ---------------------------------------------------------------- model FLOPs
@@ -377,5 +481,6 @@ def _rows(batch: dict) -> int:
     return max(1, int(first.shape[0])) if first is not None else 1
 
 
-__all__ = ["GPU_PEAKS", "GPU_DEFAULT", "FlopModel", "device_peak", "flop_model", "gpu_peak", "measure_cpu_peak",
-           "mfu", "transformer_flops_per_token", "unwrap"]
+__all__ = ["GPU_PEAKS", "GPU_DEFAULT", "FlopModel", "cpu_peak", "cpu_peak_key", "device_peak", "flop_model", "gpu_peak",
+           "measure_cpu_peak", "mfu", "remember_cpu_peak", "remembered_cpu_peaks", "transformer_flops_per_token",
+           "unwrap"]

@@ -86,7 +86,7 @@ class RunCharts(QWidget):
                 continue  # an old run, or an image task: no series, never a line of zeros
             if not self.step_chart.has_series(name):
                 self.step_chart.add_series(name, colour or None, right=True, width=1.5 if field == "mfu" else 1.0)
-            self.step_chart.append(name, step, 100.0 * fraction)
+            self.step_chart.append(name, step, 100.0 * min(fraction, 1.0))  # a share: never above 100%
 
     def _on_eval(self, step: int, data: dict[str, Any]) -> None:
         metrics = data.get("metrics") or {}

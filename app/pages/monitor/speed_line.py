@@ -44,7 +44,7 @@ def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
     parts: list[str] = []
     mfu, tflops, peak = number(train.get("mfu")), number(train.get("tflops")), number(info.get("peak_tflops"))
     if mfu is not None:
-        parts.append(f"MFU {_percent(mfu)}")
+        parts.append(f"MFU {_percent(min(mfu, 1.0))}")  # an older run may have reported above 100%
     if tflops is not None:
         scale, unit = (1.0, "TFLOP/s") if max(tflops, peak or 0.0) >= 1 else (1000.0, "GFLOP/s")
         text = f"{_figure(tflops * scale)} {unit}"
