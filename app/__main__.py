@@ -69,7 +69,8 @@ def run_gui(page: str | None = None, measure_startup: bool = False, exit_after_p
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import PAGE_KEYS, MainWindow
+    from app.main_window import MainWindow
+    from app.models.pages import PAGE_KEYS
     from app.style import apply_stylesheet, icon
 
     if page is not None and page not in PAGE_KEYS:

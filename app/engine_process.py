@@ -26,6 +26,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine_client import EngineClient
+from app.models.jobs_state import JobsState
+from app.prefs import engine_paths_from_prefs
 from engine.api import paths as engine_paths
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class EngineProcess(QObject):
         self.client.connected.connect(self._on_connected)
         self.client.disconnected.connect(self._on_disconnected)
         self.client.subscribe(["engine"], self._on_engine_event)
+        # Every job record, for every page: the one jobs.list and the one "jobs" subscription.
+        self.jobs = JobsState(self.client, self)
         self.state = STARTING
         self.attempt = 0
         self.version = ""
@@ -211,27 +215,6 @@ class EngineProcess(QObject):
         self._reaper.stop()
         if code not in (0, DUPLICATE_ENGINE_EXIT) and not self._child_answered:
             self._failed_starts += 1
-
-
-def engine_paths_from_prefs() -> tuple[engine_paths.Paths, bool]:
-    """The engine's paths, and whether they come from the "data_dir" preference.
-
-    EMBER_HOME wins when set; then the preference; then the engine's default.
-
-    The engine started for a preferred data directory gets it as EMBER_HOME, so both sides
-    must agree on the runtime dir (socket, token) too: it is resolved here the way the
-    engine will, with EMBER_HOME set for the moment.
-    """
-    from app.prefs import prefs
-
-    data_dir = prefs().get("data_dir").strip()
-    if "EMBER_HOME" in os.environ or not data_dir:
-        return engine_paths.resolve(), False
-    os.environ["EMBER_HOME"] = str(Path(data_dir).expanduser().resolve())
-    try:
-        return engine_paths.resolve(), True
-    finally:
-        del os.environ["EMBER_HOME"]
 
 
 def _source_root() -> Path | None:

@@ -13,24 +13,25 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QWidget
 
+from app.manual import (  # noqa: F401 - where the manual is; names kept here for callers
+    DOC_DIRS,
+    HOME_DOC,
+    SHORTCUTS_DOC,
+    TROUBLESHOOTING_DOC,
+    docs_dir,
+    heading_slug,
+    missing_docs_message,
+)
+from app.models.pages import PAGES
 from app.style import set_role
 
-PACKAGE = Path(__file__).resolve().parent
-# In order: shipped with the package (wheel, one-folder build, checkout), then a checkout's own
-# docs/ (a checkout made where links are not supported holds a small text file instead).
-DOC_DIRS = (PACKAGE / "resources" / "docs", PACKAGE.parent / "docs")
-HOME_DOC = "first-run.md"  # Help › Documentation: from opening the window to a deployed model
-TROUBLESHOOTING_DOC = "troubleshooting.md"
-SHORTCUTS_DOC = "shortcuts-and-accessibility.md"
-
-# F1 on a page opens this part of the manual (page keys of main_window.PAGES).
+# F1 on a page opens this part of the manual (page keys of app/models/pages.py).
 PAGE_DOCS = {
     "welcome": "first-run.md#welcome",
     "runs": "gui.md#pages",
@@ -46,38 +47,9 @@ LINK_SCHEME = "help:"  # href of a link that opens the viewer: "help:custom-mode
 DOC_MENTION = re.compile(r"docs/([\w.-]+\.md)(#[\w-]+)?")
 
 
-def docs_dir() -> Path | None:
-    """The folder that holds the manual (with its first page in it), or None when none is installed."""
-    for folder in DOC_DIRS:
-        if (folder / HOME_DOC).is_file():
-            return folder.resolve()  # a checkout's link to docs/: "../README.md" then resolves too
-    return None
-
-
-def missing_docs_message() -> str:
-    looked = " and ".join(str(folder) for folder in DOC_DIRS)
-    return ("The documentation is not installed with this copy of Ember Studio (looked in "
-            f"{looked}). Reinstall Ember Studio from its source folder or wheel, or read the "
-            "docs folder of its source.")
-
-
 def page_doc(key: str) -> str:
     """The part of the manual about page ``key`` ("file.md" or "file.md#heading")."""
     return PAGE_DOCS.get(key, HOME_DOC)
-
-
-def heading_slug(text: str, taken: dict[str, int] | None = None) -> str:
-    """A heading's anchor as GitHub makes it, so "file.md#anchor" links in the docs work here too.
-
-    Lower case, punctuation dropped, spaces become hyphens; a repeated heading gets -1, -2 …
-    (``taken`` counts the slugs of one document).
-    """
-    slug = re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
-    if taken is None:
-        return slug
-    count = taken.get(slug, 0)
-    taken[slug] = count + 1
-    return f"{slug}-{count}" if count else slug
 
 
 # -- opening it ----------------------------------------------------------------------------
@@ -106,9 +78,8 @@ def open_doc(widget: QWidget, target: str = HOME_DOC) -> Any:
 
 def show_page_help(window: Any) -> Any:
     """F1: the manual at the part about the page on screen."""
-    from app.shortcuts import current_key
-
-    return open_doc(window, page_doc(current_key(window)))
+    key = PAGES[max(window.sidebar.currentRow(), 0)].key
+    return open_doc(window, page_doc(key))
 
 
 def show_about(window: Any) -> Any:

@@ -1,15 +1,17 @@
 """The main window: a sidebar of pages, the connection banner and the status bar.
 
-It only assembles. Each page is its own module and talks to the engine itself
-through ``EngineProcess.client``; the window owns the EngineProcess and hands it to
-every page. Pages are built the first time they are shown, so a page that
-needs something heavy (pyqtgraph, numpy) costs nothing until it is opened.
+It only assembles. The pages are listed in app/models/pages.py (the page registry); each is its own
+module, built the first time it is shown, so a page that needs something heavy
+(pyqtgraph, numpy) costs nothing until it is opened. The window owns the
+EngineProcess (with its JobsState, app/models/jobs_state.py) and a Navigator
+(app/models/navigation.py), and hands both to every page: pages read the jobs from
+the one and move to another page through the other, never through this class.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from typing import Any
 
 from PySide6.QtCore import QSize
 from PySide6.QtGui import QCloseEvent
@@ -27,45 +29,18 @@ from PySide6.QtWidgets import (
 from app import notifications
 from app.accessibility import install_accessibility, make_accessible
 from app.engine_process import EngineProcess
+from app.models.navigation import Navigator
+from app.models.pages import PAGES, PageEntry, row_of
 from app.style import icon
 from app.widgets.activity import ActivityIndicator
 from app.widgets.connection import ConnectionBanner, EngineStatus
 from app.widgets.notification_panel import NotificationBell
 
 
-@dataclass(frozen=True)
-class PageEntry:
-    key: str  # also the module name under app/pages/ and the icon name
-    title: str
-    class_name: str
-
-    def build(self, engine: EngineProcess, parent: QWidget) -> QWidget:
-        # Imported on first show, so a page's heavy imports cost nothing at startup.
-        module = importlib.import_module(f"app.pages.{self.key}")
-        return getattr(module, self.class_name)(engine, parent)
-
-
-# The sidebar, top to bottom: the order a model goes through its life.
-PAGES = (
-    PageEntry("welcome", "Welcome", "WelcomePage"),
-    PageEntry("runs", "Runs", "RunsPage"),
-    PageEntry("new_finetune", "New fine-tune", "NewFinetunePage"),
-    PageEntry("monitor", "Monitor", "MonitorPage"),
-    PageEntry("compress", "Compress", "CompressPage"),
-    PageEntry("compare", "Compare", "ComparePage"),
-    PageEntry("export", "Export", "ExportPage"),
-    PageEntry("hosts", "Hosts", "HostsPage"),
-    PageEntry("settings", "Settings", "SettingsPage"),
-)
-
-
-PAGE_KEYS = tuple(entry.key for entry in PAGES)
-
-
-def _row_of(key: str) -> int:
-    if key not in PAGE_KEYS:
-        raise KeyError(f"No page {key!r}; pages are {', '.join(PAGE_KEYS)}")
-    return PAGE_KEYS.index(key)
+def build_page(entry: PageEntry, engine: EngineProcess, parent: QWidget, nav: Navigator) -> QWidget:
+    # Imported on first show, so a page's heavy imports cost nothing at startup.
+    module = importlib.import_module(f"app.pages.{entry.key}")
+    return getattr(module, entry.class_name)(engine, parent, nav=nav)
 
 
 class MainWindow(QMainWindow):
@@ -75,6 +50,8 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(icon("ember"))
         self.resize(1180, 760)
         self.engine = engine or EngineProcess(self)
+        self.nav = Navigator(self)  # pages ask it for another page; _navigate answers
+        self.nav.requested.connect(self._navigate)
         self._pages: dict[str, QWidget] = {}
 
         central = QWidget()
@@ -126,7 +103,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setCurrentRow(0)
         # Keys for the main actions, names for screen readers (app/shortcuts.py, app/accessibility.py).
         from app.help import install_help_menu
-        from app.shortcuts import install_shortcuts  # here: it reads PAGES from this module
+        from app.shortcuts import install_shortcuts
 
         install_shortcuts(self)
         install_help_menu(self)  # the menu bar's Help menu (app/help.py)
@@ -135,9 +112,9 @@ class MainWindow(QMainWindow):
     def page(self, key: str) -> QWidget:
         """The page for ``key``, built on first use."""
         if key not in self._pages:
-            row = _row_of(key)
+            row = row_of(key)
             stand_in = self.stack.widget(row)
-            page = PAGES[row].build(self.engine, self.stack)
+            page = build_page(PAGES[row], self.engine, self.stack, self.nav)
             self.stack.insertWidget(row, page)
             self.stack.removeWidget(stand_in)
             stand_in.deleteLater()
@@ -146,32 +123,14 @@ class MainWindow(QMainWindow):
         return self._pages[key]
 
     def show_page(self, key: str) -> QWidget:
-        self.sidebar.setCurrentRow(_row_of(key))
+        self.sidebar.setCurrentRow(row_of(key))
         return self.page(key)
 
-    # Cross-page navigation: pages call these through self.window().
-    def open_run(self, job_id: str) -> None:
-        """Watch ``job_id`` on the Monitor page."""
-        self.show_page("monitor").show_run(job_id)
-
-    def duplicate_run(self, spec: dict, name: str = "") -> None:
-        """Open the New fine-tune wizard filled in with ``spec``."""
-        self.show_page("new_finetune").load_spec(spec, name)
-
-    def compare_runs(self, ids: list[str]) -> None:
-        self.show_page("compare").set_runs(ids)
-
-    def compress_run(self, run_id: str) -> None:
-        """Open the Compress wizard on the finished fine-tune ``run_id``."""
-        self.show_page("compress").set_source(run_id)
-
-    def show_variants(self, parent_id: str) -> None:
-        """Open Compare › Variants on ``parent_id`` and its compressed variants."""
-        self.show_page("compare").show_variants(parent_id)
-
-    def export_variant(self, run_id: str, record: dict | None = None) -> None:
-        """Open Export with the run (a variant or a parent) chosen to be exported."""
-        self.show_page("export").set_variant(run_id, record)
+    def _navigate(self, key: str, args: dict[str, Any]) -> None:
+        """A Navigator's request: show page ``key``, opened on ``args`` (its ``navigate``)."""
+        page = self.show_page(key)
+        if args:
+            page.navigate(**args)
 
     def _show_row(self, row: int) -> None:
         if 0 <= row < len(PAGES):

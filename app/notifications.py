@@ -7,8 +7,8 @@ stack in a message box, and nothing fails silently.
 
 Where entries come from:
 
-- ``JobWatcher``: live state changes on the engine's ``jobs`` topic. The topic
-  is followed live only, so connecting to an engine with a long history does
+- ``JobWatcher``: live state changes of jobs (the JobsState's ``job_changed``,
+  fed by the engine's ``jobs`` topic). Only live changes count, so connecting to an engine with a long history does
   not replay a notification for every job that ever ended.
 - ``EngineErrors``: engine replies to requests sent without an error callback
   (a page that does not handle the error itself), and the client's own
@@ -145,18 +145,19 @@ class NotificationCentre(QObject):
 
     def watch(self, engine) -> None:
         """Take job endings and unhandled engine errors from ``engine`` (an EngineProcess)."""
-        self._watchers += [JobWatcher(self, engine.client, self), EngineErrors(self, engine.client, self)]
+        self._watchers += [JobWatcher(self, engine, self), EngineErrors(self, engine.client, self)]
 
     def open_job(self, job_id: str) -> None:
         """Bring the window up and show the job on Monitor (the entries' Open action)."""
         window = self.parent()
-        if window is None or not hasattr(window, "open_run"):
+        nav = getattr(window, "nav", None)  # the main window's Navigator
+        if window is None or nav is None:
             return
         if window.isMinimized():
             window.showNormal()
         window.raise_()
         window.activateWindow()
-        window.open_run(job_id)
+        nav.show("monitor", job_id=job_id)
 
     # -- the desktop ---------------------------------------------------------------------
 
@@ -244,20 +245,17 @@ def failure_details(job: dict[str, Any], log_lines: list[str] | None = None) -> 
 class JobWatcher(QObject):
     """Adds an entry when a job ends: live ``jobs`` events only, never the history."""
 
-    def __init__(self, centre: NotificationCentre, client, parent: QObject | None = None):
+    def __init__(self, centre: NotificationCentre, engine, parent: QObject | None = None):
         super().__init__(parent)
         self._centre = centre
-        self._client = client
+        self._client = engine.client
         self._states: dict[str, str] = {}
-        self._sub = client.subscribe(["jobs"], self._on_job)  # since=None: live only
+        # Live changes only (job_changed), never the list read at connect (jobs_reset).
+        engine.jobs.job_changed.connect(self._on_job)
+        engine.jobs.job_removed.connect(lambda job_id: self._states.pop(job_id, None))
 
-    def _on_job(self, _topic: str, _seq: int, job: dict[str, Any]) -> None:
-        job_id = job.get("id")
-        if not job_id:
-            return
-        if job.get("deleted"):
-            self._states.pop(job_id, None)
-            return
+    def _on_job(self, job: dict[str, Any]) -> None:
+        job_id = job["id"]
         if is_system(job):
             return  # a machine probe: Settings shows its outcome where it was asked for
         state = str(job.get("state") or "")

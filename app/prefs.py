@@ -23,9 +23,12 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QObject, QRect, QSettings, Signal
+
+from engine.api import paths as engine_paths
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +221,7 @@ def reset_prefs() -> None:
 
 
 def default_page() -> str:
-    from app.main_window import PAGE_KEYS
+    from app.models.pages import PAGE_KEYS
 
     return "welcome" if "welcome" in PAGE_KEYS else PAGE_KEYS[0]
 
@@ -233,8 +236,6 @@ def window_home(window) -> str:
     paths = getattr(engine, "paths", None)
     if engine is not None and paths is None:
         # Not started yet (the window is placed before it connects): the folder it will use.
-        from app.engine_process import engine_paths_from_prefs
-
         paths = engine_paths_from_prefs()[0]
     home = getattr(paths, "home", None)
     return str(home) if home else ""
@@ -281,7 +282,7 @@ def restore_window(window, page: str | None = None) -> str:
     screen now; otherwise the window keeps its default size (and nothing is said: there is
     nothing the user must do). Returns the key of the page shown.
     """
-    from app.main_window import PAGE_KEYS
+    from app.models.pages import PAGE_KEYS
 
     p = prefs()
     geometry = p.window_geometry(window_home(window))
@@ -296,10 +297,29 @@ def restore_window(window, page: str | None = None) -> str:
 
 def save_window(window) -> None:
     """Remember ``window``'s geometry and the page it shows (on close)."""
-    from app.main_window import PAGE_KEYS
+    from app.models.pages import PAGE_KEYS
 
     p = prefs()
     p.set_window_geometry(window_home(window), bytes(window.saveGeometry().data()))
     row = window.sidebar.currentRow()
     if 0 <= row < len(PAGE_KEYS):
         p.set("last_page", PAGE_KEYS[row])
+
+
+def engine_paths_from_prefs() -> tuple[engine_paths.Paths, bool]:
+    """The engine's paths, and whether they come from the "data_dir" preference.
+
+    EMBER_HOME wins when set; then the preference; then the engine's default.
+
+    The engine started for a preferred data directory gets it as EMBER_HOME, so both sides
+    must agree on the runtime dir (socket, token) too: it is resolved here the way the
+    engine will, with EMBER_HOME set for the moment.
+    """
+    data_dir = prefs().get("data_dir").strip()
+    if "EMBER_HOME" in os.environ or not data_dir:
+        return engine_paths.resolve(), False
+    os.environ["EMBER_HOME"] = str(Path(data_dir).expanduser().resolve())
+    try:
+        return engine_paths.resolve(), True
+    finally:
+        del os.environ["EMBER_HOME"]

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.accessibility import reachable
 from app.help import show_page_help
-from app.main_window import PAGES
+from app.models.pages import PAGES
 from engine.api.job_terms import FINETUNE
 
 PAGE_KEYS = 9  # Ctrl+1 … Ctrl+9
@@ -119,7 +119,7 @@ def new_finetune(window: Any) -> None:
 def compress_selected(window: Any) -> None:
     run_id, record = selected_run(window)
     if run_id and record and record.get("kind") == FINETUNE and record.get("state") == "succeeded":
-        window.compress_run(run_id)
+        window.nav.show("compress", source=run_id)
     else:
         window.show_page("compress")
         if run_id:
@@ -130,7 +130,7 @@ def compress_selected(window: Any) -> None:
 def export_selected(window: Any) -> None:
     run_id, record = selected_run(window)
     if run_id and (record is None or record.get("state") == "succeeded"):
-        window.export_variant(run_id, record)
+        window.nav.show("export", run_id=run_id, record=record)
     else:
         window.show_page("export")
         if run_id:

@@ -35,9 +35,10 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.engine_process import EngineProcess
 from app.jobs_model import best_text, display_name, peak_text, summary
+from app.models.navigation import Navigator
 from app.pages.variants import VariantsView
 from app.widgets.common import label
-from app.widgets.empty_state import empty_state, window_action
+from app.widgets.empty_state import empty_state
 from app.widgets.overlay_chart import OverlayChart, run_colour
 from app.widgets.spec_diff import SpecDiff
 from engine.api.job_terms import FINAL_STATES, FINETUNE
@@ -67,8 +68,9 @@ def series(rows: list[dict[str, Any]], kind: str, name: str) -> tuple[list[float
 class ComparePage(QWidget):
     title = "Compare"
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self._ids: list[str] = []
         self._records: dict[str, dict[str, Any]] = {}
@@ -135,7 +137,7 @@ class ComparePage(QWidget):
         scroll.setWidget(content)
 
         self.empty = empty_state("Nothing to compare yet", NO_RUNS_TICKED, "Open Runs",
-                                 window_action(self, "show_page", "runs"), icon_name="compare")
+                                 self.nav.action("runs"), icon_name="compare")
         self.body = QStackedWidget()
         self.body.addWidget(self.empty)
         self.body.addWidget(scroll)
@@ -151,7 +153,7 @@ class ComparePage(QWidget):
         self.message.hide()
         runs_layout.addWidget(self.message)
 
-        self.variants = VariantsView(self._client)
+        self.variants = VariantsView(engine, self.nav)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(runs_tab, "Runs")
@@ -159,13 +161,23 @@ class ComparePage(QWidget):
         self.tabs.setTabToolTip(1, "A parent run and its compressed variants: accuracy, latency, size")
         outer.addWidget(self.tabs, 1)
 
-        self._client.subscribe(["jobs"], self._on_job_event)
-        self._client.connected.connect(self.reload)
-        if self._client.is_connected:
+        self.jobs = engine.jobs  # the window's JobsState: every record, kept current
+        self.jobs.jobs_reset.connect(self.reload)
+        self.jobs.job_changed.connect(self._on_job_event)
+        self.jobs.job_removed.connect(self._on_job_removed)
+        self.jobs.load_failed.connect(self._show_error)
+        if self.jobs.loaded:
             self.reload()
         self._render()
 
     # -- which runs -------------------------------------------------------------------------
+
+    def navigate(self, run_ids: list[str] | None = None, variants_of: str | None = None) -> None:
+        """Opened from another page: compare ``run_ids``, or show the variants of ``variants_of``."""
+        if run_ids is not None:
+            self.set_runs(run_ids)
+        if variants_of:
+            self.show_variants(variants_of)
 
     def run_ids(self) -> list[str]:
         return list(self._ids)
@@ -185,27 +197,22 @@ class ComparePage(QWidget):
         self._render()
 
     def reload(self) -> None:
-        self._client.request("jobs.list", {"kind": FINETUNE, "limit": LIST_LIMIT},
-                             self._on_list, self._show_error)
+        """The job list was read again: refill the picker and re-read the runs compared."""
+        self.message.hide()
+        self._candidates = {job["id"]: job for job in self.jobs.by_kind(FINETUNE)[:LIST_LIMIT]}
+        self._fill_picker()
         for job_id in self._ids:
             self._load(job_id)
 
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        self.message.hide()
-        self._candidates = {job["id"]: job for job in reply.get("jobs", [])}
+    def _on_job_removed(self, job_id: str) -> None:
+        self._candidates.pop(job_id, None)
+        if job_id in self._ids:
+            self._ids.remove(job_id)
+            self._render()
         self._fill_picker()
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self._candidates.pop(job_id, None)
-            if job_id in self._ids:
-                self._ids.remove(job_id)
-                self._render()
-            self._fill_picker()
-            return
+    def _on_job_event(self, data: dict[str, Any]) -> None:
+        job_id = data["id"]
         if data.get("kind") != FINETUNE:
             return
         old_state = (self._candidates.get(job_id) or {}).get("state")

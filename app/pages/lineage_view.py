@@ -1,4 +1,4 @@
-"""Runs › Lineage…: where a run's model came from (``runs.lineage``), with Save as Markdown or JSON.
+"""Runs › Lineage…: where a run's model came from (``jobs.lineage``), with Save as Markdown or JSON.
 
 The engine hashes the data, model and artifact files in a thread (seconds for a big folder the
 first time, cached after), so the dialog opens at once and fills in when the reply comes.
@@ -56,7 +56,7 @@ class LineageDialog(QDialog):
         buttons.addWidget(close)
         layout.addLayout(buttons)
         self._set_saving(False)
-        client.request("runs.lineage", {"id": run_id}, self._on_record, self._on_error)
+        client.request("jobs.lineage", {"id": run_id}, self._on_record, self._on_error)
 
     def _set_saving(self, enabled: bool) -> None:
         self.save_md_button.setEnabled(enabled)

@@ -1,9 +1,8 @@
 """Runs: every job the engine knows, live, to filter, sort, open, compare and clean up.
 
-The list comes from ``jobs.list`` whenever the connection (re)opens, and stays
-current through the ``jobs`` topic (each event is the whole record; a
-``{id, deleted: true}`` event removes the row), so jobs started by the CLI or
-another window show up here too. The current row's details (RunDetails) are
+The list is the window's JobsState (app/models/jobs_state.py): read whenever the
+connection (re)opens and kept current by the ``jobs`` topic, so jobs started by the
+CLI or another window show up here too. The current row's details (RunDetails) are
 re-read every couple of seconds while it runs; the selected rows are what the
 actions act on.
 """
@@ -40,9 +39,10 @@ from app.jobs_model import (
     display_name,
     is_system,
 )
+from app.models.navigation import Navigator
 from app.pages.queue_panel import QueuePanel
-from app.widgets.common import call_window, label
-from app.widgets.empty_state import empty_state, window_action
+from app.widgets.common import label
+from app.widgets.empty_state import empty_state
 from app.widgets.flow_layout import FlowLayout
 from app.widgets.run_details import RunDetails
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE
@@ -58,8 +58,9 @@ DETAILS_MIN_HEIGHT = 150  # the details: title, facts line, the tab bar and a fe
 class RunsPage(QWidget):
     title = "Runs"
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self.model = JobsModel(self)
         self.proxy = JobsFilter(self)
@@ -172,7 +173,7 @@ class RunsPage(QWidget):
         self.empty = empty_state(
             "No runs yet", "Start a fine-tune, probe this machine from Settings, or start a job with "
             "the ember command; it appears here.", "Start your first fine-tune",
-            window_action(self, "show_page", "new_finetune"), icon_name="runs")
+            self.nav.action("new_finetune"), icon_name="runs")
         self.empty.layout().setContentsMargins(16, 8, 16, 8)  # it shares the height with the details
         self.list_stack = QStackedWidget()
         self.list_stack.addWidget(self.empty)
@@ -213,11 +214,15 @@ class RunsPage(QWidget):
         self._tick.timeout.connect(self._on_tick)
         self._tick.start()
 
-        self._client.subscribe(["jobs"], self._on_job_event)
-        self._client.connected.connect(self.reload)
+        # The records come from the window's one JobsState (app/models/jobs_state.py).
+        self.jobs = engine.jobs
+        self.jobs.jobs_reset.connect(self._on_list)
+        self.jobs.job_changed.connect(self._on_job_event)
+        self.jobs.job_removed.connect(self._forget)
+        self.jobs.load_failed.connect(self._show_error)
         self._client.disconnected.connect(self._update_buttons)
-        if self._client.is_connected:
-            self.reload()
+        if self.jobs.loaded:
+            self._on_list()
         self._update_buttons()
 
     def _button(self, text: str, tip: str, slot, role: str = "") -> QPushButton:
@@ -259,24 +264,20 @@ class RunsPage(QWidget):
     # -- loading ---------------------------------------------------------------------
 
     def reload(self) -> None:
-        self._client.request("jobs.list", {"limit": LIST_LIMIT}, self._on_list, self._show_error)
+        """Ask the engine for the whole list again (every page follows)."""
+        self.jobs.reload()
 
-    def _on_list(self, reply: dict[str, Any]) -> None:
+    def _on_list(self) -> None:
         self.message.hide()
         selected = self._selected_id
-        self.model.set_jobs(reply.get("jobs", []))
+        self.model.set_jobs(self.jobs.all()[:LIST_LIMIT])
         self._show_list()
         if not (selected and self.select_run(selected)) and self.proxy.rowCount():
             self.table.selectRow(0)
         self._update_buttons()
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self._forget(job_id)
-            return
+    def _on_job_event(self, data: dict[str, Any]) -> None:
+        job_id = data["id"]
         is_new = self.model.row_of(job_id) < 0
         # The event carries the whole public record (state, times, exit code, error, summary).
         self._on_job_record(data)
@@ -366,23 +367,22 @@ class RunsPage(QWidget):
     def open_selected(self) -> None:
         job = self.selected_job()
         if job is not None:
-            call_window(self, "open_run", job["id"])
+            self.nav.show("monitor", job_id=job["id"])
 
     def compare_selected(self) -> None:
         ids = [job["id"] for job in self.selected_jobs() if job.get("kind") == FINETUNE]
         if len(ids) >= 2:
-            call_window(self, "compare_runs", ids)
+            self.nav.show("compare", run_ids=ids)
 
     def duplicate_selected(self) -> None:
         job = self.selected_job()
         if job is not None and job.get("kind") == FINETUNE:
-            call_window(self, "duplicate_run", dict(job.get("spec") or {}),
-                              f"{display_name(job)} copy")
+            self.nav.show("new_finetune", spec=dict(job.get("spec") or {}), name=f"{display_name(job)} copy")
 
     def compress_selected(self) -> None:
         job = self.selected_job()
         if job is not None and job.get("kind") == FINETUNE and job.get("state") == "succeeded":
-            call_window(self, "compress_run", job["id"])
+            self.nav.show("compress", source=job["id"])
 
     def lineage_selected(self) -> None:
         job = self.selected_job()

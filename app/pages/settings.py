@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 from app import format as fmt
 from app.engine_client import CONNECTION_LOST, NOT_CONNECTED, Subscription
 from app.engine_process import EngineProcess
+from app.models.navigation import Navigator
 from app.probe_facts import probe_rows
 from app.widgets.common import FactsView, card, label, scrolling_body
 from engine.api.job_terms import FINAL_STATES, SYSTEM_PROBE
@@ -36,8 +37,9 @@ def store_text(store: dict[str, Any]) -> str:
 class SettingsPage(QWidget):
     title = "Settings"
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._engine = engine
         self._client = engine.client
         self._probe_id: str | None = None
@@ -95,7 +97,11 @@ class SettingsPage(QWidget):
 
         self._status_timer = QTimer(self, interval=STATUS_REFRESH_MS)
         self._status_timer.timeout.connect(self.refresh_status)
-        self._client.subscribe(["jobs"], self._on_job_event)
+        self.jobs = engine.jobs  # the window's JobsState: the latest probe, and the new one ending
+        self.jobs.jobs_reset.connect(self._load_latest_probe)
+        self.jobs.job_changed.connect(self._on_job_event)
+        if self.jobs.loaded:
+            self._load_latest_probe()
         self._client.connected.connect(self._on_connected)
         self._client.disconnected.connect(self._on_disconnected)
         if self._client.is_connected:
@@ -109,10 +115,9 @@ class SettingsPage(QWidget):
         for button in (self.refresh_button, self.stop_button, self.probe_button):
             button.setEnabled(True)
         self.refresh_status()
-        if self._probe_id is None:
-            self._load_latest_probe()
-        else:
+        if self._probe_id is not None:
             self._fetch_probe(self._probe_id)  # it may have finished while we were away
+        # else the latest probe is shown once the job list is read (_load_latest_probe)
 
     def _on_disconnected(self) -> None:
         for button in (self.refresh_button, self.stop_button, self.probe_button):
@@ -173,7 +178,7 @@ class SettingsPage(QWidget):
         elif data.get("message"):
             self.probe_status.setText(f"Probing… {data['message']}")
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
+    def _on_job_event(self, data: dict[str, Any]) -> None:
         if data.get("id") == self._probe_id and data.get("state") in FINAL_STATES:
             self._fetch_probe(self._probe_id)
 
@@ -209,14 +214,10 @@ class SettingsPage(QWidget):
         self.probe_button.setEnabled(self._client.is_connected)
 
     def _load_latest_probe(self) -> None:
-        def got_list(reply: dict[str, Any]) -> None:
-            jobs = reply.get("jobs") or []
-            if jobs and self._probe_id is None:
-                self._client.request("jobs.get", {"id": jobs[0]["id"]}, self._show_probe,
-                                     lambda _err: None)
-
-        params = {"kind": SYSTEM_PROBE, "state": "succeeded", "limit": 1}
-        self._client.request("jobs.list", params, got_list, lambda _err: None)
+        """Show the newest finished probe (its result comes with jobs.get), unless one runs now."""
+        probes = self.jobs.by_kind(SYSTEM_PROBE, ("succeeded",))
+        if probes and self._probe_id is None:
+            self._client.request("jobs.get", {"id": probes[0]["id"]}, self._show_probe, lambda _err: None)
 
     def _show_probe(self, job: dict[str, Any]) -> None:
         result = job.get("result") or {}

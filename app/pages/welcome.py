@@ -24,14 +24,13 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.engine_process import EngineProcess
 from app.jobs_model import Lookup, is_system, run_title, state_dot
+from app.models.navigation import Navigator
 from app.style import icon, set_role
-from app.widgets.common import call_window, card, label, scrolling_body
+from app.widgets.common import card, label, scrolling_body
 from app.widgets.empty_state import empty_state
 from engine.api.job_terms import kind_noun
 
 RECENT_LIMIT = 8
-# Records read to fill those lines: system jobs are left out, and a variant's parent names it.
-FETCH_LIMIT = 200
 ID_ROLE = Qt.ItemDataRole.UserRole
 
 
@@ -45,10 +44,10 @@ def recent_line(job: dict[str, Any], lookup: Lookup | None = None) -> str:
 class WelcomePage(QWidget):
     title = "Welcome"
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
-        self._jobs: dict[str, dict[str, Any]] = {}
 
         outer = scrolling_body(self, spacing=14)
         outer.addWidget(label("Welcome to Ember Studio", "h1"))
@@ -97,10 +96,10 @@ class WelcomePage(QWidget):
         box.addWidget(self.recent_stack)
         outer.addWidget(frame, 1)
 
-        self._client.subscribe(["jobs"], self._on_job_event)
-        self._client.connected.connect(self.reload)
-        if self._client.is_connected:
-            self.reload()
+        self.jobs = engine.jobs  # the window's JobsState: every record, kept current
+        for signal in (self.jobs.jobs_reset, self.jobs.job_changed, self.jobs.job_removed):
+            signal.connect(self._fill)
+        self._fill()
 
     def _start_card(self, row: QHBoxLayout, title: str, icon_name: str, text: str, slot,
                     primary: bool = False) -> QPushButton:
@@ -123,18 +122,14 @@ class WelcomePage(QWidget):
 
     def start_builtin(self) -> None:
         """The wizard on its first step, reset to the built-in text model, tickets and LoRA."""
-        wizard = call_window(self, "show_page", "new_finetune")
-        if wizard is not None:
-            wizard.start_over("text_classification")
+        self.nav.show("new_finetune", start_over="text_classification")
 
     def start_own_data(self) -> None:
         """The wizard on its Data step, "My data" chosen and the file field focused."""
-        wizard = call_window(self, "show_page", "new_finetune")
-        if wizard is not None:
-            wizard.open_own_data()
+        self.nav.show("new_finetune", own_data=True)
 
     def open_runs(self) -> None:
-        call_window(self, "show_page", "runs")
+        self.nav.show("runs")
 
     def start_tour(self) -> None:
         from app.widgets.tour import tour_for
@@ -143,32 +138,14 @@ class WelcomePage(QWidget):
 
     # -- recent runs --------------------------------------------------------------------
 
-    def reload(self, *_args: Any) -> None:
-        self._client.request("jobs.list", {"limit": FETCH_LIMIT}, self._on_list, lambda _err: None)
-
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        self._jobs = {job["id"]: job for job in reply.get("jobs") or [] if job.get("id")}
-        self._fill()
-
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self._jobs.pop(job_id, None)
-        else:
-            self._jobs[job_id] = {**self._jobs.get(job_id, {}), **data}
-        self._fill()
-
-    def _fill(self) -> None:
+    def _fill(self, *_change: Any) -> None:
         current = self.recent_list.currentItem()
         current_id = current.data(ID_ROLE) if current else None
-        runs = [job for job in self._jobs.values() if not is_system(job)]  # a machine probe is no run
-        newest = sorted(runs, key=lambda j: fmt.to_epoch(j.get("created_at")) or 0.0,
-                        reverse=True)[:RECENT_LIMIT]
+        # Newest first; a machine probe is no run.
+        newest = [job for job in self.jobs.all() if not is_system(job)][:RECENT_LIMIT]
         self.recent_list.clear()
         for job in newest:
-            item = QListWidgetItem(state_dot(str(job.get("state", ""))), recent_line(job, self._jobs.get))
+            item = QListWidgetItem(state_dot(str(job.get("state", ""))), recent_line(job, self.jobs.get))
             item.setData(ID_ROLE, job["id"])
             item.setToolTip("Double-click or press Enter to open this run on Monitor")
             self.recent_list.addItem(item)
@@ -183,4 +160,4 @@ class WelcomePage(QWidget):
     def _open_item(self, item: QListWidgetItem) -> None:
         job_id = item.data(ID_ROLE)
         if job_id:
-            call_window(self, "open_run", job_id)
+            self.nav.show("monitor", job_id=job_id)

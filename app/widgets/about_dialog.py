@@ -107,7 +107,7 @@ class AboutDialog(QDialog):
         engine = getattr(self._window, "engine", None)
         paths = getattr(engine, "paths", None)
         if paths is None:  # the engine was never started: where it would keep its data
-            from app.engine_process import engine_paths_from_prefs
+            from app.prefs import engine_paths_from_prefs
 
             paths = engine_paths_from_prefs()[0]
         return str(paths.home)
@@ -140,17 +140,13 @@ class AboutDialog(QDialog):
         if client is None or not client.is_connected:
             return
         client.request("engine.status", {}, self._on_status, lambda _err: None)
-        client.request("jobs.list", {"kind": SYSTEM_PROBE, "state": "succeeded", "limit": 1},
-                       lambda reply: self._on_probes(client, reply), lambda _err: None)
+        probes = engine.jobs.by_kind(SYSTEM_PROBE, ("succeeded",))  # the window's JobsState, newest first
+        if probes:  # its result (package versions) comes with jobs.get
+            client.request("jobs.get", {"id": probes[0]["id"]}, self._on_probe, lambda _err: None)
 
     def _on_status(self, status: dict[str, Any]) -> None:
         self._engine_rows["Engine"] = f"{status.get('version', '?')} (process {status.get('pid', '?')})"
         self._show_facts()
-
-    def _on_probes(self, client: Any, reply: dict[str, Any]) -> None:
-        jobs = reply.get("jobs") or []
-        if jobs:
-            client.request("jobs.get", {"id": jobs[0]["id"]}, self._on_probe, lambda _err: None)
 
     def _on_probe(self, job: dict[str, Any]) -> None:
         result = job.get("result") or {}

@@ -10,8 +10,7 @@ job. It covers every kind of job, since each reports progress its own way:
 - a machine probe that samples: ``run/<id>/sample`` ``{step}`` of ``spec.samples``,
   one every ``spec.interval_s``.
 
-Which jobs are active comes from the ``jobs`` topic (live) and ``jobs.list``
-at every connect. Stop and Cancel send ``jobs.stop`` / ``jobs.cancel`` without
+Which jobs are active comes from the window's JobsState (app/models/jobs_state.py). Stop and Cancel send ``jobs.stop`` / ``jobs.cancel`` without
 an error callback, so a refusal reaches the notification centre.
 """
 
@@ -42,7 +41,7 @@ from engine.api.job_terms import ACTIVE_STATES, LIVE_STATES, kind_noun
 
 MIN_FRACTION_FOR_ETA = 0.05  # before this, an extrapolated ETA is mostly noise
 MIN_SECONDS_FOR_ETA = 5.0  # nor after only a moment: the first stage is often not the typical pace
-TOPICS = ["jobs", "run/*/train", "run/*/progress", "run/*/sample"]
+TOPICS = ["run/*/train", "run/*/progress", "run/*/sample"]
 
 
 @dataclass
@@ -71,9 +70,12 @@ class ActivityTracker(QObject):
         super().__init__(parent)
         self._client = engine.client
         self._jobs: dict[str, ActiveJob] = {}
-        self._client.subscribe(TOPICS, self._on_event)  # live; jobs.list fills in at connect
-        self._client.connected.connect(self.reload)
-        if self._client.is_connected:
+        self._client.subscribe(TOPICS, self._on_event)  # live progress; the records come from JobsState
+        self.jobs_state = engine.jobs
+        self.jobs_state.jobs_reset.connect(self.reload)
+        self.jobs_state.job_changed.connect(self._on_job)
+        self.jobs_state.job_removed.connect(self._on_job_removed)
+        if self.jobs_state.loaded:
             self.reload()
 
     def jobs(self) -> list[ActiveJob]:
@@ -90,21 +92,20 @@ class ActivityTracker(QObject):
         return [j for j in self.jobs() if j.state == "queued"]
 
     def reload(self) -> None:
-        self._seen: set[str] = set()
-        self._pending = len(ACTIVE_STATES)
-        for state in ACTIVE_STATES:
-            self._client.request("jobs.list", {"state": state, "limit": 200}, self._on_list,
-                                 lambda _e: None)  # a dropped connection reloads on reconnect
-
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        for job in reply.get("jobs", []):
-            self._seen.add(job["id"])
+        """The job list was read again: keep the active jobs, drop those that ended meanwhile."""
+        active = self.jobs_state.active()
+        for job_id in set(self._jobs) - {job["id"] for job in active}:
+            del self._jobs[job_id]
+        for job in active:
             self._upsert(job)
-        self._pending -= 1
-        if self._pending == 0:
-            # Jobs that ended while this window was not connected.
-            for job_id in set(self._jobs) - self._seen:
-                del self._jobs[job_id]
+        self.changed.emit()
+
+    def _on_job(self, job: dict[str, Any]) -> None:
+        self._upsert(job)
+        self.changed.emit()
+
+    def _on_job_removed(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
         self.changed.emit()
 
     def _upsert(self, job: dict[str, Any]) -> None:
@@ -125,10 +126,6 @@ class ActivityTracker(QObject):
             found.spec = job["spec"]
 
     def _on_event(self, topic: str, _seq: int, data: dict[str, Any]) -> None:
-        if topic == "jobs":
-            self._upsert(data)
-            self.changed.emit()
-            return
         parts = topic.split("/")
         job = self._jobs.get(parts[1]) if len(parts) == 3 else None
         if job is None:

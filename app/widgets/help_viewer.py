@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.help import HOME_DOC, docs_dir, heading_slug, missing_docs_message
+from app.manual import HOME_DOC, docs_dir, heading_slug, missing_docs_message
 from app.style import set_role
 
 # The contents list, in reading order; docs not named here follow by title.

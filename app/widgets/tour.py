@@ -119,7 +119,7 @@ class Tour(QObject):
     def __init__(self, window: QWidget, steps: tuple[TourStep, ...] = STEPS):
         super().__init__(window)
         self.window = window
-        from app.main_window import PAGE_KEYS
+        from app.models.pages import PAGE_KEYS
 
         self.steps = [step for step in steps if step.page in PAGE_KEYS]  # only pages the window has
         self.step_index = -1
@@ -185,7 +185,7 @@ class Tour(QObject):
     # -- drawing -------------------------------------------------------------------------
 
     def _current_page(self) -> str | None:
-        from app.main_window import PAGES
+        from app.models.pages import PAGES
 
         row = self.window.sidebar.currentRow()
         return PAGES[row].key if 0 <= row < len(PAGES) else None
@@ -211,7 +211,7 @@ class Tour(QObject):
 
     def _target_rect(self) -> QRect:
         """The outlined item's rectangle, in window coordinates."""
-        from app.main_window import PAGE_KEYS
+        from app.models.pages import PAGE_KEYS
 
         sidebar = self.window.sidebar
         item = sidebar.item(PAGE_KEYS.index(self.steps[self.step_index].page))

@@ -51,13 +51,18 @@ class WizardPage(QWidget):
         self.source_list = self.source_step.source_list
         self.review_view = self.review_step.review_view
 
-    def follow_engine(self) -> None:
-        """Open the first step; list the runs now if connected, else once the engine is."""
-        self._client.subscribe(["jobs"], self._on_job_event)
+    def follow_engine(self, jobs: Any) -> None:
+        """Open the first step; list the runs from ``jobs`` (the window's JobsState) now and as it changes."""
+        self.jobs = jobs
+        jobs.jobs_reset.connect(self._on_list)
+        jobs.job_changed.connect(self._on_job_event)
+        jobs.job_removed.connect(self.source_step.remove)
         self._client.connected.connect(self.reload)
         self._client.disconnected.connect(self._update_buttons)
         self.go_to(0)
         self._on_changed()
+        if jobs.loaded:
+            self._on_list()
         if self._client.is_connected:
             self.reload()
 
@@ -74,6 +79,11 @@ class WizardPage(QWidget):
         raise NotImplementedError
 
     def reload(self, _hello: Any = None) -> None:
+        """The connection opened: re-read what the job list does not carry (hosts, the jobs started here)."""
+        raise NotImplementedError
+
+    def _on_list(self) -> None:
+        """The job list was read again: refill the source list from ``self.jobs``."""
         raise NotImplementedError
 
     def _on_record(self, record: dict[str, Any]) -> None:
@@ -116,14 +126,8 @@ class WizardPage(QWidget):
     def _set_status(self, text: str, role: str = "muted") -> None:
         show_status(self.status_label, text, role)
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        """Any job changed or was deleted: the Run step and the source list follow."""
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self.source_step.remove(job_id)
-            return
+    def _on_job_event(self, data: dict[str, Any]) -> None:
+        """Any job changed: the Run step and the source list follow (a deleted one leaves the list)."""
         self._on_record(data)
         if self.is_source(data):
             self.source_step.upsert(data)

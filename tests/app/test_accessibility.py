@@ -12,7 +12,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QRadioButton
 
 from app.accessibility import accessible_name, control_of, controls, name_controls, reachable
-from app.main_window import PAGES
+from app.models.pages import PAGES
 from tests.app.conftest import wait_connected
 
 MAX_TABS = 400  # more presses than any page has controls: a trap never comes back round

@@ -91,8 +91,11 @@ class FakeEngineClient(QObject):
 
 
 def fake_engine(replies: dict[str, Any]) -> SimpleNamespace:
-    """What a page is built from: an object with ``client``."""
-    return SimpleNamespace(client=FakeEngineClient(replies))
+    """What a page is built from: an object with ``client`` and the ``jobs`` state fed by it."""
+    from app.models.jobs_state import JobsState
+
+    client = FakeEngineClient(replies)
+    return SimpleNamespace(client=client, jobs=JobsState(client, client))
 
 
 def settle(qtbot, client: FakeEngineClient) -> None:
@@ -164,7 +167,7 @@ def tick(page, *keys: str) -> None:
 
 def test_source_list_shows_finished_finetunes_and_set_source_preselects(page, qtbot):
     client = page._client
-    assert client.sent("jobs.list") == [{"kind": "train.finetune", "state": "succeeded", "limit": 1000}]
+    assert len(client.sent("jobs.list")) == 1  # the one list of the JobsState
     assert sorted(page.source_step.source_ids()) == sorted(r["id"] for r in RUNS)
     item = page.source_step._item(LORA["id"])
     assert [item.text(c) for c in range(5)] == ["tickets-lora-r8", "text classification", "minilm", "lora",
@@ -351,7 +354,7 @@ def test_run_rows_follow_state_progress_and_cancel(page, qtbot):
 
     # Compare variants asks the window to open the Variants view of the source run.
     opened: list[str] = []
-    page.show_variants = opened.append  # the page is its own window here (no MainWindow)
+    page.nav.requested.connect(lambda key, args: opened.append(args["variants_of"]))  # Compare's Variants
     qtbot.mouseClick(page.run_step.compare_button, Qt.MouseButton.LeftButton)
     assert opened == [LORA["id"]]
 
@@ -383,7 +386,7 @@ def test_runs_page_offers_compress_for_a_finished_finetune(qtbot):
     qtbot.addWidget(runs)
     settle(qtbot, engine.client)
     opened: list[str] = []
-    runs.compress_run = opened.append  # the page is its own window here (no MainWindow)
+    runs.nav.requested.connect(lambda key, args: opened.append(args["source"]))  # to Compress
     assert runs.select_run("r-running") and not runs.compress_button.isEnabled()
     assert runs.select_run(LORA["id"]) and runs.compress_button.isEnabled()
     qtbot.mouseClick(runs.compress_button, Qt.MouseButton.LeftButton)

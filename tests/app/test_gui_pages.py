@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 from app.jobs_model import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
-from app.main_window import PAGES
+from app.models.pages import PAGES
 from engine.api.job_terms import FINAL_STATES
 from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected

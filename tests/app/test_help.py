@@ -19,8 +19,9 @@ from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtTest import QTest
 
 from app import help as app_help
+from app import manual
 from app.help import PAGE_DOCS, doc_label, docs_dir, heading_slug, linkify, page_doc
-from app.main_window import PAGE_KEYS, PAGES
+from app.models.pages import PAGE_KEYS, PAGES
 from tests.app.conftest import wait_connected
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +91,7 @@ def test_the_manual_is_found_and_ships_with_the_package():
 def test_missing_manual_says_where_it_looked(qtbot, tmp_path, monkeypatch):
     from app.widgets.help_viewer import HelpViewer
 
-    monkeypatch.setattr(app_help, "DOC_DIRS", (tmp_path / "a", tmp_path / "b"))
+    monkeypatch.setattr(manual, "DOC_DIRS", (tmp_path / "a", tmp_path / "b"))
     assert app_help.docs_dir() is None
     monkeypatch.setattr("app.widgets.help_viewer.docs_dir", app_help.docs_dir)
     viewer = HelpViewer()

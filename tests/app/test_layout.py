@@ -14,7 +14,7 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
 from app import style
-from app.main_window import PAGE_KEYS
+from app.models.pages import PAGE_KEYS
 
 SMALL = QSize(1024, 700)
 

@@ -84,7 +84,7 @@ def test_monitor_follows_a_real_run_and_replays_it_in_a_new_window(qtbot, make_w
     window.close()
     again = make_window(page="runs")
     wait_connected(qtbot, again)
-    again.open_run(job_id)
+    again.nav.show("monitor", job_id=job_id)
     page = again.page("monitor")
     assert page.isVisible() and page.job_id == job_id
     qtbot.waitUntil(lambda: page.charts.loss_chart.count("eval loss") == 2, timeout=20_000)

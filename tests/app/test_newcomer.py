@@ -57,7 +57,7 @@ def tick(qtbot, check) -> None:
 
 def go(qtbot, window, key: str):
     """Click the page's entry in the sidebar."""
-    from app.main_window import PAGE_KEYS
+    from app.models.pages import PAGE_KEYS
 
     item = window.sidebar.item(PAGE_KEYS.index(key))
     window.sidebar.scrollToItem(item)

@@ -203,7 +203,7 @@ def test_system_jobs_send_no_notification(qtbot):
 
     engine = fake_engine({})
     centre = NotificationCentre()
-    notifications.JobWatcher(centre, engine.client, centre)  # what watch() adds for job endings
+    notifications.JobWatcher(centre, engine, centre)  # what watch() adds for job endings
     probe = {"id": "r-probe", "kind": "system.probe", "name": "system.probe", "spec": {}, "error": None}
     for state in ("running", "succeeded"):
         engine.client.publish("jobs", {**probe, "state": state})

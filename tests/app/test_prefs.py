@@ -206,7 +206,7 @@ def test_data_dir_preference_is_the_engines_home(tmp_path, monkeypatch, qtbot):
 def test_ember_home_wins_over_the_preference(gui_home, tmp_path):
     prefs().set("data_dir", str(tmp_path / "ignored"))
     engine = EngineProcess()
-    from app.engine_process import engine_paths_from_prefs
+    from app.prefs import engine_paths_from_prefs
 
     paths, from_prefs = engine_paths_from_prefs()
     assert paths.home == gui_home.home and not from_prefs

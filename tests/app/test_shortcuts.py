@@ -13,7 +13,7 @@ from PySide6.QtTest import QTest
 
 from app.glossary import OPTION_TERMS, TERMS, explain, term_tooltip
 from app.help import page_doc
-from app.main_window import PAGES
+from app.models.pages import PAGES
 from app.shortcuts import BOUND, SHORTCUTS, selected_run, show_shortcuts
 from tests.app.conftest import engine_pid, wait_connected
 

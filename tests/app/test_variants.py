@@ -101,7 +101,7 @@ def view(qtbot):
     state = {"reply": variants_reply(DYNAMIC, PRUNED, STATIC)}
     engine = fake_engine({"compress.variants": lambda p: copy.deepcopy(state["reply"]),
                           "jobs.list": {"jobs": [copy.deepcopy(LORA)]}})
-    widget = VariantsView(engine.client)
+    widget = VariantsView(engine)
     widget.state = state  # the reply the fake engine gives; tests change it
     qtbot.addWidget(widget)
     widget.resize(1150, 900)
@@ -278,7 +278,7 @@ def test_export_this_variant_goes_to_the_export_page(view, qtbot):
     from app.pages.export import ExportPage
 
     chosen: list[tuple[str, dict]] = []
-    view.export_variant = lambda run_id, record: chosen.append((run_id, record))  # the view is its own window
+    view.nav.requested.connect(lambda key, args: chosen.append((args["run_id"], args["record"])))  # to Export
     assert not view.export_variant_button.isEnabled()
     view.select_run("r-static")
     with qtbot.waitSignal(view.export_requested) as signal:
@@ -329,7 +329,7 @@ def test_an_engine_without_compress_variants_says_so(qtbot):
 
     engine = fake_engine({"compress.variants": RpcError(METHOD_NOT_FOUND, "Unknown method"),
                           "jobs.list": {"jobs": []}})
-    view = VariantsView(engine.client)
+    view = VariantsView(engine)
     qtbot.addWidget(view)
     view.show_parent(PARENT_ID)
     settle(qtbot, engine.client)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.main_window import PAGE_KEYS
+from app.models.pages import PAGE_KEYS
 from engine.api.train_spec import TrainSpec
 from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
 from app.field_text import plain_message
+from app.models.navigation import Navigator
 from app.pages.compress.step_review import ReviewStep
 from app.pages.compress.step_run import JobRow, RunStep
 from app.pages.compress.step_settings import SettingsStep
@@ -38,8 +39,9 @@ class CompressPage(WizardPage):
     started = Signal(list)  # the ids of the jobs just started
     steps: list[Step]
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self._wanted_source: str | None = None  # set_source before the list arrived
         self._source_id: str | None = None
@@ -48,6 +50,7 @@ class CompressPage(WizardPage):
         self.errors: dict[str, list[str]] = {}
 
         self.source_step, self.techniques_step = SourceStep(), TechniquesStep()
+        self.source_step.new_finetune_requested.connect(self.nav.action("new_finetune"))
         self.settings_step, self.review_step, self.run_step = SettingsStep(), ReviewStep(), RunStep()
         self.steps = [self.source_step, self.techniques_step, self.settings_step, self.review_step, self.run_step]
         self.build_frame(("Start", "Start one job per ticked technique, as shown on Review", self.start),
@@ -57,7 +60,7 @@ class CompressPage(WizardPage):
         self.job_rows: list[JobRow] = self.run_step.job_rows
 
         self.run_step.compare_requested.connect(self.compare_variants)
-        self.follow_engine()
+        self.follow_engine(engine.jobs)
 
     # -- navigation -------------------------------------------------------------------------
 
@@ -83,6 +86,10 @@ class CompressPage(WizardPage):
         self.show_step(index)
 
     # -- the jobs ---------------------------------------------------------------------------
+
+    def navigate(self, source: str) -> None:
+        """Opened from another page on the finished fine-tune ``source``."""
+        self.set_source(source)
 
     def set_source(self, run_id: str) -> None:
         """Compress ``run_id``: select it (once the list has it) and open Techniques."""
@@ -215,22 +222,19 @@ class CompressPage(WizardPage):
     def compare_variants(self) -> None:
         """Open Compare › Variants for the source run of the jobs started here."""
         parent_id = self.batch_source or self._source_id
-        show = getattr(self.window(), "show_variants", None)
-        if parent_id and callable(show):
-            show(parent_id)
+        if parent_id:
+            self.nav.show("compare", variants_of=parent_id)
 
     # -- engine -----------------------------------------------------------------------------
 
     def reload(self, _hello: Any = None) -> None:
-        self._client.request("jobs.list", {"kind": FINETUNE, "state": "succeeded", "limit": LIST_LIMIT},
-                             self._on_list, lambda err: self._set_status(error_text(err), "error"))
         for row in self.job_rows:  # events missed while disconnected
             if row.job_id:
                 self._client.request("jobs.get", {"id": row.job_id}, self._on_record, lambda _e: None)
         self._update_buttons()
 
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        self.source_step.set_runs([j for j in reply.get("jobs", []) if j.get("state") == "succeeded"])
+    def _on_list(self) -> None:
+        self.source_step.set_runs(self.jobs.by_kind(FINETUNE, ("succeeded",))[:LIST_LIMIT])
         if self._wanted_source:
             self.set_source(self._wanted_source)
         self._on_changed()

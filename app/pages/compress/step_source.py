@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
 from app import format as fmt
@@ -11,7 +12,6 @@ from app.jobs_model import best_text, display_name
 from app.pages.compress.techniques import source_facts
 from app.pages.new_finetune.parts import Step, step_header
 from app.widgets.common import card
-from app.widgets.empty_state import window_action
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column
 
@@ -33,6 +33,7 @@ def run_row(record: dict[str, Any]) -> RunRow:
 
 class SourceStep(RunPicker, Step):
     title = "Source run"
+    new_finetune_requested = Signal()  # the empty list's "Start a fine-tune"; the page navigates
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -43,7 +44,7 @@ class SourceStep(RunPicker, Step):
         self.build_run_list(box, COLUMNS, run_row, "Compress works on a finished fine-tune. Train one on New "
                             "fine-tune; it is listed here once it has succeeded.", min_height=260,
                             empty_title="No finished fine-tune to compress",
-                            empty_action=("Start a fine-tune", window_action(self, "show_page", "new_finetune")))
+                            empty_action=("Start a fine-tune", self.new_finetune_requested.emit))
         box.addWidget(self.general_message)
         outer.addWidget(frame)
         outer.addStretch(1)

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.engine_process import EngineProcess
 from app.field_text import plain_message
+from app.models.navigation import Navigator
 from app.pages.export.plan import (
     FORMATS,
     KIND,
@@ -54,8 +55,9 @@ class ExportPage(WizardPage):
              "against the model before it is called done.")
     steps: list[Step]
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self._wanted_source: str | None = None  # set_variant before the list had it
         self._source_id: str | None = None
@@ -65,6 +67,7 @@ class ExportPage(WizardPage):
         self.full_spec: dict[str, Any] | None = None  # the validated spec Start sends
 
         self.source_step, self.formats_step, self.target_step = SourceStep(), FormatsStep(), TargetStep()
+        self.source_step.new_finetune_requested.connect(self.nav.action("new_finetune"))
         self.review_step, self.run_step = ReviewStep(), RunStep()
         self.steps = [self.source_step, self.formats_step, self.target_step, self.review_step, self.run_step]
         self.build_frame(("Start", "Start the export job shown on Review", self.start))
@@ -76,7 +79,7 @@ class ExportPage(WizardPage):
         self.run_step.stop_requested.connect(self.stop_job)
         self.run_step.another_requested.connect(self.export_another)
         self._client.subscribe(["hosts"], lambda *_a: self._load_hosts())
-        self.follow_engine()
+        self.follow_engine(engine.jobs)
 
     # -- the spec ---------------------------------------------------------------------------
 
@@ -184,6 +187,10 @@ class ExportPage(WizardPage):
 
     # -- choosing the model -----------------------------------------------------------------
 
+    def navigate(self, run_id: str, record: dict[str, Any] | None = None) -> None:
+        """Opened from another page with the run (a variant or a parent) to export."""
+        self.set_variant(run_id, record)
+
     def set_variant(self, run_id: str, record: dict[str, Any] | None = None) -> None:
         """Export ``run_id`` (chosen on Compare › Variants or Runs): select it and open Formats."""
         self._wanted_source = run_id
@@ -277,8 +284,6 @@ class ExportPage(WizardPage):
     # -- engine -----------------------------------------------------------------------------
 
     def reload(self, _hello: Any = None) -> None:
-        self._client.request("jobs.list", {"state": "succeeded", "limit": LIST_LIMIT},
-                             self._on_list, lambda err: self._set_status(error_text(err), "error"))
         self._load_hosts()
         if self.run_step.job_id:  # what happened while disconnected
             self._client.request("jobs.get", {"id": self.run_step.job_id}, self._on_record, lambda _e: None)
@@ -289,8 +294,8 @@ class ExportPage(WizardPage):
             self._client.request("hosts.list", {}, lambda reply: self.target_step.set_hosts(reply.get("hosts") or []),
                                  lambda _err: self.target_step.set_hosts([]))
 
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        self.source_step.set_runs([j for j in reply.get("jobs", []) if exportable(j)])
+    def _on_list(self) -> None:
+        self.source_step.set_runs([j for j in self.jobs.by_state("succeeded") if exportable(j)][:LIST_LIMIT])
         if self._wanted_source and self.source_step.select(self._wanted_source):
             self._wanted_source = None
             if self.current_step() == SOURCE:

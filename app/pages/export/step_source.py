@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
 from app import format as fmt
@@ -12,7 +13,6 @@ from app.pages.export.plan import FINETUNE, model_file, onnx_only, source_task
 from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.pages.variants.data import technique_label
 from app.widgets.common import FactsView, card, label
-from app.widgets.empty_state import window_action
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column
 
@@ -41,6 +41,7 @@ def accuracy(record: dict[str, Any]) -> float | None:
 
 class SourceStep(RunPicker, Step):
     title = "Source"
+    new_finetune_requested = Signal()  # the empty list's "Start a fine-tune"; the page navigates
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -52,7 +53,7 @@ class SourceStep(RunPicker, Step):
         self.build_run_list(box, COLUMNS, self.run_row, "Export needs a finished run with a model. Fine-tune one "
                             "(or compress it); it is listed here once it has succeeded.", min_height=240,
                             empty_title="No model to export yet",
-                            empty_action=("Start a fine-tune", window_action(self, "show_page", "new_finetune")))
+                            empty_action=("Start a fine-tune", self.new_finetune_requested.emit))
         self.facts = FactsView()
         box.addWidget(self.facts)
         self.note = label("", "muted", wrap=True)

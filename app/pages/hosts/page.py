@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.engine_client import CONNECTION_LOST, NOT_CONNECTED
 from app.engine_process import EngineProcess
+from app.models.navigation import Navigator
 from app.pages.hosts.card import HostCard
 from app.pages.hosts.host_dialog import HostDialog
 from app.pages.hosts.key_dialog import KeyDialog
@@ -48,8 +49,9 @@ EMPTY_TEXT = ("A host is another machine Ember can use, reached over SSH: a GPU 
 class HostsPage(QWidget):
     title = "Hosts"
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self.cards: dict[str, HostCard] = {}
         self.host_dialog: HostDialog | None = None

@@ -3,8 +3,8 @@
 The run's events come from a ``run/<id>/*`` subscription made with ``since=0``:
 the engine replays the stored history first and then carries on live, so a
 window opened in the middle of a run (or after closing the last one) shows the
-whole run. The job record (state, error) comes from ``jobs.list`` / ``jobs.get``
-and then the ``jobs`` topic. The log has no events: it is re-read every second
+whole run. The job record (state, error) comes from the window's JobsState
+(app/models/jobs_state.py) and ``jobs.get`` for the result. The log has no events: it is re-read every second
 while the run is active and once more when it ends.
 """
 
@@ -31,11 +31,12 @@ from app.engine_client import Subscription
 from app.engine_process import EngineProcess
 from app.glossary import term_tooltip
 from app.jobs_model import STATE_COLOURS, metrics_text
+from app.models.navigation import Navigator
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.pages.monitor.speed_line import perf_summary, speed_summary
 from app.widgets.common import label, show_text
-from app.widgets.empty_state import empty_state, window_action
+from app.widgets.empty_state import empty_state
 from app.widgets.log_pane import LogPane
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE, LIVE_STATES
 
@@ -64,8 +65,9 @@ def event_note(kind: str, data: dict[str, Any]) -> str:
 class MonitorPage(QWidget):
     title = "Monitor"
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self._jobs: dict[str, dict[str, Any]] = {}
         self._job_id: str | None = None
@@ -157,7 +159,7 @@ class MonitorPage(QWidget):
         self.empty = empty_state(
             "No run to watch yet", "Pick a run on Runs or start one: its loss, learning rate, "
             "throughput and memory appear here while it trains.", "Start a fine-tune",
-            window_action(self, "show_page", "new_finetune"), icon_name="monitor")
+            self.nav.action("new_finetune"), icon_name="monitor")
         self.body = QStackedWidget()
         self.body.addWidget(self.empty)
         # A run's facts and the charts can ask for more than a small window's height: scroll then.
@@ -177,10 +179,14 @@ class MonitorPage(QWidget):
         self._status_timer = QTimer(self, singleShot=True, interval=STATUS_MS)
         self._status_timer.timeout.connect(self._show_progress)
 
-        self._client.subscribe(["jobs"], self._on_job_event)
-        self._client.connected.connect(self.reload)
+        # Job records from the window's one JobsState; this run's metrics and log come on its own topics.
+        self.jobs = engine.jobs
+        self.jobs.jobs_reset.connect(self.reload)
+        self.jobs.job_changed.connect(self._on_job_event)
+        self.jobs.job_removed.connect(self._on_job_removed)
+        self.jobs.load_failed.connect(self.banner.show_rpc_error)
         self._client.disconnected.connect(self._update_controls)
-        if self._client.is_connected:
+        if self.jobs.loaded:
             self.reload()
         self._update_controls()
 
@@ -194,18 +200,19 @@ class MonitorPage(QWidget):
         return self._jobs.get(self._job_id or "", {})
 
     def show_run(self, job_id: str) -> None:
-        """Watch ``job_id`` (other pages call this through MainWindow.open_run)."""
+        """Watch ``job_id``."""
         self._auto = False
         self._switch(job_id)
 
+    def navigate(self, job_id: str) -> None:
+        """Opened from another page (Navigator.show("monitor", job_id=...))."""
+        self.show_run(job_id)
+
     def reload(self) -> None:
-        self._client.request("jobs.list", {"kind": KIND, "limit": 200}, self._on_list,
-                             self.banner.show_rpc_error)
+        """The job list was read again (connect, reconnect): refill the choice, re-read this run."""
         if self._job_id:
             self._fetch_record(self._job_id)
-
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        for job in reply.get("jobs", []):
+        for job in self.jobs.by_kind(KIND):
             self._jobs[job["id"]] = {**self._jobs.get(job["id"], {}), **job}
         self._fill_combo()
         if self._auto and self._job_id is None:
@@ -238,14 +245,12 @@ class MonitorPage(QWidget):
         if job_id:
             self.show_run(job_id)
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
-        if data.get("deleted"):
-            self._jobs.pop(job_id, None)
-            self._fill_combo()
-            return
+    def _on_job_removed(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+        self._fill_combo()
+
+    def _on_job_event(self, data: dict[str, Any]) -> None:
+        job_id = data["id"]
         if data.get("kind") != KIND and job_id != self._job_id:
             return
         before = self._jobs.get(job_id, {}).get("state")

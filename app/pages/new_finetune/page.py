@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine_process import EngineProcess
+from app.models.navigation import Navigator
 from app.pages.new_finetune.field_labels import on_screen
 from app.pages.new_finetune.parts import Step, error_text, problem_line
 from app.pages.new_finetune.spec_tools import (
@@ -44,8 +45,9 @@ class NewFinetunePage(QWidget):
     title = "New fine-tune"
     launched = Signal(str)  # job id
 
-    def __init__(self, engine: EngineProcess, parent: QWidget | None = None):
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
         self._client = engine.client
         self._task = "text_classification"
         self._base = defaults_for(self._task)  # fields no step edits survive (load_spec)
@@ -86,6 +88,7 @@ class NewFinetunePage(QWidget):
         self.model_step.facts_changed.connect(self.method_step._on_facts)
         self.model_step.code_mode_changed.connect(self.method_step.set_code_model)
         self.training_step.patch_requested.connect(self.apply_patch)
+        self.training_step.hosts_page_requested.connect(self.nav.action("hosts"))
         self.review_step.template_saved.connect(lambda _n: self.task_step.reload_templates())
         self._client.connected.connect(self._on_connected)
         self._client.disconnected.connect(self._update_buttons)
@@ -115,6 +118,16 @@ class NewFinetunePage(QWidget):
         if self.steps[index] is self.review_step and self._client.is_connected:
             self.review_step.check_now()
         self._update_buttons()
+
+    def navigate(self, spec: dict[str, Any] | None = None, name: str = "", start_over: str | None = None,
+                 own_data: bool = False) -> None:
+        """Opened from another page: filled in with ``spec``, started over on a task, or on "My data"."""
+        if start_over:
+            self.start_over(start_over)
+        if own_data:
+            self.open_own_data()
+        if spec is not None:
+            self.load_spec(spec, name)
 
     def start_over(self, task: str = "text_classification") -> None:
         """Every step back to ``task``'s defaults (built-in model and data, LoRA), on step 1.
@@ -278,9 +291,8 @@ class NewFinetunePage(QWidget):
         self._update_buttons()
         self._set_status(f"Started run {job.get('id')} ({job.get('state', 'queued')}).")
         self.launched.emit(str(job.get("id")))
-        open_run = getattr(self.window(), "open_run", None)
-        if open_run is not None and job.get("id"):
-            open_run(job["id"])
+        if job.get("id"):
+            self.nav.show("monitor", job_id=job["id"])
 
     def _launch_failed(self, err: Any) -> None:
         self._launching = False

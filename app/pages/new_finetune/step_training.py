@@ -97,7 +97,7 @@ class TrainingStep(Step):
                 "precision", "activation_checkpointing", "device", "eval_every", "checkpoint_every",
                 "speed", "data.num_workers", "data.packing", "data.group_by_length")
     patch_requested = Signal(dict)  # a suggestion's spec_patch, to merge into the form
-    hosts_page_requested = Signal()  # "Open the Hosts page" (the main window's show_page is used too)
+    hosts_page_requested = Signal()  # "Open the Hosts page": the wizard page passes it to its Navigator
 
     def __init__(self, client: Any, parent: QWidget | None = None):
         super().__init__(parent)
@@ -355,10 +355,7 @@ class TrainingStep(Step):
         self._update_visibility()
 
     def _open_hosts_page(self) -> None:
-        self.hosts_page_requested.emit()
-        show_page = getattr(self.window(), "show_page", None)
-        if show_page is not None:
-            show_page("hosts")
+        self.hosts_page_requested.emit()  # the page opens Hosts (its Navigator)
 
     # -- form ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs_model import display_name
+from app.models.navigation import Navigator
 from app.pages.new_finetune.parts import error_text
 from app.pages.variants.data import (
     LATENCY_BASES,
@@ -42,7 +43,7 @@ from app.pages.variants.per_class import PerClassView
 from app.pages.variants.scatter import VariantsScatter
 from app.pages.variants.table import VariantsModel, VariantsSort
 from app.widgets.common import card, label
-from app.widgets.empty_state import empty_state, window_action
+from app.widgets.empty_state import empty_state
 from engine.api.job_terms import FINETUNE
 from engine.api.protocol import METHOD_NOT_FOUND
 
@@ -54,9 +55,11 @@ MAX_TABLE_ROWS = 10
 class VariantsView(QWidget):
     export_requested = Signal(str)  # run id of the variant to export
 
-    def __init__(self, client: Any, parent: QWidget | None = None):
+    def __init__(self, engine: Any, nav: Navigator | None = None, parent: QWidget | None = None):
         super().__init__(parent)
-        self._client = client
+        self.nav = nav or Navigator(self)  # to Compress and Export (app/models/navigation.py)
+        self._client = engine.client
+        self.jobs = engine.jobs  # the window's JobsState: every record, kept current
         self.parent_id: str | None = None
         self.reply: dict[str, Any] | None = None
         self._rows: list[Row] = []
@@ -178,7 +181,7 @@ class VariantsView(QWidget):
         self.empty = empty_state(
             "No parent run chosen", "Pick a finished fine-tune above, or press “Compare variants” on Compress, "
             "to see its compressed variants side by side.", "Open Compress",
-            window_action(self, "show_page", "compress"), icon_name="compare")
+            self.nav.action("compress"), icon_name="compare")
         # A parent without variants yet: say how to make some rather than show a one-row table.
         self.no_variants = empty_state(
             "No variants yet", "This run has no compressed variants: make smaller, faster ones on Compress "
@@ -192,9 +195,11 @@ class VariantsView(QWidget):
 
         self._refresh_timer = QTimer(self, singleShot=True, interval=REFRESH_DELAY_MS)
         self._refresh_timer.timeout.connect(self.refresh)
-        self._client.subscribe(["jobs"], self._on_job_event)
-        self._client.connected.connect(self.reload)
-        if self._client.is_connected:
+        self.jobs.jobs_reset.connect(self.reload)
+        self._client.connected.connect(lambda *_: self.refresh())  # what changed while disconnected
+        self.jobs.job_changed.connect(self._on_job_event)
+        self.jobs.job_removed.connect(self._on_job_removed)
+        if self.jobs.loaded:
             self.reload()
         self._update_actions()
 
@@ -218,9 +223,8 @@ class VariantsView(QWidget):
         self.body.setVisible(not none_yet)
 
     def _compress_parent(self) -> None:
-        compress_run = getattr(self.window(), "compress_run", None)
-        if callable(compress_run) and self.parent_id:
-            compress_run(self.parent_id)
+        if self.parent_id:
+            self.nav.show("compress", source=self.parent_id)
 
     def refresh(self) -> None:
         if not self.parent_id:
@@ -363,14 +367,12 @@ class VariantsView(QWidget):
         self.png_button.setEnabled(bool(self.scatter.points()))
 
     def export_selected(self) -> None:
-        """Send the selected model to the Export page (through the main window)."""
+        """Send the selected model to the Export page."""
         row = self.selected_row()
         if row is None or row.state != "succeeded":
             return
         self.export_requested.emit(row.run_id)
-        target = getattr(self.window(), "export_variant", None)
-        if callable(target):
-            target(row.run_id, row.record)
+        self.nav.show("export", run_id=row.run_id, record=row.record)
 
     def save_png(self, path: str, width: int = 1600) -> None:
         self.scatter.save_png(path, width)
@@ -404,16 +406,10 @@ class VariantsView(QWidget):
 
     # -- the parent picker and events -------------------------------------------------------
 
-    def reload(self, _hello: Any = None) -> None:
-        self._client.request("jobs.list", {"kind": FINETUNE, "state": "succeeded", "limit": LIST_LIMIT},
-                             self._on_list, lambda _err: None)
-        if self.parent_id:
-            self.refresh()
-
-    def _on_list(self, reply: dict[str, Any]) -> None:
-        for job in reply.get("jobs") or []:
-            if job.get("id"):
-                self._name_in_combo(job["id"], display_name(job))
+    def reload(self) -> None:
+        """The job list was read again: name every finished fine-tune in the picker."""
+        for job in self.jobs.by_kind(FINETUNE, ("succeeded",))[:LIST_LIMIT]:
+            self._name_in_combo(job["id"], display_name(job))
         if self.parent_id:
             self._select_in_combo(self.parent_id)
         else:
@@ -438,10 +434,12 @@ class VariantsView(QWidget):
         if run_id and run_id != self.parent_id:
             self.show_parent(run_id)
 
-    def _on_job_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
-        job_id = data.get("id")
-        if not job_id:
-            return
+    def _on_job_removed(self, job_id: str) -> None:
+        if self.parent_id and job_id in {r.run_id for r in self._rows}:
+            self._refresh_timer.start()
+
+    def _on_job_event(self, data: dict[str, Any]) -> None:
+        job_id = data["id"]
         if data.get("kind") == FINETUNE and data.get("state") == "succeeded":
             self._name_in_combo(job_id, display_name(data))
         if not self.parent_id:
