@@ -9,7 +9,6 @@ The wire format is docs/protocol.md.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 from collections.abc import Callable
@@ -45,7 +44,7 @@ class Subscription:
     server_id: int | None = field(default=None, repr=False)
 
     def matches(self, topic: str) -> bool:
-        return any(fnmatch.fnmatchcase(topic, glob) for glob in self.topics)
+        return protocol.topic_matches(topic, self.topics)
 
 
 @dataclass

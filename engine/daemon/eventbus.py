@@ -15,9 +15,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from typing import Any
 
+from engine.api.protocol import topic_matches
 from engine.daemon.store import Store
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class Subscription:
     held: list[bytes] = field(default_factory=list)  # live frames that arrive during replay
 
     def matches(self, topic: str) -> bool:
-        return any(fnmatchcase(topic, p) for p in self.patterns)
+        return topic_matches(topic, self.patterns)
 
 
 @dataclass
