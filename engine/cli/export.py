@@ -11,6 +11,8 @@ from typing import Any
 from engine.api.job_terms import EXPORT
 from engine.api.specs import EXPORT_FORMATS, SpecError, validate_spec
 from engine.cli.client import ensure_engine
+from engine.cli.follow import exit_code, follow
+from engine.cli.progress import display_for
 
 
 def _size(n: Any) -> str:
@@ -49,8 +51,6 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from engine.cli.main import _follow
-
     spec: dict[str, Any] = {"source_run": args.run, "formats": args.formats.split(",")}
     for key in ("target", "host", "precision", "opset", "jetpack", "parity_samples", "max_batch"):
         value = getattr(args, key)
@@ -63,8 +63,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     with ensure_engine() as c:
         job = c.call("jobs.start", kind=EXPORT, spec=checked.model_dump(mode="json"), name=args.name or "")
-        print(f"started {job['id']} (export.model), run dir {job['run_dir']}")
-        code = _follow(c, job["id"], quiet=not args.verbose)
+        display = display_for(sys.stdout, as_json=args.verbose)
+        display.started(job)
+        code = exit_code(follow(c, job, display))
         result_file = Path(job["run_dir"]) / "result.json"
         if result_file.is_file():
             print_result(json.loads(result_file.read_text(encoding="utf-8")))
@@ -84,5 +85,6 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--max-batch", type=int, dest="max_batch")
     e.add_argument("--parity-samples", type=int, dest="parity_samples")
     e.add_argument("--name")
-    e.add_argument("--verbose", action="store_true", help="print every event as it arrives")
+    e.add_argument("--verbose", action="store_true",
+                   help="print every event as it arrives, one JSON object a line, instead of the progress bar")
     e.set_defaults(fn=cmd_export)

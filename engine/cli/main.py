@@ -17,9 +17,10 @@ from typing import Any
 
 import engine
 from engine.api import paths as paths_mod
-from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import RpcError
 from engine.cli.client import BlockingClient, EngineNotRunning, ensure_engine
+from engine.cli.follow import exit_code, follow
+from engine.cli.progress import display_for
 
 
 def _when(t: float | None) -> str:
@@ -114,27 +115,6 @@ def _parse_sets(pairs: list[str]) -> dict[str, Any]:
     return spec
 
 
-def _follow(c: BlockingClient, job_id: str, quiet: bool) -> int:
-    c.subscribe([f"run/{job_id}/*", "jobs"], since=0)
-    while True:
-        ev = c.next_event(timeout=5.0)
-        if ev is None:
-            job = c.call("jobs.get", id=job_id)
-            if job["state"] in FINAL_STATES:
-                break
-            continue
-        data = ev["data"]
-        if ev["topic"] == "jobs":
-            if data.get("id") == job_id and data.get("state") in FINAL_STATES:
-                break
-            continue
-        if not quiet:
-            print(f"[{ev['seq']}] {ev['topic'].rsplit('/', 1)[-1]}: {json.dumps(data)[:300]}")
-    job = c.call("jobs.get", id=job_id)
-    _print_job(job)
-    return 0 if job["state"] == "succeeded" else 1
-
-
 def cmd_start(args: argparse.Namespace) -> int:
     from engine.api.specs import SpecError, load_job_file, validate_spec
 
@@ -150,13 +130,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     with ensure_engine() as c:
         from engine.api.custom_code import start_confirmed  # model.code: ask y/N (or --trust-code)
 
-        job = start_confirmed(c, kind, spec.model_dump(mode="json"), name, getattr(args, "trust_code", None))
+        talk: dict[str, Any] = {}
+        if args.json:  # stdout carries JSON only: the model-code question goes to stderr
+            talk = {"out": lambda text: print(text, file=sys.stderr),
+                    "ask": lambda prompt: (print(prompt, end="", file=sys.stderr, flush=True), input())[1]}
+        job = start_confirmed(c, kind, spec.model_dump(mode="json"), name, getattr(args, "trust_code", None), **talk)
         if job is None:
             return 1
-        print(f"started {job['id']} ({kind}), run dir {job['run_dir']}")
+        display = display_for(sys.stdout, as_json=args.json, quiet=args.quiet)
+        display.started(job)
         if args.detach:
             return 0
-        return _follow(c, job["id"], args.quiet)
+        return exit_code(follow(c, job, display))
 
 
 def cmd_control(args: argparse.Namespace) -> int:
@@ -167,6 +152,15 @@ def cmd_control(args: argparse.Namespace) -> int:
             return 0
         _print_job(c.call(f"jobs.{args.action}", id=args.id))
     return 0
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detach", action="store_true", help="return once the job is started")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true",
+                     help="one JSON object a line: the job record as {\"job\": ...} when it starts and ends, "
+                          "each event between as {topic, seq, t, data}")
+    out.add_argument("--quiet", action="store_true", help="no progress: only warnings, errors and the summary")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,15 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
     js.add_argument("kind")
     js.add_argument("--set", action="append", metavar="KEY=VALUE")
     js.add_argument("--name")
-    js.add_argument("--detach", action="store_true", help="return once started")
-    js.add_argument("--quiet", action="store_true")
+    _output_options(js)
     js.set_defaults(fn=cmd_start)
     j.set_defaults(fn=cmd_jobs, action="list", state=None, limit=50)
 
     r = sub.add_parser("run", help="run a job file (YAML: kind, spec, name) and follow it")
     r.add_argument("file")
-    r.add_argument("--detach", action="store_true")
-    r.add_argument("--quiet", action="store_true")
+    _output_options(r)
     r.add_argument("--trust-code", metavar="SHA256", help="confirm model.code without asking: its expected sha256")
     r.set_defaults(fn=cmd_start, action="run")
 
