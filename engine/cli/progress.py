@@ -22,6 +22,7 @@ from typing import Any, Protocol, TextIO
 
 from engine.api.job_terms import (
     FAILED,
+    FINAL_STATES,
     QUEUED,
     RUNNING,
     STOPPED,
@@ -157,7 +158,7 @@ class ProgressBar:
 
     def _on_status(self, d: dict[str, Any], t: float | None) -> None:
         self.state = d.get("state") or self.state
-        if self.state == "running" and self.started_at is None:
+        if self.state == RUNNING and self.started_at is None:
             self.started_at = t
 
     def _on_run_info(self, d: dict[str, Any], t: float | None) -> None:
@@ -204,7 +205,8 @@ class ProgressBar:
         self.note(f"resumed from step {d.get('step')} ({d.get('checkpoint')})")
 
     def _on_early_stop(self, d: dict[str, Any], t: float | None) -> None:
-        self.note(f"early stop at step {d.get('step')}: {d.get('metric')} stopped improving (best {d.get('best')})")
+        name = str(d.get("metric"))
+        self.note(f"early stop at step {d.get('step')}: {name} stopped improving (best {metric(name, d.get('best'))})")
 
     def _on_stopped(self, d: dict[str, Any], t: float | None) -> None:
         self.note(f"stopped at step {d.get('step')}; checkpoint {d.get('checkpoint')}")
@@ -238,7 +240,7 @@ class ProgressBar:
 
     def eta(self) -> float | None:
         """Seconds left, or None until they can be estimated; never 0 before the end."""
-        if self.fraction is not None and self.fraction >= 1:
+        if (self.fraction is not None and self.fraction >= 1) or self.state in FINAL_STATES:
             return None
         if self.eta_s is not None and self.eta_at is not None:
             left = self.eta_s - (self.now() - self.eta_at)

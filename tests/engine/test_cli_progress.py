@@ -265,3 +265,24 @@ def test_the_display_follows_the_output():
 
     assert display_for(Terminal()).live
     assert duration(7.4) == "0:07" and duration(754) == "12:34" and duration(3723) == "1:02:03"
+
+
+def test_a_stopped_run_says_where_it_stopped_and_how_to_continue():
+    out, clock = io.StringIO(), Clock(T0)
+    stopped = {**FINETUNE_JOB, "state": "stopped", "summary": {**FINETUNE_JOB["summary"], "best": None}}
+    bar = ProgressBar(out, live=True, now=clock, width=lambda: 120)
+    bar.started({**stopped, "state": "running", "ended_at": None})
+    for ev in as_events([*FINETUNE_LINES[:3],
+                         {"t": T0 + 5, "kind": "stopped", "step": 1,
+                          "checkpoint": f"{RUN_DIR}/checkpoints/step-00000001"},
+                         {"t": T0 + 5, "kind": "status", "state": "stopped"}]):
+        clock.t = ev["t"]
+        bar.event(ev)
+    clock.t += 30
+    bar.tick()
+    bar.finished(stopped)
+    lines = screen(out.getvalue())
+    assert f"stopped at step 1; checkpoint {RUN_DIR}/checkpoints/step-00000001" in lines
+    assert "[###.................] step 1/6   17%  loss 2.346  746 samples/s  elapsed 0:35" in lines  # no ETA now
+    assert lines[-3:] == [f"Fine-tune 'tiny digits' stopped after 0:23 ({RUN})", f"  run dir: {RUN_DIR}",
+                          f"  continue it with `ember resume {RUN}`"]
