@@ -261,7 +261,7 @@ _HINTS = {
 }
 
 
-def _fields_of(exc: ValidationError) -> list[dict[str, str]]:
+def fields_of(exc: ValidationError) -> list[dict[str, str]]:
     return [
         {
             "field": ".".join(str(p) for p in err["loc"]) or "(spec)",
@@ -290,7 +290,7 @@ def validate_spec(kind: str, spec: Any) -> BaseModel:
     try:
         return JOB_KINDS[kind].spec_model.model_validate(spec)
     except ValidationError as exc:
-        raise SpecError(f"Invalid spec for {kind}", _fields_of(exc),
+        raise SpecError(f"Invalid spec for {kind}", fields_of(exc),
                         "Fix the fields listed and start again.") from None
 
 

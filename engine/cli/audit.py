@@ -70,7 +70,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     from engine.api.lineage_report import to_markdown
 
     with ensure_engine() as c:
-        rec = c.call("runs.lineage", id=args.run)
+        rec = c.call("jobs.lineage", id=args.run)
     as_json = args.json or str(args.out or "").lower().endswith(".json")
     text = json.dumps(rec, indent=1) if as_json else to_markdown(rec)
     if args.out:

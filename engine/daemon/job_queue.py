@@ -8,17 +8,25 @@ See docs/queue.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psutil
 
 from engine.api.job_terms import LIVE_STATES
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.daemon.scheduler import LOCAL, Capacity, Job, Plan, Settings, job_need, plan
+from engine.daemon.store import Store
 from engine.estimate import machine
 
-if TYPE_CHECKING:
-    from engine.daemon.jobs import JobManager
+
+class JobManager(Protocol):
+    """What the queue uses of engine/daemon/jobs.py's JobManager (which imports this module)."""
+
+    store: Store
+    max_concurrent: int
+
+    def get(self, run_id: str) -> dict[str, Any]: ...
+
 
 # Keys in the store's settings table.
 MAX_CONCURRENT = "queue.max_concurrent"

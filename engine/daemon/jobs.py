@@ -23,11 +23,11 @@ from typing import Any
 
 import psutil
 
-import engine
 from engine.api.job_terms import FINETUNE, LIVE_STATES
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from engine.api.specs import JOB_KINDS, dump_job_yaml
+from engine.daemon import job_queue
 from engine.daemon.eventbus import EventBus
 from engine.daemon.follower import Follower
 from engine.daemon.run_records import measured_peak, record
@@ -39,15 +39,6 @@ log = logging.getLogger(__name__)
 
 # stopped: ended gracefully on request (checkpoint written, resumable); cancelled: killed, or never started.
 POLL_S = 0.1
-_PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
-
-
-def job_env(**extra: str) -> dict[str, str]:
-    """Environment for a job process: it imports the same engine package as this one, installed or not."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
-    return env
-
 
 def new_run_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
@@ -141,8 +132,6 @@ class JobManager:
         """Start the queued jobs whose resources are free (engine/daemon/scheduler.py), then publish `queue`."""
         if self._closing:
             return
-        from engine.daemon import job_queue
-
         plan = job_queue.plan_now(self)[0]
         for run_id, gpus in plan.start:
             run = self.store.get_run(run_id)
@@ -152,8 +141,6 @@ class JobManager:
         self._publish_queue()
 
     def _publish_queue(self, publish: bool = True) -> None:
-        from engine.daemon import job_queue
-
         snap = job_queue.snapshot(self)
         text = json.dumps(snap, sort_keys=True)
         if text != self._queue_json:
@@ -169,7 +156,7 @@ class JobManager:
             self._launch_multi(run, spec)
             return
         argv = local.command(kind.module, spec, run_dir)
-        env = job_env(EMBER_RUN_ID=run["id"])
+        env = local.job_env(EMBER_RUN_ID=run["id"])
         local_gpus = (run.get("gpus") or {}).get("local")
         if local_gpus:
             # The GPUs the scheduler gave this job, numbered as nvidia-smi numbers them.

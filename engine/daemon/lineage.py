@@ -1,4 +1,4 @@
-"""Model lineage: where a run's model came from, in one record (``runs.lineage``, ``ember lineage``).
+"""Model lineage: where a run's model came from, in one record (``jobs.lineage``, ``ember lineage``).
 
 A record names the run and its kind, the spec as stored, the data files (size and sha256; a
 folder gets one hash over its sorted file list and contents), the base model (a built-in's

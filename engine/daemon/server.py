@@ -18,7 +18,6 @@ import sqlite3
 import struct
 import sys
 import time
-from typing import Any
 
 import engine
 from engine.api import paths as paths_mod
@@ -193,22 +192,4 @@ def serve(max_concurrent: int = 2) -> int:
     finally:
         os.close(lock_fd)
     return 0
-
-
-def status_of(eng: Engine) -> dict[str, Any]:
-    return {
-        "version": engine.__version__,
-        "pid": os.getpid(),
-        "started_at": eng.started_at,
-        "uptime_s": time.time() - eng.started_at,
-        "home": str(eng.paths.home),
-        "socket": str(eng.paths.socket),
-        "python": sys.executable,
-        "jobs": eng.store.count_runs_by_state(),
-        "clients": len(eng.sessions),
-        "last_seq": eng.bus.last_seq,
-        "max_concurrent": eng.jobs.max_concurrent,
-        "store": eng.store_health,
-    }
-
 

@@ -21,7 +21,7 @@ from engine.api.protocol import (
 from engine.daemon.eventbus import MAX_CLIENT_BACKLOG
 
 if TYPE_CHECKING:
-    from engine.daemon.server import Engine
+    from engine.daemon.context import EngineView as Engine
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The command line that starts a job on this machine.
+"""The command line, and the environment, that start a job on this machine.
 
 Training with more than one process, or with automatic restarts, goes through
 torchrun (``python -m torch.distributed.run``): it starts one worker per
@@ -7,9 +7,21 @@ process, sets RANK/WORLD_SIZE, and restarts the worker group when one dies.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import engine
+
+_PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """Environment for a job process: it imports the same engine package as this one, installed or not."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def command(module: str, spec: Any, run_dir: Path) -> list[str]:

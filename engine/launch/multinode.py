@@ -23,13 +23,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.api.host_spec import LOCAL
 from engine.api.job_terms import FINETUNE
 from engine.api.train_spec import TrainSpec
-from engine.daemon.eventbus import EventBus
-from engine.launch.remote import LocalNode, SshNode
+from engine.launch.local import job_env
+from engine.launch.readiness import assess
+from engine.launch.remote import Hosts, LocalNode, SshNode
 from engine.launch.ssh import RemoteError
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ STATUS_EVERY_S = 2.0
 ORPHAN_GRACE_S = 60.0  # a node that failed: the others get this long to notice before they are stopped
 JOIN_TIMEOUT_S = 300
 NOT_FETCHED = ("events.jsonl", "stdout.log", "exit_code", "exit_code.tmp", "spec.yaml", "inputs")
+
+
+class EventBus(Protocol):
+    """Where a run's launch messages and warnings go: the engine's event bus (engine/daemon/eventbus.py)."""
+
+    def publish(self, topic: str, data: dict[str, Any], run_id: str | None = None) -> None: ...
 
 
 class LaunchError(Exception):
@@ -68,7 +75,7 @@ class NodeState:
 
 
 class MultiNodeRun:
-    def __init__(self, run_id: str, run_dir: Path, spec: TrainSpec, hosts: Any, bus: EventBus):
+    def __init__(self, run_id: str, run_dir: Path, spec: TrainSpec, hosts: Hosts, bus: EventBus):
         self.run_id = run_id
         self.run_dir = run_dir
         self.spec = spec
@@ -103,7 +110,7 @@ class MultiNodeRun:
         os.replace(tmp, self.run_dir / NODES_FILE)
 
     @classmethod
-    def load(cls, run_id: str, run_dir: Path, spec: TrainSpec, hosts: Any, bus: EventBus) -> MultiNodeRun | None:
+    def load(cls, run_id: str, run_dir: Path, spec: TrainSpec, hosts: Hosts, bus: EventBus) -> MultiNodeRun | None:
         run = cls(run_id, run_dir, spec, hosts, bus)
         try:
             doc = json.loads((run_dir / NODES_FILE).read_text(encoding="utf-8"))
@@ -142,8 +149,6 @@ class MultiNodeRun:
         self.progress(f"All {len(self.nodes)} nodes started; waiting for the rendezvous")
 
     async def _preflight(self) -> None:
-        from engine.daemon.hosts import assess
-
         needs_minilm = self.spec.task == "text_classification" and self.spec.model.path is None
         for state in self.nodes:
             node = self.node(state)
@@ -214,8 +219,6 @@ class MultiNodeRun:
         env = {"EMBER_RUN_ID": self.run_id, "EMBER_NODE_NAME": state.host if state.host != LOCAL else
                os.uname().nodename, "PYTHONUNBUFFERED": "1"}
         if state.host == LOCAL:
-            from engine.daemon.jobs import job_env
-
             env["PYTHONPATH"] = job_env()["PYTHONPATH"]  # this checkout's engine, installed or not
         cores = self._cores.get(state.host) or os.cpu_count() or 1
         env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, state.nproc))))
@@ -436,7 +439,7 @@ class MultiNodeRun:
             self.warn(f"The run ended, but copying its results back failed: {exc}", exc.hint)
 
 
-async def remove_remote_dirs(run_id: str, run_dir: Path, hosts: Any) -> tuple[int, list[dict[str, str]]]:
+async def remove_remote_dirs(run_id: str, run_dir: Path, hosts: Hosts) -> tuple[int, list[dict[str, str]]]:
     """Delete a multi-node run's folders on its hosts; returns (bytes freed, what could not be deleted)."""
     try:
         doc = json.loads((run_dir / NODES_FILE).read_text(encoding="utf-8"))

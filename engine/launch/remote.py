@@ -13,16 +13,28 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from engine.api.host_spec import HostSpec
 from engine.launch import node_ctl
 from engine.launch.ssh import RemoteError, run, where
 
-if TYPE_CHECKING:
-    from engine.daemon.hosts import Hosts
-
 NODE_CTL_SOURCE = Path(node_ctl.__file__).read_text(encoding="utf-8")
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class Hosts(Protocol):
+    """The engine's host profiles and their shared SSH links (engine/daemon/hosts.py, a layer above this one)."""
+
+    def spec(self, name: str) -> HostSpec: ...
+
+    async def connection(self, name: str) -> Any: ...
+
+    async def sftp(self, name: str) -> Any: ...
+
+    def lost(self, name: str) -> bool: ...
+
+    def drop(self, name: str) -> None: ...
 
 
 class LocalNode:

@@ -15,10 +15,11 @@ import pytest
 
 from engine.api import paths as paths_mod
 from engine.api import protocol
+from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import read_token
 from engine.api.protocol import RpcError
 from engine.cli.client import BlockingClient
-from tests.conftest import start_engine_process
+from tests.conftest import start_engine_process, wait_for
 
 
 def raw_socket(paths):
@@ -245,3 +246,18 @@ def test_a_slow_input_check_does_not_hold_up_the_connection(engine_proc):
     assert (first["id"], second["id"]) == (3, 2)
     assert second["result"]["kind"] == "images"
     s.close()
+
+
+def test_jobs_lineage_answers_and_runs_lineage_stays_its_older_name(engine_proc):
+    with engine_proc.client() as c:
+        for method in ("jobs.lineage", "runs.lineage"):
+            with pytest.raises(RpcError) as exc:
+                c.call(method, id="r-missing")
+            assert exc.value.code == protocol.NOT_FOUND
+        job = c.call("jobs.start", kind="system.probe", spec={})
+        wait_for(lambda: c.call("jobs.get", id=job["id"])["state"] in FINAL_STATES, timeout=120,
+                 what="the probe job to end")
+        new, old = c.call("jobs.lineage", id=job["id"]), c.call("runs.lineage", id=job["id"])
+    assert new["run"]["id"] == old["run"]["id"] == job["id"]
+    new.pop("generated_at"), old.pop("generated_at")
+    assert new == old

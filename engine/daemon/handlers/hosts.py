@@ -8,11 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.api.host_spec import HostSpec
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, NOT_FOUND, REMOTE_FAILED, RpcError
+from engine.api.specs import fields_of
 from engine.launch.ssh import RemoteError
 
 if TYPE_CHECKING:
-    from engine.daemon.server import Engine
-    from engine.daemon.session import Session
+    from engine.daemon.context import Client, EngineView
 
 
 class _P(BaseModel):
@@ -44,12 +44,10 @@ AUDITED = {"hosts.add", "hosts.update", "hosts.remove", "hosts.trust", "hosts.fo
 
 
 def _validate(host: dict[str, Any]) -> HostSpec:
-    from engine.api.specs import _fields_of
-
     try:
         return HostSpec.model_validate(host)
     except ValidationError as exc:
-        raise RpcError(INVALID_PARAMS, "Invalid host", {"fields": _fields_of(exc),
+        raise RpcError(INVALID_PARAMS, "Invalid host", {"fields": fields_of(exc),
                                                         "hint": "Fix the fields listed."}) from None
 
 
@@ -58,7 +56,7 @@ def remote_error(exc: RemoteError) -> RpcError:
 
 
 class HostHandlers:
-    def __init__(self, eng: Engine):
+    def __init__(self, eng: EngineView):
         self.engine = eng
         self.hosts = eng.hosts
 
@@ -89,15 +87,15 @@ class HostHandlers:
         return [r["id"] for r in self.engine.store.list_runs(state=("queued", "running", "stopping"), limit=10_000)
                 if any(n.get("host") == name for n in ((r["spec"] or {}).get("distributed") or {}).get("nodes", []))]
 
-    async def list(self, _s: Session, _p: Any) -> Any:
+    async def list(self, _s: Client, _p: Any) -> Any:
         return {"hosts": self.hosts.list()}
 
-    async def add(self, _s: Session, p: HostAdd) -> Any:
+    async def add(self, _s: Client, p: HostAdd) -> Any:
         spec = _validate(p.host)
         self._name_free(spec.name)
         return self.hosts.add(spec)
 
-    async def update(self, _s: Session, p: HostUpdate) -> Any:
+    async def update(self, _s: Client, p: HostUpdate) -> Any:
         self._known(p.name)
         spec = _validate(p.host)
         if spec.name != p.name:
@@ -107,7 +105,7 @@ class HostHandlers:
                            {"hint": "Edit it once the run has ended."})
         return self.hosts.update(p.name, spec)
 
-    async def remove(self, _s: Session, p: HostName) -> Any:
+    async def remove(self, _s: Client, p: HostName) -> Any:
         self._known(p.name)
         runs = self._in_use(p.name)
         if runs:
@@ -123,20 +121,20 @@ class HostHandlers:
         except RemoteError as exc:
             raise remote_error(exc) from None
 
-    async def check_key(self, _s: Session, p: HostName) -> Any:
+    async def check_key(self, _s: Client, p: HostName) -> Any:
         return await self._call(p.name, self.hosts.check_key)
 
-    async def trust(self, _s: Session, p: HostTrust) -> Any:
+    async def trust(self, _s: Client, p: HostTrust) -> Any:
         return await self._call(p.name, self.hosts.trust, p.fingerprint)
 
-    async def forget_key(self, _s: Session, p: HostName) -> Any:
+    async def forget_key(self, _s: Client, p: HostName) -> Any:
         self._known(p.name)
         return {"ok": True, "removed": self.hosts.forget_key(p.name)}
 
-    async def probe(self, _s: Session, p: HostConnect) -> Any:
+    async def probe(self, _s: Client, p: HostConnect) -> Any:
         self.hosts.remember_password(p.name, p.password)
         return await self._call(p.name, self.hosts.probe)
 
-    async def prepare(self, _s: Session, p: HostConnect) -> Any:
+    async def prepare(self, _s: Client, p: HostConnect) -> Any:
         self.hosts.remember_password(p.name, p.password)
         return await self._call(p.name, self.hosts.prepare)

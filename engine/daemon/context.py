@@ -1,0 +1,50 @@
+"""What the request handlers and a client's session use of the engine, and of a session.
+
+engine/daemon/server.py's Engine owns the handlers and the sessions; they see it through these
+Protocols instead of importing the server, so the daemon's modules import one way only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from engine.api.paths import Paths
+    from engine.daemon.eventbus import EventBus
+    from engine.daemon.hosts import Hosts
+    from engine.daemon.jobs import JobManager
+    from engine.daemon.store import Store
+
+
+class Client(Protocol):
+    """One client connection (engine/daemon/session.py's Session)."""
+
+    name: str
+    subscriptions: set[int]
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+class Dispatcher(Protocol):
+    """Answers one request (engine/daemon/handlers's Handlers)."""
+
+    async def dispatch(self, session: Client, method: str, params: dict[str, Any]) -> Any: ...
+
+
+class EngineView(Protocol):
+    """The running engine (engine/daemon/server.py's Engine)."""
+
+    paths: Paths
+    started_at: float
+    store: Store
+    store_health: dict[str, Any]
+    bus: EventBus
+    hosts: Hosts
+    jobs: JobManager
+    sessions: set[Any]
+    token: str
+    handlers: Dispatcher
+
+    def request_stop(self, reason: str) -> None: ...

@@ -1,0 +1,139 @@
+"""Looking at a job's inputs before it runs: data.preview, data.inspect, models.inspect, estimate.fit, machine.info.
+
+Each look runs engine.preflight.check in a subprocess: it imports torch, the engine does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from engine.api.job_terms import FINETUNE
+from engine.api.protocol import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from engine.api.specs import SpecError, validate_spec
+from engine.daemon.handlers.params import NoParams, Params
+from engine.estimate import machine
+from engine.launch.local import job_env
+
+if TYPE_CHECKING:
+    from engine.daemon.context import Client, EngineView
+
+CHECK_TIMEOUT_S = 120
+FACTS_CACHE = 32  # model facts kept per engine: a wizard revisits the same few models
+
+
+class DataPreview(Params):
+    spec: dict[str, Any]
+    n: int = Field(8, ge=1, le=64)
+
+
+class SpecOnly(Params):
+    spec: dict[str, Any]
+
+
+class DataInspect(Params):
+    spec: dict[str, Any]
+    n: int = Field(12, ge=1, le=200)
+
+
+async def inspect_in_subprocess(request: dict[str, Any]) -> Any:
+    """Run engine.preflight.check in a subprocess: it imports torch, the engine does not."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "engine.preflight.check", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=job_env())
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout=CHECK_TIMEOUT_S)
+    except asyncio.CancelledError:  # the client went away: the look is no longer wanted
+        proc.kill()
+        raise
+    except asyncio.TimeoutError:
+        proc.kill()
+        raise RpcError(INTERNAL_ERROR, f"Looking at the inputs took over {CHECK_TIMEOUT_S} s",
+                       {"hint": "Very large datasets are checked when the job starts instead."}) from None
+    if proc.returncode != 0:
+        raise RpcError(INTERNAL_ERROR, "The input check failed",
+                       {"hint": "See details; please report it.", "details": err.decode(errors="replace")[-2000:]})
+    return json.loads(out)
+
+
+class DataHandlers:
+    def __init__(self, eng: EngineView):
+        self.engine = eng
+        self._facts: dict[str, Any] = {}  # model facts by what determines them (see _facts_key)
+        self._facts_locks: dict[str, asyncio.Lock] = {}
+
+    def table(self) -> dict[str, tuple[type[Params], Any]]:
+        return {
+            "data.preview": (DataPreview, self.data_preview),
+            "data.inspect": (DataInspect, self.data_inspect),
+            "models.inspect": (SpecOnly, self.models_inspect),
+            "estimate.fit": (SpecOnly, self.estimate_fit),
+            "machine.info": (NoParams, self.machine_info),
+        }
+
+    async def data_preview(self, _s: Client, p: DataPreview) -> Any:
+        return await inspect_in_subprocess({"op": "preview", "spec": p.spec, "n": p.n})
+
+    async def data_inspect(self, _s: Client, p: DataInspect) -> Any:
+        return await inspect_in_subprocess({"op": "inspect_data", "spec": p.spec, "n": p.n})
+
+    @staticmethod
+    def _facts_key(spec: dict[str, Any]) -> str:
+        """What model facts depend on: the model, the adapter's shape, the example size, the files' times.
+
+        Changing the batch, strategy, precision, learning rate or data file reuses them; the
+        model, the method (what is frozen changes what activations are kept), the LoRA rank and
+        targets and the example size send the wizard back to a subprocess for seconds.
+        """
+        data = spec.get("data") or {}
+        method = spec.get("method") or {}
+        key = {"task": spec.get("task"), "model": spec.get("model"),
+               "method": [method.get("kind"), method.get("lora_r"), method.get("target_modules"),
+                          method.get("num_virtual_tokens")],
+               "max_length": data.get("max_length"), "image_size": data.get("image_size"),
+               "builtin_data": data.get("builtin") if not data.get("path") else None}
+        path = (spec.get("model") or {}).get("path")
+        if path:
+            with contextlib.suppress(OSError):
+                key["mtime"] = Path(path).expanduser().stat().st_mtime
+        return json.dumps(key, sort_keys=True, default=str)
+
+    async def _model_facts(self, spec: dict[str, Any]) -> dict[str, Any]:
+        key = self._facts_key(spec)
+        lock = self._facts_locks.setdefault(key, asyncio.Lock())
+        async with lock:  # a wizard asking twice while the first look runs waits for it
+            if key not in self._facts:
+                answer = await inspect_in_subprocess({"op": "facts", "spec": spec})
+                if answer.get("facts") is None and not answer.get("issues"):
+                    return answer
+                self._facts[key] = answer
+                while len(self._facts) > FACTS_CACHE:
+                    self._facts.pop(next(iter(self._facts)))
+            return self._facts[key]
+
+    async def models_inspect(self, _s: Client, p: SpecOnly) -> Any:
+        return await self._model_facts(p.spec)
+
+    async def estimate_fit(self, _s: Client | None, p: SpecOnly) -> Any:
+        try:
+            spec = validate_spec(FINETUNE, p.spec)
+        except SpecError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
+        looked = await self._model_facts(p.spec)
+        if not looked.get("facts"):
+            issues = looked.get("issues") or []
+            first = issues[0] if issues else {"message": "the model could not be inspected", "hint": ""}
+            raise RpcError(INVALID_PARAMS, f"Cannot estimate: {first['message']}",
+                           {"hint": first.get("hint", ""), "issues": issues})
+        from engine.estimate.memory import estimate
+
+        return estimate(spec, looked["facts"], machine.info(self.engine.paths.home))
+
+    async def machine_info(self, _s: Client, _p: NoParams) -> Any:
+        return machine.info(self.engine.paths.home)

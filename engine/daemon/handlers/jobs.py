@@ -1,0 +1,197 @@
+"""Jobs: start, check, list, look at, stop, resume, delete; their artifacts, metrics and logs; saved templates."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from engine.api import custom_code
+from engine.api.job_terms import FINETUNE
+from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
+from engine.api.specs import JOB_KINDS, SpecError, validate_spec
+from engine.daemon import templates
+from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
+from engine.daemon.handlers.params import JobId, NoParams, Params
+from engine.daemon.run_records import artifacts, delete_files, read_json, record, variants
+
+if TYPE_CHECKING:
+    from engine.daemon.context import Client, EngineView
+
+
+class JobsStart(Params):
+    kind: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("", max_length=200)
+
+
+class TemplateSave(Params):
+    name: str = Field(min_length=1, max_length=80)
+    kind: str = FINETUNE
+    spec: dict[str, Any]
+
+
+class TemplateName(Params):
+    name: str = Field(min_length=1, max_length=80)
+
+
+class JobsDelete(Params):
+    id: str = Field(min_length=1, max_length=100)
+    files: bool = True
+
+
+class JobsList(Params):
+    state: str | None = None
+    kind: str | None = None
+    limit: int = Field(100, ge=1, le=10_000)
+
+
+class JobsMetrics(JobId):
+    kind: str | None = None
+    names: list[str] | None = Field(None, max_length=200)
+    # Per series; keeps a long run's reply well under the frame limit (a chart needs no more).
+    max_points: int = Field(2000, ge=2, le=100_000)
+
+
+class JobsLogs(JobId):
+    tail: int = Field(200, ge=1, le=100_000)
+
+
+class JobHandlers:
+    def __init__(self, eng: EngineView, data: DataHandlers):
+        self.engine = eng
+        self.data = data  # a fine-tune's memory estimate is stored with it
+
+    def table(self) -> dict[str, tuple[type[Params], Any]]:
+        return {
+            "jobs.kinds": (NoParams, self.jobs_kinds),
+            "jobs.start": (JobsStart, self.jobs_start),
+            "jobs.check": (JobsStart, self.jobs_check),
+            "templates.list": (NoParams, self.templates_list),
+            "templates.save": (TemplateSave, self.templates_save),
+            "templates.delete": (TemplateName, self.templates_delete),
+            "jobs.list": (JobsList, self.jobs_list),
+            "jobs.get": (JobId, self.jobs_get),
+            "jobs.stop": (JobId, self.jobs_stop),
+            "jobs.cancel": (JobId, self.jobs_cancel),
+            "jobs.resume": (JobId, self.jobs_resume),
+            "jobs.delete": (JobsDelete, self.jobs_delete),
+            "jobs.artifacts": (JobId, self.jobs_artifacts),
+            "compress.variants": (JobId, self.compress_variants),
+            "jobs.metrics": (JobsMetrics, self.jobs_metrics),
+            "jobs.logs": (JobsLogs, self.jobs_logs),
+        }
+
+    async def jobs_kinds(self, _s: Client, _p: NoParams) -> Any:
+        return {k.name: {"title": k.title, "description": k.description, "schema": k.spec_model.model_json_schema()}
+                for k in JOB_KINDS.values()}
+
+    async def jobs_start(self, _s: Client, p: JobsStart) -> Any:
+        try:
+            spec = validate_spec(p.kind, p.spec)
+        except SpecError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
+        custom_code.require_confirmed(spec)  # model.code: CONFIRMATION_REQUIRED until the user approved its hash
+        run = self.engine.jobs.submit(p.kind, spec, p.name)
+        if p.kind == FINETUNE:
+            # The estimate is stored with the run, so its error shows once the run has measured its peak.
+            asyncio.ensure_future(self._store_estimate(run["id"], p.spec))
+        return record(self.engine.store, run)
+
+    async def jobs_check(self, _s: Client, p: JobsStart) -> Any:
+        """Validate the spec and its inputs in a subprocess (torch stays out of the engine)."""
+        answer = await inspect_in_subprocess({"op": "check", "kind": p.kind, "spec": p.spec})
+        with contextlib.suppress(SpecError):  # model.code not yet confirmed: an issue here, an error at jobs.start
+            issue = custom_code.check_issue(validate_spec(p.kind, p.spec))
+            if issue is not None:
+                answer.setdefault("issues", []).append(issue)
+        return answer
+
+    async def _store_estimate(self, run_id: str, spec: dict[str, Any]) -> None:
+        try:
+            est = await self.data.estimate_fit(None, SpecOnly(spec=spec))
+        except Exception:  # noqa: BLE001 - an estimate is a nicety; the run goes on without one
+            logging.getLogger(__name__).info("no estimate for %s", run_id, exc_info=True)
+            return
+        # What the run's memory events measure (allocator peak or RSS), per rank, without the
+        # CUDA context the bars show.
+        peak = est.get("estimated_peak")
+        run = self.engine.store.get_run(run_id)
+        if run is None:
+            return
+        with contextlib.suppress(OSError):
+            (Path(run["run_dir"]) / "estimate.json").write_text(json.dumps(est, indent=1), encoding="utf-8")
+        self.engine.store.update_run(run_id, estimated_peak=peak)
+
+    def _templates_dir(self) -> Path:
+        return self.engine.paths.home / "templates"
+
+    async def templates_list(self, _s: Client, _p: NoParams) -> Any:
+        return {"templates": templates.list_all(self._templates_dir())}
+
+    async def templates_save(self, _s: Client, p: TemplateSave) -> Any:
+        return templates.save(self._templates_dir(), p.name, p.kind, p.spec)
+
+    async def templates_delete(self, _s: Client, p: TemplateName) -> Any:
+        return templates.delete(self._templates_dir(), p.name)
+
+    async def jobs_delete(self, _s: Client, p: JobsDelete) -> Any:
+        run = self.engine.jobs.get(p.id)
+        if run["state"] in ("queued", "running", "stopping"):
+            raise RpcError(INVALID_STATE, f"Job {p.id} is {run['state']}; only a finished job can be deleted",
+                           {"hint": "Cancel it first, then delete it."})
+        freed, left = 0, []
+        if p.files and ((run.get("spec") or {}).get("distributed") or {}).get("nodes"):
+            from engine.launch.multinode import remove_remote_dirs
+
+            # A run across machines also left folders on its hosts (checkpoints, copied data).
+            freed, left = await remove_remote_dirs(p.id, Path(run["run_dir"]), self.engine.hosts)
+        freed += delete_files(self.engine.paths.runs, Path(run["run_dir"])) if p.files else 0
+        self.engine.store.delete_run(p.id)
+        self.engine.bus.publish("jobs", {"id": p.id, "deleted": True})
+        return {"ok": True, "freed_bytes": freed, "remote_left": left}
+
+    async def jobs_artifacts(self, _s: Client, p: JobId) -> Any:
+        return artifacts(self.engine.store, self.engine.jobs.get(p.id))
+
+    async def compress_variants(self, _s: Client, p: JobId) -> Any:
+        return variants(self.engine.store, self.engine.jobs.get(p.id))
+
+    async def jobs_list(self, _s: Client, p: JobsList) -> Any:
+        store = self.engine.store
+        return {"jobs": [record(store, r) for r in store.list_runs(p.state, p.kind, p.limit)]}
+
+    async def jobs_get(self, _s: Client, p: JobId) -> Any:
+        run = record(self.engine.store, self.engine.jobs.get(p.id))
+        result = read_json(Path(run["run_dir"]) / "result.json")
+        if result is not None:
+            run["result"] = result
+        return run
+
+    async def jobs_stop(self, _s: Client, p: JobId) -> Any:
+        return record(self.engine.store, self.engine.jobs.stop(p.id))
+
+    async def jobs_cancel(self, _s: Client, p: JobId) -> Any:
+        return record(self.engine.store, self.engine.jobs.cancel(p.id))
+
+    async def jobs_resume(self, _s: Client, p: JobId) -> Any:
+        return record(self.engine.store, self.engine.jobs.resume(p.id))
+
+    async def jobs_metrics(self, _s: Client, p: JobsMetrics) -> Any:
+        self.engine.jobs.get(p.id)
+        rows = self.engine.store.metrics(p.id, p.kind, p.names, p.max_points)
+        return {"metrics": rows, "max_points": p.max_points}
+
+    async def jobs_logs(self, _s: Client, p: JobsLogs) -> Any:
+        run = self.engine.jobs.get(p.id)
+        log_file = Path(run["run_dir"]) / "stdout.log"
+        if not log_file.exists():
+            return {"lines": []}
+        with open(log_file, encoding="utf-8", errors="replace") as f:
+            return {"lines": [line.rstrip("\n") for line in deque(f, maxlen=p.tail)]}
