@@ -1,4 +1,4 @@
-"""The engine's wire protocol: JSON-RPC 2.0, one UTF-8 JSON object per line.
+"""The engine's wire protocol: JSON-RPC 2.0, one UTF-8 JSON request (or batch array) per line.
 
 Written down for people in docs/protocol.md. Stdlib only: the GUI, the CLI,
 tests and third-party scripts all import this module.
@@ -7,11 +7,10 @@ tests and third-party scripts all import this module.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from fnmatch import fnmatchcase
 from typing import Any
 
 PROTOCOL_VERSION = 1
+RequestId = int | float | str | None
 MAX_FRAME_BYTES = 1024 * 1024  # one line, newline included
 
 # JSON-RPC 2.0 reserved codes.
@@ -20,6 +19,15 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# The messages the specification gives its codes (section 5.1). On the wire an error with one of these
+# codes carries exactly that message; Ember's own sentence travels in data.detail (see RpcError.to_json).
+STANDARD_MESSAGES = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid Request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+}
 # Ember's own codes (the implementation-defined server-error range).
 UNAUTHORIZED = -32001
 HANDSHAKE_REQUIRED = -32002
@@ -80,9 +88,8 @@ METHODS: dict[str, str] = {
     "events.query": "{topics: [glob], since?, limit?} -> stored events, without subscribing.",
     "audit.list": "{limit?, offset?, action?, client?, target?, since?, until?, ok?, text?} -> "
                   "{records, total, offset, next_offset}: audit records, newest first.",
-    "jobs.lineage": "{id} -> the job's lineage: spec, data and model hashes, code and package versions, "
+    "runs.lineage": "{id} -> the run's lineage: spec, data and model hashes, code and package versions, "
                     "parent runs, artifacts.",
-    "runs.lineage": "{id} -> jobs.lineage's reply (its older name, kept for older clients).",
     "diag.burst": "{topic, count, payload_bytes?} -> publish synthetic events (benchmarks, tests).",
     "queue.get": "{} -> {jobs: [queued jobs in run order, each with its wait reason], running, resources, settings}.",
     "queue.move": "{id, to: top|up|down|bottom} -> queue.get's reply: reorder a queued job.",
@@ -101,14 +108,26 @@ class RpcError(Exception):
         self.data = data or {}
 
     def to_json(self) -> dict[str, Any]:
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data:
-            err["data"] = self.data
+        standard = STANDARD_MESSAGES.get(self.code)
+        if standard is None or self.message == standard:
+            err: dict[str, Any] = {"code": self.code, "message": self.message}
+            data = self.data
+        else:  # the specification's message, and Ember's more precise one beside it
+            err = {"code": self.code, "message": standard}
+            data = {"detail": self.message, **self.data}
+        if data:
+            err["data"] = data
         return err
 
     @classmethod
     def from_json(cls, err: dict[str, Any]) -> RpcError:
-        return cls(int(err.get("code", INTERNAL_ERROR)), str(err.get("message", "")), err.get("data"))
+        code = int(err.get("code", INTERNAL_ERROR))
+        message = str(err.get("message", ""))
+        data = err.get("data")
+        if isinstance(data, dict) and "detail" in data and message == STANDARD_MESSAGES.get(code):
+            data = dict(data)
+            message = str(data.pop("detail"))  # what to_json moved aside: users read Ember's sentence
+        return cls(code, message, data if isinstance(data, dict) else None)
 
     @property
     def hint(self) -> str:
@@ -118,7 +137,8 @@ class RpcError(Exception):
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
-def encode(obj: dict[str, Any]) -> bytes:
+def encode(obj: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+    """One frame: a message, or a batch's replies as one array."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
@@ -129,20 +149,13 @@ def request(req_id: int | str, method: str, params: dict[str, Any] | None = None
     return msg
 
 
-def result(req_id: int | str | None, value: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": req_id, "result": value}
+# Replies put "id" last, in the specification's own order, so its examples (section 7) match byte for byte.
+def result(req_id: RequestId, value: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "result": value, "id": req_id}
 
 
-def error(req_id: int | str | None, err: RpcError) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": req_id, "error": err.to_json()}
-
-
-def topic_matches(topic: str, patterns: Iterable[str]) -> bool:
-    """Whether ``topic`` matches one of a subscription's globs (``*``, ``?``, ``[...]``, case-sensitive).
-
-    The one rule for live events, used by the engine's event bus and the GUI's client alike.
-    """
-    return any(fnmatchcase(topic, p) for p in patterns)
+def error(req_id: RequestId, err: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "error": err.to_json(), "id": req_id}
 
 
 def event(topic: str, seq: int, t: float, data: dict[str, Any]) -> dict[str, Any]:
@@ -158,25 +171,47 @@ def decode(line: bytes) -> Any:
         return json.loads(line)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RpcError(PARSE_ERROR, f"Not valid JSON: {exc}",
-                       {"hint": "Send one UTF-8 JSON object per line."}) from None
+                       {"hint": "Send one UTF-8 JSON object per line (or a JSON array of them: a batch)."}) from None
 
 
-def parse_request(msg: Any) -> tuple[int | str | None, str, dict[str, Any]]:
-    """Validate a decoded request; returns (id, method, params)."""
+def valid_id(value: Any) -> bool:
+    """A string, a number or null (section 4); JSON's true and false are not numbers."""
+    return value is None or (isinstance(value, (int, float, str)) and not isinstance(value, bool))
+
+
+def request_id(msg: Any) -> RequestId:
+    """The id to answer ``msg`` with: its own when it has a valid one, else null (section 5)."""
+    req_id = msg.get("id") if isinstance(msg, dict) else None
+    return req_id if valid_id(req_id) else None
+
+
+def is_notification(msg: Any) -> bool:
+    """A request object without an "id" member (section 4.1): it is never answered."""
+    return isinstance(msg, dict) and "id" not in msg
+
+
+REQUEST_HINT = 'Send {"jsonrpc":"2.0","id":1,"method":"ping"}: params optional, no id for a notification.'
+
+
+def parse_request(msg: Any) -> tuple[RequestId, str, dict[str, Any] | list[Any]]:
+    """Validate one decoded request object; returns (id, method, params).
+
+    params is an object (named) or an array (by position), {} when absent. Whether a method
+    takes what it was given is the method's business (INVALID_PARAMS), not the request's.
+    """
     if not isinstance(msg, dict):
-        raise RpcError(INVALID_REQUEST, "A request must be a JSON object",
-                       {"hint": 'Send {"jsonrpc":"2.0","id":1,"method":"ping"}.'})
+        raise RpcError(INVALID_REQUEST, "A request must be a JSON object", {"hint": REQUEST_HINT})
     req_id = msg.get("id")
-    if req_id is not None and (isinstance(req_id, bool) or not isinstance(req_id, (int, str))):
-        raise RpcError(INVALID_REQUEST, "'id' must be an integer or a string")
+    if not valid_id(req_id):
+        raise RpcError(INVALID_REQUEST, "'id' must be a string, a number or null", {"hint": REQUEST_HINT})
     if msg.get("jsonrpc") != "2.0":
-        raise RpcError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", {"id": req_id})
+        raise RpcError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", {"id": req_id, "hint": REQUEST_HINT})
     method = msg.get("method")
     if not isinstance(method, str) or not method:
-        raise RpcError(INVALID_REQUEST, "'method' must be a non-empty string", {"id": req_id})
+        raise RpcError(INVALID_REQUEST, "'method' must be a non-empty string", {"id": req_id, "hint": REQUEST_HINT})
     params = msg.get("params", {})
     if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, "'params' must be an object (named parameters)", {"id": req_id})
+        params = {}  # the specification says omit it; null is still read as "no params", as Ember always did
+    if not isinstance(params, (dict, list)):
+        raise RpcError(INVALID_REQUEST, "'params' must be an object or an array", {"id": req_id, "hint": REQUEST_HINT})
     return req_id, method, params

@@ -14,19 +14,24 @@ from engine.api import protocol
 from engine.api.protocol import (
     HANDSHAKE_REQUIRED,
     INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
     UNAUTHORIZED,
     UNSUPPORTED_VERSION,
     RpcError,
 )
+from engine.daemon import rpc_examples
 from engine.daemon.eventbus import MAX_CLIENT_BACKLOG
 
 if TYPE_CHECKING:
-    from engine.daemon.context import EngineView as Engine
+    from engine.daemon.server import Engine
 
 log = logging.getLogger(__name__)
 
 # Methods that run a subprocess to look at inputs: answered concurrently with the rest.
 BACKGROUND_METHODS = frozenset({"jobs.check", "data.preview", "data.inspect", "models.inspect", "estimate.fit"})
+# Errors after which a connection is closed: the handshake failed.
+CLOSING_CODES = frozenset({UNAUTHORIZED, HANDSHAKE_REQUIRED, UNSUPPORTED_VERSION})
 
 
 class Session:
@@ -39,6 +44,7 @@ class Session:
         self.closed = False
         self.subscriptions: set[int] = set()
         self._background: set[asyncio.Task] = set()  # requests answered while others go on
+        self.examples = rpc_examples.enabled()  # the specification's example methods, for conformance tests
 
     # ---- output
     def write(self, data: bytes) -> None:
@@ -85,60 +91,122 @@ class Session:
 
     # ---- input
     async def handle_line(self, line: bytes) -> None:
-        req_id = None
+        """One frame: a request, a notification, or a batch of them (JSON-RPC 2.0, sections 4-6)."""
         try:
             msg = protocol.decode(line)
-            if isinstance(msg, dict):
-                raw_id = msg.get("id")
-                req_id = raw_id if isinstance(raw_id, (int, str)) and not isinstance(raw_id, bool) else None
-            req_id, method, params = protocol.parse_request(msg)
-            if not self.authenticated:
-                self._handshake(req_id, method, params)
-                return
-        except RpcError as err:
-            await self._fail(req_id, err)
+        except RpcError as err:  # not JSON: the id cannot be known, so it is null (section 5)
+            await self._fail(None, err)
             return
-        except Exception:  # noqa: BLE001 - one bad request must never take the engine down
-            await self._internal_error(req_id)
+        if not self.authenticated:
+            await self._greet(msg)
             return
-        if method in BACKGROUND_METHODS:
+        if isinstance(msg, list) and msg:
+            work = self._batch(msg)
+            background = any(_method_of(m) in BACKGROUND_METHODS for m in msg)
+        else:
+            work = self._single(msg)
+            background = _method_of(msg) in BACKGROUND_METHODS
+        if background:
             # Looking at a model or a dataset takes seconds in a subprocess; the
             # connection's other requests (job lists, stops) must not queue behind it.
-            task = asyncio.create_task(self._answer(req_id, method, params))
+            task = asyncio.create_task(work)
             self._background.add(task)
             task.add_done_callback(self._background.discard)
             return
-        await self._answer(req_id, method, params)
+        await work
 
-    async def _answer(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
+    async def _single(self, msg: Any) -> None:
+        if msg == []:
+            reply: dict[str, Any] | None = protocol.error(None, RpcError(
+                INVALID_REQUEST, "An empty batch holds no request",
+                {"hint": "Send at least one request in the array, or a single request object."}))
+        else:
+            reply = await self._reply(msg)
+        if reply is not None:
+            self.send(reply)
+            await self.drain()
+
+    async def _batch(self, msgs: list[Any]) -> None:
+        """Section 6: one array of replies; notifications add none, and with none at all nothing is sent."""
+        replies = []
+        for msg in msgs:  # in order, so a batch's requests act in the order they were written
+            reply = await self._reply(msg)
+            if reply is not None:
+                replies.append(reply)
+        if replies:
+            self.write(protocol.encode(replies))
+            await self.drain()
+
+    async def _reply(self, msg: Any) -> dict[str, Any] | None:
+        """The reply to one request object; None for a notification, even one that failed (section 4.1).
+
+        A message that is not a valid request object is answered whatever it holds: it is no notification.
+        """
         try:
-            result = await self.engine.handlers.dispatch(self, method, params)
+            req_id, method, params = protocol.parse_request(msg)
         except RpcError as err:
-            await self._fail(req_id, err)
-            return
+            return protocol.error(protocol.request_id(msg), err)
+        quiet = protocol.is_notification(msg)
+        try:
+            result = await self._call(method, params)
+        except RpcError as err:
+            return None if quiet else protocol.error(req_id, err)
         except Exception:  # noqa: BLE001 - one bad request must never take the engine down
-            await self._internal_error(req_id)
-            return
-        if req_id is not None:
-            self.send(protocol.result(req_id, result))
-        await self.drain()
+            log.exception("request %s from %s failed", method, self.id)
+            return None if quiet else protocol.error(req_id, _internal_error())
+        return None if quiet else protocol.result(req_id, result)
+
+    async def _call(self, method: str, params: dict[str, Any] | list[Any]) -> Any:
+        if self.examples and method in rpc_examples.METHODS:
+            return rpc_examples.METHODS[method](params)
+        if isinstance(params, list):
+            if params and method in protocol.METHODS and method != "hello":
+                raise RpcError(INVALID_PARAMS, f"{method} takes named parameters (an object), not an array",
+                               {"hint": "docs/protocol.md lists each method's parameters by name."})
+            params = {}  # an empty array is no parameters; an unknown method is refused as such below
+        return await self.engine.handlers.dispatch(self, method, params)
 
     async def _fail(self, req_id: Any, err: RpcError) -> None:
         self.send_error(req_id, err)
         await self.drain()
-        if err.code in (UNAUTHORIZED, HANDSHAKE_REQUIRED, UNSUPPORTED_VERSION):
+        if err.code in CLOSING_CODES:
             await self.close()
 
-    async def _internal_error(self, req_id: Any) -> None:
-        log.exception("request from %s failed", self.id)
-        self.send_error(req_id, RpcError(INTERNAL_ERROR, "Internal engine error",
-                                         {"hint": "The engine log has the traceback; please report it."}))
-        await self.drain()
+    async def _greet(self, msg: Any) -> None:
+        """Before hello: only a single hello request is read. Anything else ends the connection."""
+        if isinstance(msg, list):
+            await self._fail(None, RpcError(
+                HANDSHAKE_REQUIRED, "The first request must be a single 'hello', not a batch",
+                {"hint": "Send hello {token, protocol} on its own line first; batches work after it."}))
+            return
+        try:
+            req_id, method, params = protocol.parse_request(msg)
+        except RpcError as err:
+            await self._fail(protocol.request_id(msg), err)
+            return
+        try:
+            facts = self._handshake(method, params)
+        except RpcError as err:
+            if not protocol.is_notification(msg):
+                await self._fail(req_id, err)
+            elif err.code in CLOSING_CODES:
+                await self.close()  # a notification is never answered, but the rule still holds
+            return
+        except Exception:  # noqa: BLE001 - one bad request must never take the engine down
+            log.exception("hello from %s failed", self.id)
+            if not protocol.is_notification(msg):
+                await self._fail(req_id, _internal_error())
+            return
+        if not protocol.is_notification(msg):
+            self.send(protocol.result(req_id, facts))
+            await self.drain()
 
-    def _handshake(self, req_id: Any, method: str, params: dict[str, Any]) -> None:
+    def _handshake(self, method: str, params: dict[str, Any] | list[Any]) -> dict[str, Any]:
         if method != "hello":
             raise RpcError(HANDSHAKE_REQUIRED, "The first request must be 'hello' with the engine token",
                            {"hint": "Send hello {token, protocol} first; see docs/protocol.md."})
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_PARAMS, "hello takes named parameters: {token, protocol, client}")
         token = params.get("token")
         if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.engine.token.encode()):
             log.warning("client %s sent a wrong token", self.id)
@@ -151,7 +219,16 @@ class Session:
                            {"hint": "Use a client and engine of the same Ember Studio version."})
         self.authenticated = True
         self.name = str(params.get("client", "?"))[:64]
-        self.send(protocol.result(req_id, {
+        return {
             "server": "ember-engine", "version": engine.__version__, "protocol": protocol.PROTOCOL_VERSION,
             "pid": os.getpid(), "client_id": self.id, "last_seq": self.engine.bus.last_seq,
-        }))
+        }
+
+
+def _method_of(msg: Any) -> Any:
+    return msg.get("method") if isinstance(msg, dict) else None
+
+
+def _internal_error() -> RpcError:
+    return RpcError(INTERNAL_ERROR, "Internal engine error",
+                    {"hint": "The engine log has the traceback; please report it."})

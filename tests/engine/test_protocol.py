@@ -31,7 +31,8 @@ def test_decode_rejects_oversized_frame():
         ({"jsonrpc": "1.0", "id": 1, "method": "ping"}, protocol.INVALID_REQUEST),
         ({"jsonrpc": "2.0", "id": 1}, protocol.INVALID_REQUEST),
         ({"jsonrpc": "2.0", "id": True, "method": "ping"}, protocol.INVALID_REQUEST),
-        ({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}, protocol.INVALID_PARAMS),
+        ({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": "bar"}, protocol.INVALID_REQUEST),
+        ({"jsonrpc": "2.0", "id": [1], "method": "ping"}, protocol.INVALID_REQUEST),
     ],
 )
 def test_parse_request_rejects_invalid_requests(msg, code):
@@ -42,6 +43,23 @@ def test_parse_request_rejects_invalid_requests(msg, code):
 
 def test_parse_request_accepts_missing_params():
     assert protocol.parse_request({"jsonrpc": "2.0", "id": "a", "method": "ping"}) == ("a", "ping", {})
+
+
+def test_parse_request_accepts_positional_params_and_any_json_rpc_id():
+    # Whether a method takes an array is the method's business (INVALID_PARAMS), not the request's.
+    assert protocol.parse_request({"jsonrpc": "2.0", "id": 1.5, "method": "sum", "params": [1, 2]}) == \
+        (1.5, "sum", [1, 2])
+    assert protocol.parse_request({"jsonrpc": "2.0", "id": None, "method": "ping"}) == (None, "ping", {})
+
+
+def test_standard_codes_carry_the_specifications_message_and_embers_beside_it():
+    wire = protocol.error(3, RpcError(protocol.METHOD_NOT_FOUND, "Unknown method 'x'", {"hint": "h"}))
+    assert wire == {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found",
+                                                "data": {"detail": "Unknown method 'x'", "hint": "h"}}, "id": 3}
+    back = RpcError.from_json(wire["error"])
+    assert (back.message, back.data) == ("Unknown method 'x'", {"hint": "h"})
+    own = RpcError(protocol.NOT_FOUND, "No job 'r1'").to_json()  # Ember's own codes keep their message
+    assert own == {"code": protocol.NOT_FOUND, "message": "No job 'r1'"}
 
 
 def test_error_round_trip_keeps_hint_and_fields():

@@ -113,7 +113,9 @@ def call(c: dict, method: str, params: dict) -> dict:
         err = reply["error"]
         assert isinstance(err["code"], int) and isinstance(err["message"], str) and err["message"]
         assert err["code"] != protocol.INTERNAL_ERROR, (method, params, err)
-        if err["code"] == protocol.INVALID_PARAMS and err["message"].startswith("Invalid params"):
+        # Ember's own sentence (data.detail on the wire), as the clients show it.
+        if err["code"] == protocol.INVALID_PARAMS and protocol.RpcError.from_json(err).message.startswith(
+                "Invalid params"):
             fields = err["data"]["fields"]
             assert fields and all(f["field"] and f["message"] for f in fields)
     c["seen"].setdefault(method, set()).add("error" if "error" in reply else "ok")
