@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.pages.new_finetune.field_labels import field_message, label_for, on_screen
+from app.models.field_labels import field_message, label_for, on_screen
 from app.widgets.fit_bars import FitBars, Legend
 from app.widgets.wheel_guard import is_value_control
 from tests.app.conftest import wait_connected

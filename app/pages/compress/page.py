@@ -23,8 +23,8 @@ from app.pages.compress.step_settings import SettingsStep
 from app.pages.compress.step_source import SourceStep
 from app.pages.compress.step_techniques import TechniquesStep
 from app.pages.compress.techniques import build_jobs, default_settings, field_errors
-from app.pages.new_finetune.parts import Step, error_text
 from app.widgets.wizard_page import WizardPage
+from app.widgets.wizard_parts import Step, error_text
 from engine.api.job_terms import FINAL_STATES, FINETUNE
 
 LIST_LIMIT = 1000

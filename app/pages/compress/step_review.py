@@ -7,9 +7,9 @@ from typing import Any
 from PySide6.QtWidgets import QWidget
 
 from app.pages.compress.techniques import jobs_yaml
-from app.pages.new_finetune.parts import Step, step_header
 from app.widgets.review_pane import ReviewPane
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, step_header
 
 
 class ReviewStep(Step):

@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
 
 from app.field_text import plain_message
 from app.pages.compress.techniques import CALIBRATION_METHODS, FLOAT_OP_TYPES, default_settings
-from app.pages.new_finetune.parts import Step, step_header, with_message
 from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, step_header, with_message
 
 # Which cards the ticked techniques need.
 CARD_USERS = {

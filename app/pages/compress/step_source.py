@@ -10,10 +10,10 @@ from PySide6.QtWidgets import QWidget
 from app import format as fmt
 from app.jobs_model import best_text, display_name
 from app.pages.compress.techniques import source_facts
-from app.pages.new_finetune.parts import Step, step_header
 from app.widgets.common import card
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, step_header
 
 COLUMNS = ("Run", "Task", "Model", "Method", "Best metric", "Finished")
 

@@ -8,10 +8,10 @@ from PySide6.QtWidgets import QWidget
 
 from app.glossary import option_tooltip
 from app.pages.compress.techniques import TECHNIQUES, unavailable_reason
-from app.pages.new_finetune.parts import Step, step_header
 from app.widgets.check_list import CheckList
 from app.widgets.common import card
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, step_header
 
 
 class TechniquesStep(Step):

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.pages.new_finetune.parts import Step, with_message
+from app.widgets.wizard_parts import Step, with_message
 
 
 def spin(low: int, high: int, tip: str = "") -> QSpinBox:

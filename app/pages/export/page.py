@@ -37,8 +37,8 @@ from app.pages.export.step_review import ReviewStep
 from app.pages.export.step_run import RunStep
 from app.pages.export.step_source import SourceStep
 from app.pages.export.step_target import TargetStep
-from app.pages.new_finetune.parts import Step, error_text
 from app.widgets.wizard_page import WizardPage
+from app.widgets.wizard_parts import Step, error_text
 from engine.api.job_terms import FINAL_STATES
 
 LIST_LIMIT = 1000

@@ -15,10 +15,10 @@ from app.pages.export.plan import (
     source_task,
     unavailable_reason,
 )
-from app.pages.new_finetune.parts import step_header
 from app.widgets.check_list import CheckList
 from app.widgets.common import card, label, show_text
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import step_header
 
 VARIANT_AXES = ("Fixed for a quantized variant: the compression job wrote its model with dynamic axes (batch, and "
                 "sequence for text)")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QWidget
 
-from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import label
 from app.widgets.review_pane import ReviewPane
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, show_text, step_header
 
 FILE_NAME = "export.yaml"
 COMMAND = f"ember run {FILE_NAME}"

@@ -38,10 +38,10 @@ from app.pages.export.results import (
     format_tooltip,
     parity_note,
 )
-from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.widgets.common import FactsView, card, label
 from app.widgets.open_folder import FolderFallback, open_folder
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, show_text, step_header
 from engine.api.job_terms import ACTIVE_STATES, FINAL_STATES
 
 MAX_DEVICE_LINES = 5000

@@ -10,11 +10,11 @@ from PySide6.QtWidgets import QWidget
 from app import format as fmt
 from app.jobs_model import display_name, metric_value
 from app.pages.export.plan import FINETUNE, model_file, onnx_only, source_task
-from app.pages.new_finetune.parts import Step, show_text, step_header
 from app.pages.variants.data import technique_label
 from app.widgets.common import FactsView, card, label
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import Step, show_text, step_header
 
 COLUMNS = ("Run", "Kind", "Variant", "Task", "Accuracy", "Finished")
 ACCURACY_COLUMN, FINISHED_COLUMN = 4, 5

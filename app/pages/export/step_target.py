@@ -12,9 +12,9 @@ from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QLineEdit, QWidget
 
 from app.pages.export.form import FormStep, combo, spin
 from app.pages.export.plan import TARGET_TITLES, default_options, host_label, jetson_hosts
-from app.pages.new_finetune.parts import show_text, step_header
 from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column
+from app.widgets.wizard_parts import show_text, step_header
 
 BUNDLE_ONLY = "Save the bundle only (folder and .tar.gz)"
 INT8_TIP = ("int8 needs a QDQ model, i.e. a static int8 variant in TensorRT form (Compress › Static int8 "

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine_process import EngineProcess
+from app.models.field_labels import on_screen
 from app.models.navigation import Navigator
-from app.pages.new_finetune.field_labels import on_screen
 from app.pages.new_finetune.parts import Step, error_text, problem_line
 from app.pages.new_finetune.spec_tools import (
     KIND,

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
 
 from app.jobs_model import display_name
 from app.models.navigation import Navigator
-from app.pages.new_finetune.parts import error_text
 from app.pages.variants.data import (
     LATENCY_BASES,
     Row,
@@ -44,6 +43,7 @@ from app.pages.variants.scatter import VariantsScatter
 from app.pages.variants.table import VariantsModel, VariantsSort
 from app.widgets.common import card, label
 from app.widgets.empty_state import empty_state
+from app.widgets.wizard_parts import error_text
 from engine.api.job_terms import FINETUNE
 from engine.api.protocol import METHOD_NOT_FOUND
 
