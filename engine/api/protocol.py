@@ -7,6 +7,8 @@ tests and third-party scripts all import this module.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -156,6 +158,14 @@ def result(req_id: RequestId, value: Any) -> dict[str, Any]:
 
 def error(req_id: RequestId, err: RpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "error": err.to_json(), "id": req_id}
+
+
+def topic_matches(topic: str, patterns: Iterable[str]) -> bool:
+    """Whether ``topic`` matches one of a subscription's globs (``*``, ``?``, ``[...]``, case-sensitive).
+
+    The one rule for live events, used by the engine's event bus and the GUI's client alike.
+    """
+    return any(fnmatchcase(topic, p) for p in patterns)
 
 
 def event(topic: str, seq: int, t: float, data: dict[str, Any]) -> dict[str, Any]:
