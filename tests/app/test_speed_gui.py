@@ -90,7 +90,7 @@ def test_packing_only_for_causal_lm_and_length_grouping_only_for_text(qtbot, mak
     # A spec the engine would refuse is named next to the field: the "use …" advice stays with it.
     page.load_spec({"task": "text_classification", "data": {"packing": True}})
     assert not speed.packing_check.isChecked()  # the form corrects it rather than send it
-    from app.pages.new_finetune.spec_tools import validate
+    from app.models.spec_tools import validate
 
     _normal, errors = validate({"task": "text_classification", "data": {"packing": True}})
     assert errors == {"data.packing": ["data.packing applies to causal_lm; use data.group_by_length for "

@@ -17,7 +17,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
-from app.pages.variants.data import build_rows, pareto_front, recommend
+from app.models.variants import build_rows, pareto_front, recommend
 from app.pages.variants.table import COLUMN
 from engine.api.protocol import METHOD_NOT_FOUND, RpcError
 from tests.app.test_compress_wizard import LORA, fake_engine, settle

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
+from app.models.spec_tools import headless_commands, validate
 from app.pages.new_finetune.nodes_editor import NodesEditor, host_readiness
-from app.pages.new_finetune.spec_tools import headless_commands, validate
 from engine.api.train_spec import TrainSpec
 from tests.app.conftest import wait_connected
 

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from app.pages.new_finetune.spec_tools import launch_spec, suggested_lr
-from app.pages.new_finetune.spec_tools import validate as validate_train
+from app.models.spec_tools import launch_spec, suggested_lr
+from app.models.spec_tools import validate as validate_train
 from engine.api.job_terms import FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE
 from engine.api.specs import LoraMergeSpec, PruneSpec, QatSpec, QuantizeSpec
 

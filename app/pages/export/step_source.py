@@ -9,8 +9,8 @@ from PySide6.QtWidgets import QWidget
 
 from app import format as fmt
 from app.jobs_model import display_name, metric_value
+from app.models.variants import technique_label
 from app.pages.export.plan import FINETUNE, model_file, onnx_only, source_task
-from app.pages.variants.data import technique_label
 from app.widgets.common import FactsView, card, label
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column

@@ -20,8 +20,7 @@ from PySide6.QtWidgets import (
 from app.engine_process import EngineProcess
 from app.models.field_labels import on_screen
 from app.models.navigation import Navigator
-from app.pages.new_finetune.parts import Step, error_text, problem_line
-from app.pages.new_finetune.spec_tools import (
+from app.models.spec_tools import (
     KIND,
     deep_merge,
     defaults_for,
@@ -30,6 +29,7 @@ from app.pages.new_finetune.spec_tools import (
     suggested_lr,
     validate,
 )
+from app.pages.new_finetune.parts import Step, error_text, problem_line
 from app.pages.new_finetune.step_data import DataStep
 from app.pages.new_finetune.step_method import MethodStep
 from app.pages.new_finetune.step_model import ModelStep

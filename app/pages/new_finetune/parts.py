@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.help import DOC_MENTION, doc_label
 from app.models.field_labels import field_message, label_for, on_screen
-from app.pages.new_finetune.spec_tools import issue_where
+from app.models.spec_tools import issue_where
 from app.widgets.common import label
 from app.widgets.wizard_parts import (  # noqa: F401 - the shared parts, for this wizard's steps
     FieldMessage,

@@ -20,6 +20,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.glossary import field_tooltip
+from app.models.spec_tools import (
+    KIND,
+    issue_field,
+    issue_line,
+    launch_spec,
+    route_issue,
+)
 from app.pages.new_finetune.column_field import ColumnField
 from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
 from app.pages.new_finetune.parts import (
@@ -31,13 +38,6 @@ from app.pages.new_finetune.parts import (
     show_text,
     step_header,
     with_message,
-)
-from app.pages.new_finetune.spec_tools import (
-    KIND,
-    issue_field,
-    issue_line,
-    launch_spec,
-    route_issue,
 )
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow

@@ -20,6 +20,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.help import doc_label
+from app.models.spec_tools import (
+    KIND,
+    issue_field,
+    issue_line,
+    launch_spec,
+    route_issue,
+)
 from app.pages.new_finetune.parts import (
     Busy,
     DebouncedRequest,
@@ -29,13 +36,6 @@ from app.pages.new_finetune.parts import (
     show_text,
     step_header,
     with_message,
-)
-from app.pages.new_finetune.spec_tools import (
-    KIND,
-    issue_field,
-    issue_line,
-    launch_spec,
-    route_issue,
 )
 from app.widgets.common import FactsView, card, label
 from engine.api.train_spec import BUILTIN_MODELS

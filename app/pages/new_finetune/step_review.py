@@ -21,6 +21,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.glossary import field_tooltip
+from app.models.spec_tools import (
+    KIND,
+    default_run_name,
+    file_stem,
+    headless_commands,
+    job_yaml,
+    launch_spec,
+)
 from app.pages.new_finetune.parts import (
     Busy,
     DebouncedRequest,
@@ -30,14 +38,6 @@ from app.pages.new_finetune.parts import (
     show_text,
     step_header,
     with_message,
-)
-from app.pages.new_finetune.spec_tools import (
-    KIND,
-    default_run_name,
-    file_stem,
-    headless_commands,
-    job_yaml,
-    launch_spec,
 )
 from app.style import set_role
 from app.widgets.common import card, label

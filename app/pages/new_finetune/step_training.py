@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.glossary import field_tooltip, tip_combo_items
+from app.models.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import (
     DebouncedRequest,
@@ -33,7 +34,6 @@ from app.pages.new_finetune.parts import (
     step_header,
     with_message,
 )
-from app.pages.new_finetune.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars

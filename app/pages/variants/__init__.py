@@ -1,6 +1,6 @@
 """Variants: a parent run and its compressed variants side by side (hosted by Compare).
 
-``VariantsView`` needs pyqtgraph; it is imported on first use, so ``app.pages.variants.data``
+``VariantsView`` needs pyqtgraph; it is imported on first use, so ``app.models.variants``
 (plain Python) can be used without it.
 """
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.pages.variants.data import Row, per_class_pair
+from app.models.variants import Row, per_class_pair
 from app.widgets.common import label
 
 GOOD, BAD = (43, 138, 62), (201, 42, 42)

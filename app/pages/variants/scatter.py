@@ -12,7 +12,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.glossary import term_tooltip
-from app.pages.variants.data import LATENCY_BASES, Row
+from app.models.variants import LATENCY_BASES, Row
 from app.widgets.charts import ChartLegend, export_plot_png
 from app.widgets.common import label
 from app.widgets.overlay_chart import run_colour

@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont
 
 from app import format as fmt
 from app.jobs_model import STATE_COLOURS
-from app.pages.variants.data import Row, device_text
+from app.models.variants import Row, device_text
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NONE = "—"

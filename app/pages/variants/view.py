@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs_model import display_name
 from app.models.navigation import Navigator
-from app.pages.variants.data import (
+from app.models.variants import (
     LATENCY_BASES,
     Row,
     build_rows,
