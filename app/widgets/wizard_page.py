@@ -17,6 +17,7 @@ from app.style import set_role
 from app.widgets.common import label
 from app.widgets.run_picker import RunPicker
 from app.widgets.wizard_frame import build_wizard_frame, show_status
+from app.widgets.wizard_parts import error_text
 
 
 class WizardPage(QWidget):
@@ -57,6 +58,7 @@ class WizardPage(QWidget):
         jobs.jobs_reset.connect(self._on_list)
         jobs.job_changed.connect(self._on_job_event)
         jobs.job_removed.connect(self.source_step.remove)
+        jobs.load_failed.connect(lambda err: self._set_status(error_text(err), "error"))
         self._client.connected.connect(self.reload)
         self._client.disconnected.connect(self._update_buttons)
         self.go_to(0)
