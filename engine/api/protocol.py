@@ -90,8 +90,9 @@ METHODS: dict[str, str] = {
     "events.query": "{topics: [glob], since?, limit?} -> stored events, without subscribing.",
     "audit.list": "{limit?, offset?, action?, client?, target?, since?, until?, ok?, text?} -> "
                   "{records, total, offset, next_offset}: audit records, newest first.",
-    "runs.lineage": "{id} -> the run's lineage: spec, data and model hashes, code and package versions, "
+    "jobs.lineage": "{id} -> the job's lineage: spec, data and model hashes, code and package versions, "
                     "parent runs, artifacts.",
+    "runs.lineage": "{id} -> jobs.lineage's reply (its older name, kept for older clients).",
     "diag.burst": "{topic, count, payload_bytes?} -> publish synthetic events (benchmarks, tests).",
     "queue.get": "{} -> {jobs: [queued jobs in run order, each with its wait reason], running, resources, settings}.",
     "queue.move": "{id, to: top|up|down|bottom} -> queue.get's reply: reorder a queued job.",

@@ -24,7 +24,7 @@ from engine.daemon import rpc_examples
 from engine.daemon.eventbus import MAX_CLIENT_BACKLOG
 
 if TYPE_CHECKING:
-    from engine.daemon.server import Engine
+    from engine.daemon.context import EngineView as Engine
 
 log = logging.getLogger(__name__)
 
