@@ -13,7 +13,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.style import icon, set_role
-from app.widgets.common import call_window, label
+from app.widgets.common import label
 
 ICON_SIZE = 40
 
@@ -64,11 +64,3 @@ def empty_state(title: str, text: str, action_text: str | None = None,
     """An empty-state panel: icon, ``title``, one line of ``text`` and an optional action button."""
     return EmptyState(title, text, action_text, on_action, icon_name)
 
-
-def window_action(widget: QWidget, name: str, *args: object) -> Callable[[], None]:
-    """A slot that calls ``widget.window().<name>(*args)`` when clicked (no-op outside a MainWindow)."""
-
-    def call() -> None:
-        call_window(widget, name, *args)
-
-    return call

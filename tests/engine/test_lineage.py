@@ -54,7 +54,7 @@ def test_export_child_names_its_parent_with_hashes_and_the_audit_log_filters(eng
         child = finish(c, c.call("jobs.start", kind="export.model", name="torchscript",
                                  spec={"source_run": parent["id"], "formats": ["torchscript"], "parity_samples": 4})["id"])
         assert child["state"] == "succeeded", child
-        rec = c.call("runs.lineage", id=child["id"])
+        rec = c.call("jobs.lineage", id=child["id"])
 
         # The child: its spec as stored, its parent named and followed, its artifacts hashed.
         assert rec["run"]["id"] == child["id"] and rec["run"]["kind"] == "export.model"
