@@ -231,6 +231,11 @@ def _tf32_on() -> bool:
 _PEAKS: dict[tuple[str, str, int], tuple[float | None, str]] = {}
 
 
+def forget_peaks() -> None:
+    """Forget this process's peaks, as a new process starts (the data folder's CPU peaks stay)."""
+    _PEAKS.clear()
+
+
 def device_peak(device: str, precision: str, override: float | None) -> tuple[float | None, str]:
     """(peak TFLOP/s of this process's device, where the figure comes from); None when no figure is known.
 
@@ -481,6 +486,7 @@ def _rows(batch: dict) -> int:
     return max(1, int(first.shape[0])) if first is not None else 1
 
 
-__all__ = ["GPU_PEAKS", "GPU_DEFAULT", "FlopModel", "cpu_peak", "cpu_peak_key", "device_peak", "flop_model", "gpu_peak",
+__all__ = ["GPU_PEAKS", "GPU_DEFAULT", "FlopModel", "cpu_peak", "cpu_peak_key", "device_peak", "flop_model",
+           "forget_peaks", "gpu_peak",
            "measure_cpu_peak", "mfu", "remember_cpu_peak", "remembered_cpu_peaks", "transformer_flops_per_token",
            "unwrap"]
