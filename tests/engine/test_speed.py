@@ -135,7 +135,11 @@ def test_compiled_and_eager_fine_tunes_agree(ember_home, tmp_path):
 
 
 def test_a_run_reports_its_speed_choices_padding_and_mfu(ember_home, tmp_path):
+    from engine.training import mfu
+
+    mfu.forget_peaks()  # as a new job process: the CPU peak is looked up, and remembered in the data folder
     rec, _ = run(llm_spec(max_steps=2), tmp_path, "run")
+    assert (ember_home.home / mfu.CPU_PEAKS_FILE).is_file()
     info = rec.of("run_info")[0]
     assert info["speed"]["precision"] == "fp32" and info["speed"]["compile"] is False
     assert info["speed"]["attention"] in ("sdpa", "eager")
@@ -146,6 +150,13 @@ def test_a_run_reports_its_speed_choices_padding_and_mfu(ember_home, tmp_path):
         assert step["tflops"] > 0
         assert 0 < step["mfu"] < 1
         assert step["mfu"] == pytest.approx(step["tflops"] / info["peak_tflops"])
+
+
+def test_mfu_above_a_wrong_peak_is_reported_as_100_percent(ember_home, tmp_path):
+    """A peak far too low (here a wrong speed.peak_tflops) shows MFU 1.0, never above; TFLOP/s stays the real rate."""
+    rec, _ = run(llm_spec(max_steps=2, speed={"peak_tflops": 1e-9}), tmp_path, "run")
+    steps = rec.of("train")
+    assert steps and all(e["mfu"] == 1.0 and e["tflops"] > 1e-6 for e in steps), steps
 
 
 def test_length_grouping_reaches_the_trainers_batches_and_cuts_padding(ember_home, tmp_path):
