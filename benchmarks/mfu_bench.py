@@ -149,8 +149,8 @@ class SideBySide:
 
     def run(self) -> None:
         from engine.recipes.finetune import RankContext
+        from engine.trainer.loop import Trainer
         from engine.training import dist
-        from engine.training.loop import Trainer
 
         world = dist.World(0, 0, 1, "cuda:0" if self.cuda else "cpu", "bench")
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -186,8 +186,8 @@ class SideBySide:
         import torch
         from torch.utils.data import DataLoader
 
+        from engine.trainer.loop import make_schedule
         from engine.training import mfu
-        from engine.training.loop import make_schedule
 
         tr = self.trainer
         spec, task, data = tr.spec, tr.task, tr.data  # the spec with Ember's "auto" choices made concrete

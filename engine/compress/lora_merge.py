@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.compress import kd
-from engine.compress.source import Source, load_data, open_source
 from engine.tasks import get_task
+from engine.trainer import kd
+from engine.trainer.source import Source, load_data, open_source
 from engine.training import methods
 from engine.training.context import JobFailed
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.specs import EvalSpec
-from engine.compress import source as sources
+from engine.trainer import source as sources
 from engine.training.context import JobContext, JobFailed
 
 CALIBRATION_BATCH = 1  # one example per feed: the calibration count is a count of examples
@@ -91,9 +91,9 @@ class Job:
 
     def train(self, model: Any, steps: int, lr: float, batch_size: int, what: str) -> Any:
         """Fine-tune ``model`` in full for ``steps`` with the normal loop; None when the user stopped it."""
+        from engine.trainer.loop import Trainer
         from engine.training import dist
         from engine.training.checkpoint import unwrap
-        from engine.training.loop import Trainer
 
         s = self.source.spec
         spec = s.model_copy(update={

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
-    from engine.compress.source import Source
+    from engine.trainer.source import Source
 
 # One of these makes a usable tokenizer (the same list engine/tasks/text_classification.py checks).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",

@@ -18,8 +18,8 @@ from typing import Any
 
 from engine.api.job_terms import FINETUNE
 from engine.api.specs import ExportSpec
-from engine.compress import source as sources
 from engine.compress.variant import progress
+from engine.trainer import source as sources
 from engine.training.context import JobContext, JobFailed, run_job
 
 TORCH_ONLY = ("torchscript", "pt2")

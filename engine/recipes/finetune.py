@@ -27,9 +27,9 @@ from engine.api.job_terms import FINETUNE
 from engine.api.specs import SpecError
 from engine.api.train_spec import TrainSpec
 from engine.tasks.base import InputError
+from engine.trainer.loop import Trainer
 from engine.training import dist
 from engine.training.context import JobContext, JobFailed, disk_full, record_environment
-from engine.training.loop import Trainer
 
 
 def load_train_spec(path: Path) -> TrainSpec:

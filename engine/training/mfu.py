@@ -23,7 +23,7 @@ Models that are not Hugging Face transformers (CNNs, custom models) are counted 
 ``torch.utils.flop_counter.FlopCounterMode`` over a forward pass of a sample batch.
 
 The trainer calls ``flop_model`` and ``device_peak`` once per process at the start of a run
-(engine/training/loop.py), on every rank: the counted path runs a forward, which is a collective for
+(engine/trainer/loop.py), on every rank: the counted path runs a forward, which is a collective for
 sharded models. Peaks are per process; the trainer sums them over processes. torch is imported
 inside the functions (the estimator imports the GPU table without it).
 """

@@ -8,8 +8,9 @@ import math
 import pytest
 
 from engine.api.train_spec import TrainSpec
-from engine.compress import distill, qat
+from engine.compress import qat
 from engine.tasks import get_task
+from engine.trainer import distill
 from engine.training.context import JobFailed
 
 TEXT = {"task": "text_classification", "method": {"kind": "full"}, "data": {"max_length": 32}, "device": "cpu"}

@@ -19,7 +19,6 @@ import onnx
 import pytest
 
 from engine.api.train_spec import TrainSpec
-from engine.compress.source import Source
 from engine.export import metadata as md
 from engine.export import parity
 from engine.export.onnx import export_onnx
@@ -27,6 +26,7 @@ from engine.export.ort_package import write_ort_package
 from engine.export.pt2 import export_pt2
 from engine.export.torchscript import export_torchscript
 from engine.tasks import get_task
+from engine.trainer.source import Source
 from engine.training.context import JobFailed
 
 torch = pytest.importorskip("torch")

@@ -106,9 +106,9 @@ def test_nan_loss_is_reported_with_its_step(ember_home, tmp_path, nan_at_step_3,
     import math
 
     from engine.api.train_spec import TrainSpec
+    from engine.trainer.loop import Trainer
     from engine.training import dist
     from engine.training.context import JobFailed
-    from engine.training.loop import Trainer
 
     spec = TrainSpec.model_validate(digits_spec(max_steps=6, eval_every=100, checkpoint_every=100, nan_policy=policy))
     rec = Recorder()
@@ -154,8 +154,8 @@ def test_inputs_are_checked_before_launch(engine_proc, tmp_path):
 
 def test_early_stopping_ends_the_run_when_the_metric_stalls(ember_home, tmp_path):
     from engine.api.train_spec import TrainSpec
+    from engine.trainer.loop import Trainer
     from engine.training import dist
-    from engine.training.loop import Trainer
 
     spec = TrainSpec.model_validate(digits_spec(
         max_steps=100, eval_every=5, checkpoint_every=100, optim={"lr": 1e-9},

@@ -32,8 +32,8 @@ def lm_spec(**overrides: Any) -> Any:
 def train(spec: Any, run_dir: Path) -> tuple[Any, dict[str, list[dict[str, Any]]]]:
     """(the Trainer after its run, its events by kind)."""
     from engine.recipes.finetune import RankContext
+    from engine.trainer.loop import Trainer
     from engine.training import dist
-    from engine.training.loop import Trainer
 
     events: dict[str, list[dict[str, Any]]] = {}
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def llm_spec(**overrides):
 
 
 def run(spec, tmp_path, name):
-    from engine.training.loop import Trainer
+    from engine.trainer.loop import Trainer
 
     rec = Recorder()
     trainer = Trainer(spec, dist.World(0, 0, 1, "cpu", "test"), rec, tmp_path / name)
@@ -87,7 +87,7 @@ def test_spec_refuses_options_that_do_not_apply():
 def test_fused_foreach_and_for_loop_adamw_take_the_same_steps():
     import torch
 
-    from engine.training.loop import make_optimizer
+    from engine.trainer.loop import make_optimizer
 
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))

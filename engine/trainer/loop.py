@@ -202,7 +202,7 @@ class Trainer:
 
     def _student(self) -> Any:
         """The student of ``spec.distill``: the teacher's blocks thinned out, or the spec's own model."""
-        from engine.compress import source
+        from engine.trainer import source
 
         d = self.spec.distill
         teacher_src = source.open_source(self.run_dir.resolve().parent / d.teacher_run)
@@ -211,7 +211,7 @@ class Trainer:
                             f"{self.spec.task}", "Pick a teacher fine-tuned for the same task.")
         teacher = source.load_model(teacher_src, self.data)
         if d.student_layers is not None:
-            from engine.compress.distill import build_student
+            from engine.trainer.distill import build_student
 
             student, self.student_info = build_student(teacher, self.spec.task, d.student_layers)
         else:
@@ -226,7 +226,7 @@ class Trainer:
             return self.task.forward(self.model, batch)
         import torch
 
-        from engine.compress import kd
+        from engine.trainer import kd
 
         d = self.spec.distill
         with torch.no_grad():

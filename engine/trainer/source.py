@@ -135,7 +135,7 @@ def load_model(source: Source, data: Any) -> Any:
     model = task.build_model(source.spec, data)
     student = source.meta.get("student")
     if student:
-        from engine.compress.distill import truncate_layers
+        from engine.trainer.distill import truncate_layers
 
         model, _ = truncate_layers(model, source.spec.task, int(student["layers"]))
     model = methods.apply(model, source.spec, task)

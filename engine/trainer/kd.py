@@ -25,7 +25,7 @@ def logits(task_name: str, model: Any, batch: dict[str, Any]) -> Any:
 def task_loss(task_name: str, student: Any, teacher: Any, batch: dict[str, Any], temperature: float,
               alpha: float) -> tuple[Any, dict[str, float]]:
     """KD loss of one batch: per example for classifiers, per target token for causal LMs."""
-    from engine.compress.distill import kd_loss
+    from engine.trainer.distill import kd_loss
 
     labels = batch["labels"]
     if task_name == "causal_lm":
