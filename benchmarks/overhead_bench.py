@@ -23,12 +23,13 @@ the whole-run ratio by a few hundredths on a busy machine: read the median with 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,9 +69,9 @@ class PlainLoop:
         from torch.utils.data import DataLoader
 
         from engine.tasks import get_task
+        from engine.trainer.loop import make_optimizer, make_schedule, seed_everything
         from engine.training import methods
         from engine.training.data_order import ResumableOrder
-        from engine.training.loop import make_optimizer, make_schedule, seed_everything
 
         t0 = time.perf_counter()
         self.spec, self.torch = spec, torch
@@ -133,8 +134,8 @@ def lockstep(spec, plain_first: bool = True) -> tuple[Timing, Timing]:
     ``plain_first``: the plain loop loads its data and model before Ember starts, else at Ember's first
     step (out of Ember's clock): rounds alternate, so neither side always loads into the other's warm caches."""
     from engine.recipes.finetune import RankContext
+    from engine.trainer.loop import Trainer
     from engine.training import dist, mfu
-    from engine.training.loop import Trainer
 
     plain = PlainLoop(spec) if plain_first else None
     mfu.forget_peaks()  # a job is a new process: it looks the CPU peak up again (in the data folder)
@@ -171,15 +172,17 @@ def main() -> None:
     ap.add_argument("--task", default="text_classification", choices=["text_classification", "image_classification"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="also write every figure to this file")
     args = ap.parse_args()
     os.environ.setdefault("EMBER_HOME", tempfile.mkdtemp(prefix="ember-bench-home-"))
     spec = make_spec(args.task, args.steps)
     # One short untimed round first: the first run pays for caches (the tokenized data, the CPU peak in the data
     # folder), page faults and clock ramp-up.
     lockstep(make_spec(args.task, min(args.steps, WARMUP_STEPS)))
-    train_ratios, wall_ratios = [], []
+    train_ratios, wall_ratios, rounds = [], [], []
     for r in range(args.rounds):
         plain, ember = lockstep(spec, plain_first=r % 2 == 0)
+        rounds.append({"plain": asdict(plain), "ember": asdict(ember)})
         train_ratios.append(ember.train_rate / plain.train_rate)
         wall_ratios.append(plain.wall_s / ember.wall_s)
         print(f"round {r + 1}: training phase plain {plain.train_rate:.1f} / ember {ember.train_rate:.1f} samples/s "
@@ -193,6 +196,12 @@ def main() -> None:
         ratio = statistics.median(ratios)
         print(f"{name}: ember/plain median {ratio:.3f} (rounds {min(ratios):.3f}..{max(ratios):.3f}; "
               f"{'meets' if ratio >= TARGET else 'MISSES'} the {TARGET} target)")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "task": args.task, "steps": args.steps, "batch_size": spec.batch_size, "target": TARGET,
+            "rounds": rounds, "train_ratios": train_ratios, "wall_ratios": wall_ratios,
+            "train_ratio": statistics.median(train_ratios), "wall_ratio": statistics.median(wall_ratios),
+            "cpus": os.cpu_count(), "load_average": os.getloadavg()[0]}, indent=1))
 
 
 if __name__ == "__main__":
