@@ -151,6 +151,32 @@ def engine_proc(ember_home: paths_mod.Paths) -> Iterator[RunningEngine]:
     kill_job_groups(ember_home.home)
 
 
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory: pytest.TempPathFactory):
+    """Finished fine-tunes (text, digits, lora: tests/fixtures/trained_runs.py), trained once per session."""
+    from tests.fixtures.trained_runs import TrainedRuns, cache_root
+
+    return TrainedRuns(cache_root(tmp_path_factory))
+
+
+@pytest.fixture
+def engine_with_runs(ember_home: paths_mod.Paths, trained_runs):
+    """``start(*kinds)`` -> (engine, {kind: run id}): this test's engine, started with private copies of the
+    shared fine-tunes as its finished runs (the sources a compression, export or merge starts from)."""
+    engines: list[RunningEngine] = []
+
+    def start(*kinds: str) -> tuple[RunningEngine, dict[str, str]]:
+        assert not engines, "one engine per test"
+        ids = trained_runs.seed(ember_home.home, *kinds)
+        engines.append(RunningEngine(ember_home, start_engine_process(ember_home)))
+        return engines[0], ids
+
+    yield start
+    for eng in engines:
+        eng.stop()
+    kill_job_groups(ember_home.home)
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

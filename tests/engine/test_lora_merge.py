@@ -11,13 +11,14 @@ from safetensors import safe_open
 from engine.api.job_terms import FINAL_STATES
 from engine.api.protocol import NOT_FOUND, RpcError
 from tests.conftest import wait_for
+from tests.fixtures.trained_runs import SPECS
 
 # Real fine-tunes on two shared cores: minutes when the machine is busy.
 pytestmark = pytest.mark.timeout(600)
 
-LORA = {"task": "text_classification", "method": {"kind": "lora"}, "batch_size": 8,
-        "data": {"max_length": 32}, "max_steps": 4, "eval_every": 2}
-DIGITS_FULL = {"task": "image_classification", "method": {"kind": "full"}, "max_steps": 2, "eval_every": 2}
+# The finished runs are the session's shared fine-tunes (tests/fixtures/trained_runs.py): a LoRA MiniLM
+# to merge and the full digits CNN to refuse. This one is only started, to be refused while it trains.
+LORA = SPECS["lora"]
 
 
 def finish(c, job_id: str, timeout: float = 240) -> dict:
@@ -25,20 +26,23 @@ def finish(c, job_id: str, timeout: float = 240) -> dict:
                     timeout=timeout, interval=0.5, what=f"job {job_id} to finish")
 
 
-def test_lora_merge_writes_a_plain_model_with_parity_and_lineage(engine_proc):
-    with engine_proc.client() as c:
-        lora = c.call("jobs.start", kind="train.finetune", spec=LORA, name="lora")
+def test_lora_merge_writes_a_plain_model_with_parity_and_lineage(engine_with_runs):
+    eng, runs = engine_with_runs("lora", "digits")
+    with eng.client() as c:
+        training = c.call("jobs.start", kind="train.finetune", spec=LORA, name="lora")
         # While it trains it has no model/ yet: nothing to merge.
         early = finish(c, c.call("jobs.start", kind="compress.lora_merge",
-                                 spec={"source_run": lora["id"]})["id"], timeout=60)
+                                 spec={"source_run": training["id"]})["id"], timeout=60)
         assert early["state"] == "failed" and "resume or finish the run first" in early["error"]["hint"], early
-        full = c.call("jobs.start", kind="train.finetune", spec=DIGITS_FULL, name="digits")
+        c.call("jobs.cancel", id=training["id"])
+        lora, full = c.call("jobs.get", id=runs["lora"]), c.call("jobs.get", id=runs["digits"])
+        assert full["spec"]["method"]["kind"] == "full" and lora["spec"]["method"]["kind"] == "lora"
 
         with pytest.raises(RpcError) as err:
             c.call("jobs.start", kind="compress.lora_merge", spec={"source_run": "r-no-such-run"})
         assert err.value.code == NOT_FOUND and "r-no-such-run" in str(err.value)
 
-        assert finish(c, full["id"])["state"] == "succeeded"
+        assert full["state"] == "succeeded"
         refused = finish(c, c.call("jobs.start", kind="compress.lora_merge",
                                    spec={"source_run": full["id"]})["id"], timeout=60)
         assert refused["state"] == "failed"
@@ -46,7 +50,7 @@ def test_lora_merge_writes_a_plain_model_with_parity_and_lineage(engine_proc):
         assert refused["parent_id"] == full["id"]
         assert not (Path(refused["run_dir"]) / "model").exists()
 
-        assert finish(c, lora["id"])["state"] == "succeeded"
+        assert lora["state"] == "succeeded"
         source_model = Path(lora["run_dir"]) / "model"
         before = {p.name: p.stat().st_mtime_ns for p in source_model.iterdir()}
         merge = c.call("jobs.start", kind="compress.lora_merge", name="merge",
