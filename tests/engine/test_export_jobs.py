@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.test_compress_jobs import DIGITS_PARENT, EVAL, TEXT_PARENT, finish
+from tests.engine.test_compress_jobs import EVAL, finish
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -18,11 +18,12 @@ def _result(job: dict) -> dict:
     return json.loads((Path(job["run_dir"]) / "result.json").read_text())
 
 
-def test_minilm_to_every_portable_format_with_parity_and_a_jetson_bundle(engine_proc):
-    with engine_proc.client() as c:
-        # A few steps are enough: parity compares the exported files with this model, whatever its accuracy.
-        parent = finish(c, c.call("jobs.start", kind="train.finetune",
-                                  spec={**TEXT_PARENT, "max_steps": 6, "eval_every": 6}, name="minilm")["id"])
+def test_minilm_to_every_portable_format_with_parity_and_a_jetson_bundle(engine_with_runs):
+    # The session's shared MiniLM fine-tune (tests/fixtures/trained_runs.py): parity compares the exported
+    # files with this model, whatever its accuracy, so any finished fine-tune will do.
+    eng, runs = engine_with_runs("text")
+    with eng.client() as c:
+        parent = c.call("jobs.get", id=runs["text"])
         assert parent["state"] == "succeeded", parent
         spec = {"source_run": parent["id"], "formats": ["onnx", "ort", "torchscript", "pt2", "triton", "jetson"],
                 "target": "orin_nano", "parity_samples": 32}
@@ -59,11 +60,12 @@ def test_minilm_to_every_portable_format_with_parity_and_a_jetson_bundle(engine_
         assert any("top-1 agreement" in line for line in events)
 
 
-def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot(engine_proc, capsys):
+def test_int8_variant_exports_with_agreement_reported_and_refuses_what_it_cannot(engine_with_runs, capsys):
     from engine.cli.main import main as ember
 
-    with engine_proc.client() as c:
-        parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS_PARENT, name="digits")["id"])
+    eng, runs = engine_with_runs("digits")
+    with eng.client() as c:
+        parent = c.call("jobs.get", id=runs["digits"])
         assert parent["state"] == "succeeded", parent
         variant = finish(c, c.call("jobs.start", kind="compress.quantize",
                                    spec={"source_run": parent["id"], "mode": "dynamic", "eval": EVAL})["id"])
