@@ -3,7 +3,7 @@
 The manual is the Markdown in the repository's ``docs/``. It ships inside the package as
 ``app/resources/docs`` (in a checkout a link to ``docs/``; in a wheel real files; the
 one-folder build copies ``docs/`` there), so help opens without a network in every kind of
-install. ``docs_dir()`` is the one place that finds it; the viewer (widgets/help_viewer.py)
+install. ``app.manual.docs_dir()`` is the one place that finds it; the viewer (widgets/help_viewer.py)
 shows it, and the About dialog (widgets/about_dialog.py) lives behind the same menu.
 
 Text elsewhere in the window that says "see docs/x.md" becomes a link with ``doc_label``.
@@ -19,15 +19,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QWidget
 
-from app.manual import (  # noqa: F401 - where the manual is; names kept here for callers
-    DOC_DIRS,
-    HOME_DOC,
-    SHORTCUTS_DOC,
-    TROUBLESHOOTING_DOC,
-    docs_dir,
-    heading_slug,
-    missing_docs_message,
-)
+from app.manual import HOME_DOC, TROUBLESHOOTING_DOC
 from app.models.pages import PAGES
 from app.style import set_role
 

@@ -20,7 +20,8 @@ from PySide6.QtTest import QTest
 
 from app import help as app_help
 from app import manual
-from app.help import PAGE_DOCS, doc_label, docs_dir, heading_slug, linkify, page_doc
+from app.help import PAGE_DOCS, doc_label, linkify, page_doc
+from app.manual import docs_dir, heading_slug
 from app.models.pages import PAGE_KEYS, PAGES
 from tests.app.conftest import wait_connected
 
@@ -92,8 +93,8 @@ def test_missing_manual_says_where_it_looked(qtbot, tmp_path, monkeypatch):
     from app.widgets.help_viewer import HelpViewer
 
     monkeypatch.setattr(manual, "DOC_DIRS", (tmp_path / "a", tmp_path / "b"))
-    assert app_help.docs_dir() is None
-    monkeypatch.setattr("app.widgets.help_viewer.docs_dir", app_help.docs_dir)
+    assert manual.docs_dir() is None
+    monkeypatch.setattr("app.widgets.help_viewer.docs_dir", manual.docs_dir)
     viewer = HelpViewer()
     qtbot.addWidget(viewer)
     assert "not installed" in viewer.browser.toPlainText() and str(tmp_path / "a") in viewer.browser.toPlainText()
