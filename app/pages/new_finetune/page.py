@@ -29,7 +29,7 @@ from app.models.spec_tools import (
     suggested_lr,
     validate,
 )
-from app.pages.new_finetune.parts import Step, error_text, problem_line
+from app.pages.new_finetune.parts import problem_line
 from app.pages.new_finetune.step_data import DataStep
 from app.pages.new_finetune.step_method import MethodStep
 from app.pages.new_finetune.step_model import ModelStep
@@ -39,6 +39,7 @@ from app.pages.new_finetune.step_training import TrainingStep
 from app.style import set_role
 from app.widgets.common import label
 from app.widgets.wizard_frame import build_wizard_frame, show_status
+from app.widgets.wizard_parts import Step, error_text
 
 
 class NewFinetunePage(QWidget):

@@ -14,14 +14,6 @@ from app.help import DOC_MENTION, doc_label
 from app.models.field_labels import field_message, label_for, on_screen
 from app.models.spec_tools import issue_where
 from app.widgets.common import label
-from app.widgets.wizard_parts import (  # noqa: F401 - the shared parts, for this wizard's steps
-    FieldMessage,
-    Step,
-    error_text,
-    show_text,
-    step_header,
-    with_message,
-)
 from engine.api.protocol import METHOD_NOT_FOUND, RpcError
 
 

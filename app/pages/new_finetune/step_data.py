@@ -29,18 +29,10 @@ from app.models.spec_tools import (
 )
 from app.pages.new_finetune.column_field import ColumnField
 from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
-from app.pages.new_finetune.parts import (
-    Busy,
-    DebouncedRequest,
-    IssueList,
-    Step,
-    error_text,
-    show_text,
-    step_header,
-    with_message,
-)
+from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow
+from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
 from engine.api.train_spec import BUILTIN_DATA
 
 BUILTIN_TEXT = {

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.glossary import field_tooltip, option_tooltip
-from app.pages.new_finetune.parts import Step, step_header, with_message
 from app.widgets.common import card, label
+from app.widgets.wizard_parts import Step, step_header, with_message
 
 METHODS = (
     ("full", "Full fine-tuning", "Train every weight. Best results, most memory; saves a whole model."),

@@ -27,17 +27,9 @@ from app.models.spec_tools import (
     launch_spec,
     route_issue,
 )
-from app.pages.new_finetune.parts import (
-    Busy,
-    DebouncedRequest,
-    IssueList,
-    Step,
-    error_text,
-    show_text,
-    step_header,
-    with_message,
-)
+from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import FactsView, card, label
+from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
 from engine.api.train_spec import BUILTIN_MODELS
 
 BUILTIN_TEXT = {

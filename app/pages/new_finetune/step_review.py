@@ -29,18 +29,10 @@ from app.models.spec_tools import (
     job_yaml,
     launch_spec,
 )
-from app.pages.new_finetune.parts import (
-    Busy,
-    DebouncedRequest,
-    IssueList,
-    Step,
-    error_text,
-    show_text,
-    step_header,
-    with_message,
-)
+from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.style import set_role
 from app.widgets.common import card, label
+from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
 
 CHECK_MS = 300
 

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.pages.new_finetune.parts import Step, error_text, show_text, step_header
 from app.widgets.common import card, label
+from app.widgets.wizard_parts import Step, error_text, show_text, step_header
 from engine.api.job_terms import FINETUNE
 
 TASKS = (

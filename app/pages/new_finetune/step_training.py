@@ -27,17 +27,12 @@ from PySide6.QtWidgets import (
 from app.glossary import field_tooltip, tip_combo_items
 from app.models.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.nodes_editor import NodesEditor
-from app.pages.new_finetune.parts import (
-    DebouncedRequest,
-    Step,
-    error_text,
-    step_header,
-    with_message,
-)
+from app.pages.new_finetune.parts import DebouncedRequest
 from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
 from app.widgets.reflow import Reflow
+from app.widgets.wizard_parts import Step, error_text, step_header, with_message
 from engine.api.host_spec import LOCAL
 
 STRATEGIES = (("single", "Single process"), ("ddp", "DDP (a full copy per process)"),
