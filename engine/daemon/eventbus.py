@@ -61,7 +61,7 @@ class EventBus:
         self.store = store
         self.last_seq = store.last_seq()
         self._pending: list[_Pending] = []
-        self._run_updates: dict[str, dict[str, Any]] = {}
+        self._job_updates: dict[str, dict[str, Any]] = {}
         self._flush_scheduled = False
         self._subs: dict[int, Subscription] = {}
         self._next_sub = 1
@@ -81,9 +81,9 @@ class EventBus:
         """The seq the next published event will get."""
         return self.last_seq + len(self._pending) + 1
 
-    def update_run_with_batch(self, run_id: str, **fields: Any) -> None:
+    def update_job_with_batch(self, run_id: str, **fields: Any) -> None:
         """Store ``fields`` on the run in the same transaction as the pending events."""
-        self._run_updates.setdefault(run_id, {}).update(fields)
+        self._job_updates.setdefault(run_id, {}).update(fields)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -93,9 +93,9 @@ class EventBus:
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if not self._pending and not self._run_updates:
+        if not self._pending and not self._job_updates:
             return
-        pending, updates = self._pending, self._run_updates
+        pending, updates = self._pending, self._job_updates
         rows = [(self.last_seq + i + 1, p.topic, p.t, p.run_id, p.data_json) for i, p in enumerate(pending)]
         try:
             self.store.commit_events(rows, updates)
@@ -104,7 +104,7 @@ class EventBus:
             log.exception("could not commit %d events; retrying", len(rows))
             asyncio.get_running_loop().call_later(1.0, self._schedule)
             return
-        self._pending, self._run_updates = [], {}
+        self._pending, self._job_updates = [], {}
         self.last_seq += len(rows)
         self._fan_out(rows)
 

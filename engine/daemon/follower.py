@@ -17,7 +17,7 @@ class Follower:
     """Reads complete lines appended to ``events.jsonl`` and publishes them.
 
     The offset only advances past complete lines and is committed together with
-    the events (``EventBus.update_run_with_batch``), so a restart resumes exactly.
+    the events (``EventBus.update_job_with_batch``), so a restart resumes exactly.
     """
 
     def __init__(self, bus: EventBus, run_id: str, run_dir: Path, offset: int):
@@ -50,7 +50,7 @@ class Follower:
         fields["reported_state"] = self.reported_state
         if self.last_error:
             fields["error"] = self.last_error
-        self.bus.update_run_with_batch(self.run_id, **fields)
+        self.bus.update_job_with_batch(self.run_id, **fields)
         return count
 
     def _publish_line(self, raw: bytes) -> None:

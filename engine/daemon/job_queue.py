@@ -40,10 +40,10 @@ def _spec_hosts(spec: dict[str, Any]) -> set[str]:
     return {str(n.get("host") or LOCAL) for n in nodes if isinstance(n, dict)}
 
 
-def capacity(jm: JobManager, runs: list[dict[str, Any]]) -> dict[str, Capacity]:
-    """This machine's cores and GPUs, and those of every host a run uses (from its last probe)."""
+def capacity(jm: JobManager, jobs: list[dict[str, Any]]) -> dict[str, Capacity]:
+    """This machine's cores and GPUs, and those of every host a job uses (from its last probe)."""
     caps = {LOCAL: Capacity(cores=psutil.cpu_count(logical=True) or 1, gpus=len(machine.gpus()))}
-    for host in set().union(*(_spec_hosts(r.get("spec") or {}) for r in runs)) - {LOCAL}:
+    for host in set().union(*(_spec_hosts(r.get("spec") or {}) for r in jobs)) - {LOCAL}:
         row = jm.store.get_host(host)
         facts = ((row or {}).get("meta") or {}).get("facts") or {}
         cores = facts.get("cpu_count")
@@ -60,20 +60,20 @@ def settings(jm: JobManager) -> dict[str, Any]:
             "allow_gpu_sharing": bool(jm.store.get_setting(GPU_SHARING, False))}
 
 
-def _job(run: dict[str, Any], caps: dict[str, Capacity]) -> Job:
-    cores, gpus = job_need(run["kind"], run.get("spec") or {}, caps)
-    held = run.get("gpus")
+def _job(job: dict[str, Any], caps: dict[str, Capacity]) -> Job:
+    cores, gpus = job_need(job["kind"], job.get("spec") or {}, caps)
+    held = job.get("gpus")
     if not isinstance(held, dict):
         # Started before the engine recorded GPUs (or on an unknown host): assume the first ones.
         held = {h: list(range(n)) for h, n in gpus.items()}
-    return Job(id=run["id"], cores=cores, gpus=gpus, held=held)
+    return Job(id=job["id"], cores=cores, gpus=gpus, held=held)
 
 
 def plan_now(jm: JobManager) -> tuple[Plan, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(plan, running runs, queued runs in order, facts) from the store as it is now."""
 
-    running = jm.store.list_runs(state=LIVE_STATES, limit=100_000, oldest_first=True)
-    queued = jm.store.queued_runs()
+    running = jm.store.list_jobs(state=LIVE_STATES, limit=100_000, oldest_first=True)
+    queued = jm.store.queued_jobs()
     caps = capacity(jm, running + queued)
     conf = settings(jm)
     cpu_limit = {LOCAL: conf["cpu_cores"] or caps[LOCAL].cores}
@@ -86,12 +86,12 @@ def plan_now(jm: JobManager) -> tuple[Plan, list[dict[str, Any]], list[dict[str,
     return p, running, queued, facts
 
 
-def _entry(run: dict[str, Any], position: int | None, need: tuple[dict, dict], reason: str | None,
+def _entry(job: dict[str, Any], position: int | None, need: tuple[dict, dict], reason: str | None,
            never: bool = False) -> dict[str, Any]:
     cores, gpus = need
-    return {"id": run["id"], "kind": run["kind"], "name": run.get("name") or run["kind"], "state": run["state"],
-            "created_at": run["created_at"], "started_at": run.get("started_at"), "priority": run.get("priority") or 0,
-            "position": position, "need": {"cores": cores, "gpus": gpus}, "gpus": run.get("gpus"),
+    return {"id": job["id"], "kind": job["kind"], "name": job.get("name") or job["kind"], "state": job["state"],
+            "created_at": job["created_at"], "started_at": job.get("started_at"), "priority": job.get("priority") or 0,
+            "position": position, "need": {"cores": cores, "gpus": gpus}, "gpus": job.get("gpus"),
             "reason": reason, "never_fits": never}
 
 
@@ -111,21 +111,21 @@ def snapshot(jm: JobManager) -> dict[str, Any]:
 
 
 def _queued(jm: JobManager, run_id: str) -> dict[str, Any]:
-    run = jm.get(run_id)
-    if run["state"] != "queued":
-        raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a queued job has a place in the queue",
+    job = jm.get(run_id)
+    if job["state"] != "queued":
+        raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a queued job has a place in the queue",
                        {"hint": "Priorities and order apply to queued jobs (queue.get lists them)."})
-    return run
+    return job
 
 
 def _write_order(jm: JobManager, order: list[dict[str, Any]]) -> None:
     """Positions 1..n in this order (priorities already consistent with it)."""
-    for i, run in enumerate(order, start=1):
-        if run.get("queue_pos") != float(i) or "new_priority" in run:
+    for i, job in enumerate(order, start=1):
+        if job.get("queue_pos") != float(i) or "new_priority" in job:
             fields: dict[str, Any] = {"queue_pos": float(i)}
-            if "new_priority" in run:
-                fields["priority"] = run["new_priority"]
-            jm.store.update_run(run["id"], **fields)
+            if "new_priority" in job:
+                fields["priority"] = job["new_priority"]
+            jm.store.update_job(job["id"], **fields)
 
 
 def move(jm: JobManager, run_id: str, to: str) -> None:
@@ -137,26 +137,26 @@ def move(jm: JobManager, run_id: str, to: str) -> None:
     if to not in MOVES:
         raise RpcError(INVALID_PARAMS, f"Unknown move {to!r}", {"hint": f"Use one of {', '.join(MOVES)}."})
     _queued(jm, run_id)
-    order = jm.store.queued_runs()
+    order = jm.store.queued_jobs()
     index = next(i for i, r in enumerate(order) if r["id"] == run_id)
-    run = order.pop(index)
+    job = order.pop(index)
     target = {"top": 0, "up": max(0, index - 1), "down": min(len(order), index + 1), "bottom": len(order)}[to]
-    order.insert(target, run)
-    prio = run.get("priority") or 0
+    order.insert(target, job)
+    prio = job.get("priority") or 0
     if target > 0:
         prio = min(prio, order[target - 1].get("priority") or 0)
     if target + 1 < len(order):
         prio = max(prio, order[target + 1].get("priority") or 0)
-    if prio != (run.get("priority") or 0):
-        run["new_priority"] = prio
+    if prio != (job.get("priority") or 0):
+        job["new_priority"] = prio
     _write_order(jm, order)
 
 
 def prioritize(jm: JobManager, run_id: str, priority: int) -> None:
     """Set a queued job's priority; it goes behind the jobs that already have that priority."""
     _queued(jm, run_id)
-    jm.store.update_run(run_id, priority=priority, queue_pos=jm.store.next_queue_pos())
-    _write_order(jm, jm.store.queued_runs())
+    jm.store.update_job(run_id, priority=priority, queue_pos=jm.store.next_queue_pos())
+    _write_order(jm, jm.store.queued_jobs())
 
 
 def configure(jm: JobManager, max_concurrent: int | None, cpu_cores: int | None, gpu_sharing: bool | None,

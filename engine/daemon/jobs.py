@@ -30,7 +30,7 @@ from engine.api.specs import JOB_KINDS, dump_job_yaml
 from engine.daemon import job_queue
 from engine.daemon.eventbus import EventBus
 from engine.daemon.follower import Follower
-from engine.daemon.run_records import measured_peak, record
+from engine.daemon.job_records import measured_peak, record
 from engine.daemon.store import Store
 from engine.evaluate import EVAL_ENV
 from engine.launch import local
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # stopped: ended gracefully on request (checkpoint written, resumable); cancelled: killed, or never started.
 POLL_S = 0.1
 
-def new_run_id() -> str:
+def new_job_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
 
 
@@ -79,36 +79,36 @@ class JobManager:
 
     # ---- queries
     def get(self, run_id: str) -> dict[str, Any]:
-        run = self.store.get_run(run_id)
-        if run is None:
+        job = self.store.get_job(run_id)
+        if job is None:
             raise RpcError(NOT_FOUND, f"No job with id {run_id!r}",
                            {"hint": "List jobs with jobs.list (or `ember jobs`)."})
-        return run
+        return job
 
     # ---- state changes
     def _set_state(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
-        self.store.update_run(run_id, state=state, **fields)
-        run = self.get(run_id)
+        self.store.update_job(run_id, state=state, **fields)
+        job = self.get(run_id)
         # The whole record, so a client's view has times, exit code and error with the state.
-        self.bus.publish("jobs", record(self.store, run))
-        return run
+        self.bus.publish("jobs", record(self.store, job))
+        return job
 
     def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
         parent = getattr(spec, "source_run", None)  # a job that works on another run's output
         field = "source_run"
         if getattr(spec, "distill", None) is not None:  # a student's parent is its teacher
             parent, field = spec.distill.teacher_run, "distill.teacher_run"
-        if parent is not None and self.store.get_run(parent) is None:
+        if parent is not None and self.store.get_job(parent) is None:
             raise RpcError(NOT_FOUND, f"No run with id {parent!r} ({field})",
                            {"hint": "Pick a run from jobs.list (or `ember jobs`)."})
         host = self._deploy_host(spec)
-        run_id = new_run_id()
+        run_id = new_job_id()
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True)
         (run_dir / "spec.yaml").write_text(dump_job_yaml(kind, spec, name), encoding="utf-8")
         if host is not None:
             (run_dir / "deploy_host.json").write_text(json.dumps(host, indent=1), encoding="utf-8")
-        self.store.insert_run({
+        self.store.insert_job({
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
             "parent_id": parent, "queue_pos": self.store.next_queue_pos(),
@@ -134,9 +134,9 @@ class JobManager:
             return
         plan = job_queue.plan_now(self)[0]
         for run_id, gpus in plan.start:
-            run = self.store.get_run(run_id)
-            if run is not None and run["state"] == "queued":
-                self.store.update_run(run_id, gpus=gpus)
+            job = self.store.get_job(run_id)
+            if job is not None and job["state"] == "queued":
+                self.store.update_job(run_id, gpus=gpus)
                 self._launch(self.get(run_id))
         self._publish_queue()
 
@@ -148,20 +148,20 @@ class JobManager:
             if publish:
                 self.bus.publish("queue", snap)
 
-    def _launch(self, run: dict[str, Any]) -> None:
-        run_dir = Path(run["run_dir"])
-        kind = JOB_KINDS[run["kind"]]
-        spec = kind.spec_model.model_validate(run["spec"])
+    def _launch(self, job: dict[str, Any]) -> None:
+        run_dir = Path(job["run_dir"])
+        kind = JOB_KINDS[job["kind"]]
+        spec = kind.spec_model.model_validate(job["spec"])
         if _nodes(spec):
-            self._launch_multi(run, spec)
+            self._launch_multi(job, spec)
             return
         argv = local.command(kind.module, spec, run_dir)
-        env = local.job_env(EMBER_RUN_ID=run["id"])
-        local_gpus = (run.get("gpus") or {}).get("local")
+        env = local.job_env(EMBER_RUN_ID=job["id"])
+        local_gpus = (job.get("gpus") or {}).get("local")
         if local_gpus:
             # The GPUs the scheduler gave this job, numbered as nvidia-smi numbers them.
             env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(map(str, local_gpus)))
-        if run["kind"].startswith("compress."):
+        if job["kind"].startswith("compress."):
             # Timing jobs: OpenMP threads that spin between calls distort interleaved latencies.
             for key, value in EVAL_ENV.items():
                 env.setdefault(key, value)
@@ -177,7 +177,7 @@ class JobManager:
                     start_new_session=True, close_fds=True,
                 )
         except OSError as exc:
-            self._set_state(run["id"], "failed", ended_at=time.time(),
+            self._set_state(job["id"], "failed", ended_at=time.time(),
                             error={"message": f"Could not start the job process: {exc}",
                                    "hint": "Check free disk space and that Python can run here."})
             return
@@ -185,29 +185,29 @@ class JobManager:
             started = psutil.Process(proc.pid).create_time()
         except psutil.Error:
             started = None
-        self._procs[run["id"]] = proc
-        self._set_state(run["id"], "running", started_at=time.time(), pid=proc.pid, pid_started=started)
-        self._follow(run["id"])
+        self._procs[job["id"]] = proc
+        self._set_state(job["id"], "running", started_at=time.time(), pid=proc.pid, pid_started=started)
+        self._follow(job["id"])
 
-    def _launch_multi(self, run: dict[str, Any], spec: Any, launched: bool = False) -> None:
+    def _launch_multi(self, job: dict[str, Any], spec: Any, launched: bool = False) -> None:
         """A run across machines: the launcher starts and follows torchrun on every node (engine/launch)."""
         from engine.launch.multinode import MultiNodeRun
 
-        run_dir = Path(run["run_dir"])
-        multi = MultiNodeRun.load(run["id"], run_dir, spec, self.hosts, self.bus) if launched else None
+        run_dir = Path(job["run_dir"])
+        multi = MultiNodeRun.load(job["id"], run_dir, spec, self.hosts, self.bus) if launched else None
         if multi is None:
-            multi = MultiNodeRun(run["id"], run_dir, spec, self.hosts, self.bus)
+            multi = MultiNodeRun(job["id"], run_dir, spec, self.hosts, self.bus)
             launched = False
-        self._multi[run["id"]] = multi
-        if run["state"] != "running":
-            self._set_state(run["id"], "running", started_at=time.time(), pid=None, pid_started=None)
+        self._multi[job["id"]] = multi
+        if job["state"] != "running":
+            self._set_state(job["id"], "running", started_at=time.time(), pid=None, pid_started=None)
         multi.task = asyncio.get_running_loop().create_task(multi.run(launched=launched))
-        self._follow(run["id"])
+        self._follow(job["id"])
 
     def _follow(self, run_id: str) -> None:
-        run = self.get(run_id)
-        follower = Follower(self.bus, run_id, Path(run["run_dir"]), run["events_offset"])
-        follower.reported_state = run.get("reported_state")
+        job = self.get(run_id)
+        follower = Follower(self.bus, run_id, Path(job["run_dir"]), job["events_offset"])
+        follower.reported_state = job.get("reported_state")
         self._tasks[run_id] = asyncio.get_running_loop().create_task(self._watch(run_id, follower))
 
     async def _watch(self, run_id: str, follower: Follower) -> None:
@@ -242,25 +242,25 @@ class JobManager:
             return proc.poll()
         if run_id in self._multi:
             return self._multi[run_id].exit_code()
-        run = self.get(run_id)
-        return None if _process_matches(run["pid"], run["pid_started"]) else "unknown"
+        job = self.get(run_id)
+        return None if _process_matches(job["pid"], job["pid_started"]) else "unknown"
 
     def _finish(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
         self._procs.pop(run_id, None)
         multi = self._multi.pop(run_id, None)
-        run = self.get(run_id)
+        job = self.get(run_id)
         code = exit_code if isinstance(exit_code, int) else None
         reported = follower.reported_state
         # The follower's own error is the fresh one: its batched store update may not be flushed yet.
-        error = follower.last_error or run.get("error")
+        error = follower.last_error or job.get("error")
         if multi is not None and not error and reported != "succeeded":
             error = multi.failure()  # a node other than rank 0's, or the launch itself, said why
-            if error and not reported and not run.get("stop_requested"):
+            if error and not reported and not job.get("stop_requested"):
                 reported = "failed"
         if reported:
             state = reported
-        elif run.get("stop_requested"):
-            state = "stopped" if run["stop_requested"] == "stop" else "cancelled"
+        elif job.get("stop_requested"):
+            state = "stopped" if job["stop_requested"] == "stop" else "cancelled"
         else:
             state = "failed"
             how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
@@ -270,74 +270,74 @@ class JobManager:
                      "hint": "See stdout.log in the run directory; if it was killed for memory, "
                              "try a smaller batch."}
         self.bus.flush()  # the job's own events go out before its final state
-        peak = measured_peak(self.store, run_id) if run["kind"] == FINETUNE else None
+        peak = measured_peak(self.store, run_id) if job["kind"] == FINETUNE else None
         self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error,
                         measured_peak=peak)
         self.schedule()
 
     # ---- control
     def stop(self, run_id: str) -> dict[str, Any]:
-        run = self.get(run_id)
-        if run["state"] == "queued":
-            run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
+        job = self.get(run_id)
+        if job["state"] == "queued":
+            job = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
             self.schedule()  # what it held back for itself may let others start
-            return run
-        if run["state"] != "running":
-            raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a queued or running job can be stopped",
+            return job
+        if job["state"] != "running":
+            raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a queued or running job can be stopped",
                            {"hint": "Use jobs.cancel to end a job that is already stopping."})
-        self._signal(run, signal.SIGTERM)
+        self._signal(job, signal.SIGTERM)
         asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, run_id)
         return self._set_state(run_id, "stopping", stop_requested="stop")
 
     def resume(self, run_id: str) -> dict[str, Any]:
         """Queue a stopped or failed job again in its own run dir; it continues from its checkpoint."""
-        run = self.get(run_id)
-        if not JOB_KINDS[run["kind"]].resumable:
-            raise RpcError(INVALID_STATE, f"{run['kind']} jobs cannot be resumed",
+        job = self.get(run_id)
+        if not JOB_KINDS[job["kind"]].resumable:
+            raise RpcError(INVALID_STATE, f"{job['kind']} jobs cannot be resumed",
                            {"hint": "Start a new job instead."})
-        if run["state"] not in ("stopped", "cancelled", "failed"):
-            raise RpcError(INVALID_STATE, f"Job {run_id} is {run['state']}; only a stopped or failed job can be resumed",
+        if job["state"] not in ("stopped", "cancelled", "failed"):
+            raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a stopped or failed job can be resumed",
                            {"hint": "Wait for it to end, or stop it first."})
         # One UPDATE (one transaction): a crash in between must not leave a failed run without its error.
-        run = self._set_state(run_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
+        job = self._set_state(run_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
                               stop_requested=None, pid=None, pid_started=None, gpus=None,
                               queue_pos=self.store.next_queue_pos())
         self.schedule()
         return self.get(run_id)
 
     def cancel(self, run_id: str) -> dict[str, Any]:
-        run = self.get(run_id)
-        if run["state"] == "queued":
-            run = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
+        job = self.get(run_id)
+        if job["state"] == "queued":
+            job = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
             self.schedule()
-            return run
-        if run["state"] not in LIVE_STATES:
-            raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({run['state']})",
+            return job
+        if job["state"] not in LIVE_STATES:
+            raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({job['state']})",
                            {"hint": "Nothing to cancel."})
-        self._signal(run, signal.SIGKILL)
+        self._signal(job, signal.SIGKILL)
         return self._set_state(run_id, "stopping", stop_requested="cancel")
 
     def _escalate(self, run_id: str) -> None:
-        run = self.store.get_run(run_id)
-        if run and run["state"] == "stopping":
+        job = self.store.get_job(run_id)
+        if job and job["state"] == "stopping":
             log.warning("job %s did not stop within %.0f s; killing it", run_id, self.stop_timeout_s)
-            self._signal(run, signal.SIGKILL)
+            self._signal(job, signal.SIGKILL)
 
-    def _signal(self, run: dict[str, Any], sig: signal.Signals) -> None:
-        multi = self._multi.get(run["id"])
+    def _signal(self, job: dict[str, Any], sig: signal.Signals) -> None:
+        multi = self._multi.get(job["id"])
         if multi is not None:
             asyncio.get_running_loop().create_task(multi.signal("KILL" if sig == signal.SIGKILL else "TERM"))
             return
-        if not _process_matches(run["pid"], run["pid_started"]):
+        if not _process_matches(job["pid"], job["pid_started"]):
             return
         # torchrun starts each worker in a session of its own: on SIGTERM it passes the signal on
         # (and gives workers time to checkpoint), but a SIGKILL must reach every descendant directly.
         descendants = []
         if sig == signal.SIGKILL:
             with contextlib.suppress(psutil.Error):
-                descendants = psutil.Process(run["pid"]).children(recursive=True)
+                descendants = psutil.Process(job["pid"]).children(recursive=True)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(run["pid"], sig)  # the job leads its own process group
+            os.killpg(job["pid"], sig)  # the job leads its own process group
         for child in descendants:
             with contextlib.suppress(psutil.Error):
                 child.kill()
@@ -347,19 +347,19 @@ class JobManager:
         """Re-attach to live jobs after an engine restart; settle the ones that ended meanwhile."""
         self._publish_queue(publish=False)  # the queue as stored is not news; clients ask queue.get
         counts = {"reattached": 0, "settled": 0, "queued": 0}
-        for run in self.store.list_runs(state=LIVE_STATES, limit=100_000):
-            spec = JOB_KINDS[run["kind"]].spec_model.model_validate(run["spec"])
+        for job in self.store.list_jobs(state=LIVE_STATES, limit=100_000):
+            spec = JOB_KINDS[job["kind"]].spec_model.model_validate(job["spec"])
             if _nodes(spec):
                 # Its nodes run on regardless of this engine: reconnect and follow on from the mirrors.
-                self._launch_multi(run, spec, launched=True)
+                self._launch_multi(job, spec, launched=True)
                 counts["reattached"] += 1
                 continue
-            if _process_matches(run["pid"], run["pid_started"]):
+            if _process_matches(job["pid"], job["pid_started"]):
                 counts["reattached"] += 1
             else:
                 counts["settled"] += 1
-            self._follow(run["id"])  # the watcher settles an ended job on its first poll
-        counts["queued"] = len(self.store.list_runs(state="queued", limit=100_000))
+            self._follow(job["id"])  # the watcher settles an ended job on its first poll
+        counts["queued"] = len(self.store.list_jobs(state="queued", limit=100_000))
         self.schedule()
         return counts
 

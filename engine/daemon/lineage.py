@@ -26,7 +26,7 @@ from typing import Any
 import engine
 from engine.api.job_terms import FINETUNE
 from engine.api.versions import code_version, installed_versions, version
-from engine.daemon.run_records import read_json
+from engine.daemon.job_records import read_json
 
 VERSION = 1
 MAX_DEPTH = 8  # parents followed; a deeper chain ends with a note
@@ -123,9 +123,9 @@ def _events(store: Any, run_id: str, kinds: tuple[str, ...]) -> list[dict[str, A
     return [json.loads(data) for _seq, _topic, _t, data in rows]
 
 
-def _packages(store: Any, run: dict[str, Any]) -> dict[str, Any]:
+def _packages(store: Any, job: dict[str, Any]) -> dict[str, Any]:
     """The versions the job recorded in environment.json (engine/training/context.py), else this engine's now."""
-    env = read_json(Path(run["run_dir"]) / "environment.json") or {}
+    env = read_json(Path(job["run_dir"]) / "environment.json") or {}
     if isinstance(env.get("packages"), dict):
         return {"recorded": "when the job ran", "versions": env["packages"], "python": env.get("python")}
     return {"recorded": "at report time", "versions": installed_versions(),
@@ -228,9 +228,9 @@ def _model_source(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[st
     return out
 
 
-def _artifacts(store: Any, run: dict[str, Any], pending: _Pending) -> list[dict[str, Any]]:
+def _artifacts(store: Any, job: dict[str, Any], pending: _Pending) -> list[dict[str, Any]]:
     out = []
-    for event in _events(store, run["id"], ("artifact",)):
+    for event in _events(store, job["id"], ("artifact",)):
         entry: dict[str, Any] = {"type": event.get("type", ""), "step": event.get("step")}
         pending.hash(entry, event.get("path", ""))
         out.append(entry)
@@ -245,44 +245,44 @@ def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
             for p in sorted(root.glob("step-*")) if p.is_dir()]
 
 
-def _parents(spec: dict[str, Any], run: dict[str, Any]) -> list[tuple[str, str]]:
+def _parents(spec: dict[str, Any], job: dict[str, Any]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     if spec.get("source_run"):
         found.append(("source_run", spec["source_run"]))
     teacher = (spec.get("distill") or {}).get("teacher_run")
     if teacher:
         found.append(("teacher", teacher))
-    if run.get("parent_id") and run["parent_id"] not in {p for _r, p in found}:
-        found.append(("parent", run["parent_id"]))
+    if job.get("parent_id") and job["parent_id"] not in {p for _r, p in found}:
+        found.append(("parent", job["parent_id"]))
     return found
 
 
-def gather(store: Any, run: dict[str, Any], pending: _Pending | None = None, depth: int = 0,
+def gather(store: Any, job: dict[str, Any], pending: _Pending | None = None, depth: int = 0,
            seen: set[str] | None = None) -> tuple[dict[str, Any], _Pending]:
-    """The lineage record of ``run`` without hashes (read from the store: call on its thread)."""
+    """The lineage record of ``job`` without hashes (read from the store: call on its thread)."""
     pending = pending or _Pending()
-    seen = set(seen or ()) | {run["id"]}
-    spec = run.get("spec") or {}
-    kind = run.get("kind", "")
-    recorded = (read_json(Path(run.get("run_dir") or ".") / "environment.json") or {}).get("code")
+    seen = set(seen or ()) | {job["id"]}
+    spec = job.get("spec") or {}
+    kind = job.get("kind", "")
+    recorded = (read_json(Path(job.get("run_dir") or ".") / "environment.json") or {}).get("code")
     code: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     if not code:  # a job from before environment.json: the engine's code now, labelled so
         pending.code.append(code)
     rec: dict[str, Any] = {
-        "run": {k: run.get(k) for k in ("id", "kind", "name", "state", "created_at", "started_at", "ended_at",
+        "run": {k: job.get(k) for k in ("id", "kind", "name", "state", "created_at", "started_at", "ended_at",
                                           "host", "run_dir", "parent_id", "error")},
         "spec": spec,
         "data": _data(spec, kind, pending),
         "base_model": _base_model(spec, kind, pending),
         "code": code,
-        "packages": _packages(store, run),
-        "artifacts": _artifacts(store, run, pending),
-        "checkpoints": _checkpoints(Path(run.get("run_dir") or ".")),
+        "packages": _packages(store, job),
+        "artifacts": _artifacts(store, job, pending),
+        "checkpoints": _checkpoints(Path(job.get("run_dir") or ".")),
         "parents": [],
     }
-    for relation, parent_id in _parents(spec, run):
+    for relation, parent_id in _parents(spec, job):
         entry: dict[str, Any] = {"relation": relation, "id": parent_id}
-        parent = store.get_run(parent_id)
+        parent = store.get_job(parent_id)
         if parent is None:
             entry["note"] = "this run is no longer in the store (deleted)"
         elif parent_id in seen:
@@ -308,8 +308,8 @@ def complete(pending: _Pending) -> None:
         code.update(version)
 
 
-def build(store: Any, run: dict[str, Any]) -> dict[str, Any]:
+def build(store: Any, job: dict[str, Any]) -> dict[str, Any]:
     """gather + complete in one call (tests, scripts)."""
-    rec, pending = gather(store, run)
+    rec, pending = gather(store, job)
     complete(pending)
     return rec

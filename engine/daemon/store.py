@@ -1,8 +1,13 @@
-"""The engine's SQLite store: runs, events, metrics, artifacts, hosts, audit.
+"""The engine's SQLite store: jobs, events, metrics, artifacts, hosts, audit.
 
 One writer (the engine, which holds the engine lock), WAL mode so readers never
 block it. The schema is versioned; ``MIGRATIONS[i]`` brings a database from
 version ``i`` to ``i + 1`` inside one transaction.
+
+The code says "job" (``get_job``, ``list_jobs``...), but the SQL keeps its first names: the
+``runs`` table, ``run_id`` columns and ``runs_state``/``events_run``/``artifacts_run`` indexes.
+Renaming them would need a migration and would change files users already have; existing
+data folders must open unchanged.
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ MIGRATIONS: list[str] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_RUN_COLUMNS = (
+_JOB_COLUMNS = (
     "id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "pid_started",
     "exit_code", "error", "run_dir", "spec", "parent_id", "host", "events_offset",
     "reported_state", "stop_requested", "estimated_peak", "measured_peak",
@@ -204,31 +209,31 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    # ---- runs
-    def insert_run(self, run: dict[str, Any]) -> None:
-        cols = [c for c in _RUN_COLUMNS if c in run]
-        values = [json.dumps(run[c]) if c in _JSON_COLUMNS and run[c] is not None else run[c]
+    # ---- jobs (the `runs` table)
+    def insert_job(self, job: dict[str, Any]) -> None:
+        cols = [c for c in _JOB_COLUMNS if c in job]
+        values = [json.dumps(job[c]) if c in _JSON_COLUMNS and job[c] is not None else job[c]
                   for c in cols]
         self.db.execute(
             f"INSERT INTO runs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", values
         )
 
-    def update_run(self, run_id: str, **fields: Any) -> None:
+    def update_job(self, run_id: str, **fields: Any) -> None:
         if not fields:
             return
-        unknown = set(fields) - set(_RUN_COLUMNS)
+        unknown = set(fields) - set(_JOB_COLUMNS)
         if unknown:
-            raise KeyError(f"unknown run columns: {sorted(unknown)}")
+            raise KeyError(f"unknown job columns: {sorted(unknown)}")
         sets = ",".join(f"{c}=?" for c in fields)
         values = [json.dumps(v) if c in _JSON_COLUMNS and v is not None else v
                   for c, v in fields.items()]
         self.db.execute(f"UPDATE runs SET {sets} WHERE id=?", [*values, run_id])
 
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
+    def get_job(self, run_id: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
-        return self._run(row) if row else None
+        return self._job(row) if row else None
 
-    def list_runs(self, state: str | Sequence[str] | None = None, kind: str | None = None,
+    def list_jobs(self, state: str | Sequence[str] | None = None, kind: str | None = None,
                   limit: int = 100, oldest_first: bool = False) -> list[dict[str, Any]]:
         where, args = [], []
         if state:
@@ -244,13 +249,13 @@ class Store:
             f"SELECT * FROM runs {clause} ORDER BY created_at {order}, id {order} LIMIT ?",
             [*args, limit],
         ).fetchall()
-        return [self._run(r) for r in rows]
+        return [self._job(r) for r in rows]
 
-    def queued_runs(self) -> list[dict[str, Any]]:
+    def queued_jobs(self) -> list[dict[str, Any]]:
         """Queued runs in the order they will be considered: priority (highest first), then position."""
         rows = self.db.execute("SELECT * FROM runs WHERE state='queued' "
                                "ORDER BY priority DESC, queue_pos IS NULL, queue_pos, created_at, id").fetchall()
-        return [self._run(r) for r in rows]
+        return [self._job(r) for r in rows]
 
     def next_queue_pos(self) -> float:
         return float(self.db.execute("SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM runs").fetchone()[0])
@@ -262,10 +267,10 @@ class Store:
     def set_setting(self, key: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
-    def child_runs(self, run_id: str) -> list[str]:
+    def child_jobs(self, run_id: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT id FROM runs WHERE parent_id=? ORDER BY created_at", (run_id,))]
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_job(self, run_id: str) -> None:
         """Remove a run and everything stored for it, in one transaction."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
@@ -289,35 +294,35 @@ class Store:
                 return {"metric": name, "value": row[0], "step": row[1]}
         return None
 
-    def count_runs_by_state(self) -> dict[str, int]:
+    def count_jobs_by_state(self) -> dict[str, int]:
         rows = self.db.execute("SELECT state, COUNT(*) FROM runs GROUP BY state").fetchall()
         return {r[0]: r[1] for r in rows}
 
     @staticmethod
-    def _run(row: sqlite3.Row) -> dict[str, Any]:
-        run = dict(row)
+    def _job(row: sqlite3.Row) -> dict[str, Any]:
+        job = dict(row)
         for c in _JSON_COLUMNS:
-            if run.get(c) is not None:
-                run[c] = json.loads(run[c])
-        return run
+            if job.get(c) is not None:
+                job[c] = json.loads(job[c])
+        return job
 
     # ---- events
     def last_seq(self) -> int:
         return int(self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
 
     def commit_events(self, rows: Sequence[tuple[int, str, float, str | None, str]],
-                      run_updates: dict[str, dict[str, Any]] | None = None) -> None:
+                      job_updates: dict[str, dict[str, Any]] | None = None) -> None:
         """Store events ``(seq, topic, t, run_id, data_json)`` and their side effects atomically.
 
-        ``run_updates`` (e.g. the followed file offset) commit in the same transaction, so
+        ``job_updates`` (e.g. the followed file offset) commit in the same transaction, so
         an engine crash can neither lose an event nor store it twice.
         """
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.executemany("INSERT INTO events (seq, topic, t, run_id, data) VALUES (?,?,?,?,?)", rows)
             self._insert_metrics(rows)
-            for run_id, fields in (run_updates or {}).items():
-                self.update_run(run_id, **fields)
+            for run_id, fields in (job_updates or {}).items():
+                self.update_job(run_id, **fields)
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")

@@ -145,7 +145,7 @@ def test_runs_table_sort_filter_checkpoints_and_delete(qtbot, make_window, gui_h
     assert not runs.message.isVisible()
 
 
-# -- canned records, shaped as jobs.list returns them (engine/daemon/run_records.py record()) ---------
+# -- canned records, shaped as jobs.list returns them (engine/daemon/job_records.py record()) ---------
 
 def child_record(run_id: str, kind: str, name: str, spec: dict, parent: str, offset: float) -> dict:
     """A finished compress or export job: the engine validates its spec, and its summary says nothing."""

@@ -11,7 +11,7 @@ from engine.daemon.store import Store
 def run_dir_with_run(tmp_path, store):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    store.insert_run({"id": "r1", "kind": "system.probe", "state": "running", "created_at": 0.0,
+    store.insert_job({"id": "r1", "kind": "system.probe", "state": "running", "created_at": 0.0,
                       "run_dir": str(run_dir), "spec": {}})
     return run_dir
 
@@ -28,7 +28,7 @@ def test_partial_and_malformed_lines(tmp_path):
         events.write_text('{"kind":"status","state":"running"}\n{"kind":"train","step":1,"lo')
         assert f.poll() == 1
         bus.flush()
-        assert store.get_run("r1")["events_offset"] == len('{"kind":"status","state":"running"}\n')
+        assert store.get_job("r1")["events_offset"] == len('{"kind":"status","state":"running"}\n')
         with open(events, "a") as fh:
             fh.write('ss":2.0}\nnot json at all\n[1,2]\n{"kind":"status","state":"succeeded"}\n')
         assert f.poll() == 4
@@ -41,7 +41,7 @@ def test_partial_and_malformed_lines(tmp_path):
     assert topics == ["run/r1/status", "run/r1/train", "run/r1/warning", "run/r1/warning", "run/r1/status"]
     assert json.loads(rows[1][3]) == {"kind": "train", "step": 1, "loss": 2.0}
     assert "not a JSON object" in json.loads(rows[2][3])["message"]
-    run = store.get_run("r1")
+    run = store.get_job("r1")
     assert run["events_offset"] == events.stat().st_size
     assert run["reported_state"] == "succeeded" and f.bad_lines == 2
     assert store.metrics("r1") == [{"kind": "train", "name": "loss", "step": 1, "value": 2.0}]
@@ -55,7 +55,7 @@ def test_resume_from_committed_offset_stores_each_line_once(tmp_path):
 
     async def follow_once():
         bus = EventBus(store)
-        f = Follower(bus, "r1", run_dir, offset=store.get_run("r1")["events_offset"])
+        f = Follower(bus, "r1", run_dir, offset=store.get_job("r1")["events_offset"])
         f.poll()
         bus.flush()
 

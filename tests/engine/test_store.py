@@ -21,12 +21,12 @@ def test_new_store_is_wal_and_current(tmp_path):
 
 def test_migration_from_v1_keeps_data(tmp_path):
     old = Store(tmp_path / "ember.db", migrate_to=1)
-    old.insert_run(make_run())
+    old.insert_job(make_run())
     old.commit_events([(1, "run/r1/status", 1.0, "r1", '{"kind":"status","state":"running"}')])
     old.close()
     s = Store(tmp_path / "ember.db")
     assert s.schema_version() == SCHEMA_VERSION
-    assert s.get_run("r1")["spec"] == {"samples": 1}
+    assert s.get_job("r1")["spec"] == {"samples": 1}
     assert s.last_seq() == 1
     s.db.execute("INSERT INTO hosts (id, name, address, created_at) VALUES ('h', 'gpu-box', '10.0.0.2', 0)")
 
@@ -39,21 +39,21 @@ def test_store_from_a_newer_version_is_refused_with_advice(tmp_path):
         Store(tmp_path / "ember.db")
 
 
-def test_commit_events_is_atomic_with_run_updates(tmp_path):
+def test_commit_events_is_atomic_with_job_updates(tmp_path):
     s = Store(tmp_path / "ember.db")
-    s.insert_run(make_run())
+    s.insert_job(make_run())
     rows = [(1, "run/r1/train", 1.0, "r1", '{"kind":"train","step":1,"loss":2.5}')]
     with pytest.raises(sqlite3.IntegrityError):
         # A duplicate seq fails the whole batch: neither the events nor the offset are stored.
         s.commit_events(rows + rows, {"r1": {"events_offset": 99}})
-    assert s.last_seq() == 0 and s.get_run("r1")["events_offset"] == 0
+    assert s.last_seq() == 0 and s.get_job("r1")["events_offset"] == 0
     s.commit_events(rows, {"r1": {"events_offset": 40}})
-    assert s.last_seq() == 1 and s.get_run("r1")["events_offset"] == 40
+    assert s.last_seq() == 1 and s.get_job("r1")["events_offset"] == 40
 
 
 def test_metrics_rows_come_from_step_events_and_a_rerun_step_replaces(tmp_path):
     s = Store(tmp_path / "ember.db")
-    s.insert_run(make_run())
+    s.insert_job(make_run())
     s.commit_events([
         (1, "run/r1/train", 1.0, "r1", '{"kind":"train","step":1,"loss":2.5,"lr":0.1,"note":"x"}'),
         (2, "run/r1/eval", 1.0, "r1", '{"kind":"eval","step":1,"metrics":{"accuracy":0.5}}'),
@@ -73,7 +73,7 @@ def test_audit_redacts_secrets(tmp_path):
 
 def test_long_series_are_thinned_to_max_points_keeping_first_and_last(tmp_path):
     s = Store(tmp_path / "ember.db")
-    s.insert_run(make_run())
+    s.insert_job(make_run())
     rows = [(i, "run/r1/train", 0.0, "r1", json.dumps({"kind": "train", "step": i, "loss": 1 / i, "lr": 0.1}))
             for i in range(1, 10_001)]
     s.commit_events(rows)

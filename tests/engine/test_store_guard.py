@@ -30,13 +30,13 @@ def _damage(db: Path) -> None:
 
 def test_backups_are_consistent_copies_and_rotate(tmp_path):
     store = Store(tmp_path / "ember.db")
-    store.insert_run(_run("r-1", tmp_path))
+    store.insert_job(_run("r-1", tmp_path))
     made = [backup(store, keep=3) for _ in range(5)]
     kept = sorted(backups_dir(store.path).glob("ember-*.db"))
     assert len(kept) == 3 and set(kept) == set(made[-3:])
     assert not list(backups_dir(store.path).glob("*.tmp"))
     copy = Store(made[-1])
-    assert copy.get_run("r-1")["name"] == "r-1" and check(made[-1]) == "ok"
+    assert copy.get_job("r-1")["name"] == "r-1" and check(made[-1]) == "ok"
     copy.close()
     store.close()
 
@@ -45,9 +45,9 @@ def test_a_damaged_store_is_restored_from_the_newest_good_backup(tmp_path):
     db = tmp_path / "ember.db"
     store = Store(db)
     for i in range(200):  # enough rows for several pages
-        store.insert_run(_run(f"r-{i:03d}", tmp_path / f"runs/r-{i}"))
+        store.insert_job(_run(f"r-{i:03d}", tmp_path / f"runs/r-{i}"))
     backup(store)
-    store.insert_run(_run("r-after-backup", tmp_path))
+    store.insert_job(_run("r-after-backup", tmp_path))
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     _damage(db)
@@ -56,7 +56,7 @@ def test_a_damaged_store_is_restored_from_the_newest_good_backup(tmp_path):
     restored, report = open_store(db)
     assert report["integrity"] == "recovered" and report["recovered_from"]
     assert "restored from the backup" in report["message"] and "r-after-backup" not in report["message"]
-    assert restored.get_run("r-150") is not None and restored.get_run("r-after-backup") is None
+    assert restored.get_job("r-150") is not None and restored.get_job("r-after-backup") is None
     assert Path(report["damaged_copy"]).is_file()  # kept for inspection, never deleted
     assert check(db) == "ok"
     restored.close()
@@ -66,15 +66,15 @@ def test_no_good_backup_starts_a_new_store_and_says_so(tmp_path):
     db = tmp_path / "ember.db"
     store = Store(db)
     for i in range(200):
-        store.insert_run(_run(f"r-{i:03d}", tmp_path))
+        store.insert_job(_run(f"r-{i:03d}", tmp_path))
     store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     _damage(db)
     fresh, report = open_store(db)
     assert report["integrity"] == "replaced" and "no good backup" in report["message"]
-    assert fresh.list_runs() == [] and Path(report["damaged_copy"]).is_file()
-    fresh.insert_run(_run("r-new", tmp_path))  # and it works
-    assert fresh.get_run("r-new") is not None
+    assert fresh.list_jobs() == [] and Path(report["damaged_copy"]).is_file()
+    fresh.insert_job(_run("r-new", tmp_path))  # and it works
+    assert fresh.get_job("r-new") is not None
     fresh.close()
 
 

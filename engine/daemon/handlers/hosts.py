@@ -84,7 +84,7 @@ class HostHandlers:
                             "hint": "Choose another name, or edit that host."})
 
     def _in_use(self, name: str) -> list[str]:
-        return [r["id"] for r in self.engine.store.list_runs(state=("queued", "running", "stopping"), limit=10_000)
+        return [r["id"] for r in self.engine.store.list_jobs(state=("queued", "running", "stopping"), limit=10_000)
                 if any(n.get("host") == name for n in ((r["spec"] or {}).get("distributed") or {}).get("nodes", []))]
 
     async def list(self, _s: Client, _p: Any) -> Any:
@@ -107,9 +107,9 @@ class HostHandlers:
 
     async def remove(self, _s: Client, p: HostName) -> Any:
         self._known(p.name)
-        runs = self._in_use(p.name)
-        if runs:
-            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by run {runs[0]}",
+        job_ids = self._in_use(p.name)
+        if job_ids:
+            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by run {job_ids[0]}",
                            {"hint": "Stop that run first, or wait for it to end."})
         self.hosts.remove(p.name)
         return {"ok": True}

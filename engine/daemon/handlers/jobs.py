@@ -19,7 +19,7 @@ from engine.api.specs import JOB_KINDS, SpecError, validate_spec
 from engine.daemon import templates
 from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
 from engine.daemon.handlers.params import JobId, NoParams, Params
-from engine.daemon.run_records import artifacts, delete_files, read_json, record, variants
+from engine.daemon.job_records import artifacts, delete_files, read_json, record, variants
 
 if TYPE_CHECKING:
     from engine.daemon.context import Client, EngineView
@@ -98,11 +98,11 @@ class JobHandlers:
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
         custom_code.require_confirmed(spec)  # model.code: CONFIRMATION_REQUIRED until the user approved its hash
-        run = self.engine.jobs.submit(p.kind, spec, p.name)
+        job = self.engine.jobs.submit(p.kind, spec, p.name)
         if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.
-            asyncio.ensure_future(self._store_estimate(run["id"], p.spec))
-        return record(self.engine.store, run)
+            asyncio.ensure_future(self._store_estimate(job["id"], p.spec))
+        return record(self.engine.store, job)
 
     async def jobs_check(self, _s: Client, p: JobsStart) -> Any:
         """Validate the spec and its inputs in a subprocess (torch stays out of the engine)."""
@@ -122,12 +122,12 @@ class JobHandlers:
         # What the run's memory events measure (allocator peak or RSS), per rank, without the
         # CUDA context the bars show.
         peak = est.get("estimated_peak")
-        run = self.engine.store.get_run(run_id)
-        if run is None:
+        job = self.engine.store.get_job(run_id)
+        if job is None:
             return
         with contextlib.suppress(OSError):
-            (Path(run["run_dir"]) / "estimate.json").write_text(json.dumps(est, indent=1), encoding="utf-8")
-        self.engine.store.update_run(run_id, estimated_peak=peak)
+            (Path(job["run_dir"]) / "estimate.json").write_text(json.dumps(est, indent=1), encoding="utf-8")
+        self.engine.store.update_job(run_id, estimated_peak=peak)
 
     def _templates_dir(self) -> Path:
         return self.engine.paths.home / "templates"
@@ -142,18 +142,18 @@ class JobHandlers:
         return templates.delete(self._templates_dir(), p.name)
 
     async def jobs_delete(self, _s: Client, p: JobsDelete) -> Any:
-        run = self.engine.jobs.get(p.id)
-        if run["state"] in ("queued", "running", "stopping"):
-            raise RpcError(INVALID_STATE, f"Job {p.id} is {run['state']}; only a finished job can be deleted",
+        job = self.engine.jobs.get(p.id)
+        if job["state"] in ("queued", "running", "stopping"):
+            raise RpcError(INVALID_STATE, f"Job {p.id} is {job['state']}; only a finished job can be deleted",
                            {"hint": "Cancel it first, then delete it."})
         freed, left = 0, []
-        if p.files and ((run.get("spec") or {}).get("distributed") or {}).get("nodes"):
+        if p.files and ((job.get("spec") or {}).get("distributed") or {}).get("nodes"):
             from engine.launch.multinode import remove_remote_dirs
 
             # A run across machines also left folders on its hosts (checkpoints, copied data).
-            freed, left = await remove_remote_dirs(p.id, Path(run["run_dir"]), self.engine.hosts)
-        freed += delete_files(self.engine.paths.runs, Path(run["run_dir"])) if p.files else 0
-        self.engine.store.delete_run(p.id)
+            freed, left = await remove_remote_dirs(p.id, Path(job["run_dir"]), self.engine.hosts)
+        freed += delete_files(self.engine.paths.runs, Path(job["run_dir"])) if p.files else 0
+        self.engine.store.delete_job(p.id)
         self.engine.bus.publish("jobs", {"id": p.id, "deleted": True})
         return {"ok": True, "freed_bytes": freed, "remote_left": left}
 
@@ -165,14 +165,14 @@ class JobHandlers:
 
     async def jobs_list(self, _s: Client, p: JobsList) -> Any:
         store = self.engine.store
-        return {"jobs": [record(store, r) for r in store.list_runs(p.state, p.kind, p.limit)]}
+        return {"jobs": [record(store, r) for r in store.list_jobs(p.state, p.kind, p.limit)]}
 
     async def jobs_get(self, _s: Client, p: JobId) -> Any:
-        run = record(self.engine.store, self.engine.jobs.get(p.id))
-        result = read_json(Path(run["run_dir"]) / "result.json")
+        job = record(self.engine.store, self.engine.jobs.get(p.id))
+        result = read_json(Path(job["run_dir"]) / "result.json")
         if result is not None:
-            run["result"] = result
-        return run
+            job["result"] = result
+        return job
 
     async def jobs_stop(self, _s: Client, p: JobId) -> Any:
         return record(self.engine.store, self.engine.jobs.stop(p.id))
@@ -189,8 +189,8 @@ class JobHandlers:
         return {"metrics": rows, "max_points": p.max_points}
 
     async def jobs_logs(self, _s: Client, p: JobsLogs) -> Any:
-        run = self.engine.jobs.get(p.id)
-        log_file = Path(run["run_dir"]) / "stdout.log"
+        job = self.engine.jobs.get(p.id)
+        log_file = Path(job["run_dir"]) / "stdout.log"
         if not log_file.exists():
             return {"lines": []}
         with open(log_file, encoding="utf-8", errors="replace") as f:

@@ -25,7 +25,7 @@ def status_of(eng: EngineView) -> dict[str, Any]:
         "home": str(eng.paths.home),
         "socket": str(eng.paths.socket),
         "python": sys.executable,
-        "jobs": eng.store.count_runs_by_state(),
+        "jobs": eng.store.count_jobs_by_state(),
         "clients": len(eng.sessions),
         "last_seq": eng.bus.last_seq,
         "max_concurrent": eng.jobs.max_concurrent,

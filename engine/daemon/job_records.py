@@ -14,19 +14,19 @@ from engine.api.job_terms import EXPORT, FINETUNE
 from engine.daemon.store import Store
 
 
-def public(run: dict[str, Any]) -> dict[str, Any]:
+def public(job: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "exit_code",
             "error", "run_dir", "spec", "parent_id", "host")
-    return {k: run.get(k) for k in keys}
+    return {k: job.get(k) for k in keys}
 
 
-def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
-    spec = run.get("spec") or {}
+def summary(store: Store, job: dict[str, Any]) -> dict[str, Any]:
+    spec = job.get("spec") or {}
     out: dict[str, Any] = {"task": None, "model": None, "method": None, "strategy": None, "nproc": None,
                            "nodes": [],
-                           "best": None, "estimated_peak": run.get("estimated_peak"),
-                           "measured_peak": run.get("measured_peak")}
-    if run.get("kind") == FINETUNE:
+                           "best": None, "estimated_peak": job.get("estimated_peak"),
+                           "measured_peak": job.get("measured_peak")}
+    if job.get("kind") == FINETUNE:
         from engine.api.train_spec import TrainSpec
 
         try:
@@ -37,14 +37,14 @@ def summary(store: Store, run: dict[str, Any]) -> dict[str, Any]:
             out.update(task=parsed.task, model=parsed.model_name(), method=parsed.method.kind,
                        strategy=parsed.distributed.strategy, nproc=parsed.world_size(),
                        nodes=[n.host for n in parsed.distributed.nodes])
-        out["best"] = store.best_metric(run["id"])
+        out["best"] = store.best_metric(job["id"])
     return out
 
 
-def record(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+def record(store: Store, job: dict[str, Any]) -> dict[str, Any]:
     """The public job record with its summary: what jobs.list/get and the ``jobs`` topic carry."""
-    rec = public(run)
-    rec["summary"] = summary(store, run)
+    rec = public(job)
+    rec["summary"] = summary(store, job)
     return rec
 
 
@@ -74,17 +74,17 @@ def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     return found
 
 
-def artifacts(store: Store, run: dict[str, Any]) -> dict[str, Any]:
-    run_id = run["id"]
+def artifacts(store: Store, job: dict[str, Any]) -> dict[str, Any]:
+    run_id = job["id"]
     found = []
     for _seq, _topic, t, data in store.query_events([f"run/{run_id}/artifact"], 0, None, 10_000):
         event = json.loads(data)
         path = Path(event.get("path", ""))
         found.append({"type": event.get("type", ""), "path": str(path), "step": event.get("step"), "t": t,
                       "bytes": _tree_bytes(path) if path.exists() else None, "exists": path.exists()})
-    return {"checkpoints": checkpoints(Path(run["run_dir"])), "artifacts": found,
-            "parent": run.get("parent_id"), "children": store.child_runs(run_id),
-            "memory": {"estimated": run.get("estimated_peak"), "measured": run.get("measured_peak")}}
+    return {"checkpoints": checkpoints(Path(job["run_dir"])), "artifacts": found,
+            "parent": job.get("parent_id"), "children": store.child_jobs(run_id),
+            "memory": {"estimated": job.get("estimated_peak"), "measured": job.get("measured_peak")}}
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -98,8 +98,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
     """The export jobs made from a run, newest first, each with its device figures (result.json's device)."""
     out = []
-    for child_id in store.child_runs(run_id):
-        child = store.get_run(child_id)
+    for child_id in store.child_jobs(run_id):
+        child = store.get_job(child_id)
         if child is None or child.get("kind") != EXPORT:
             continue
         result = read_json(Path(child["run_dir"]) / "result.json") or {}
@@ -109,22 +109,22 @@ def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda d: d.get("ended_at") or 0, reverse=True)
 
 
-def variants(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+def variants(store: Store, job: dict[str, Any]) -> dict[str, Any]:
     """A run and every variant made from it, each with its evaluation.json (None until it is written).
 
     Export jobs are not variants: they are listed as the deployments of the run they exported.
     """
     out = []
-    for child_id in store.child_runs(run["id"]):
-        child = store.get_run(child_id)
+    for child_id in store.child_jobs(job["id"]):
+        child = store.get_job(child_id)
         if child is not None and child.get("kind") != EXPORT:
             out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
                         "deployments": deployments(store, child_id)})
     # The parent as measured most recently beside one of its variants.
     latest = max((v for v in out if v["evaluation"]), key=lambda v: v["job"].get("ended_at") or 0, default=None)
-    return {"parent": record(store, run), "variants": out,
+    return {"parent": record(store, job), "variants": out,
             "parent_evaluation": latest["evaluation"]["parent"] if latest else None,
-            "parent_deployments": deployments(store, run["id"])}
+            "parent_deployments": deployments(store, job["id"])}
 
 
 def measured_peak(store: Store, run_id: str) -> int | None:
