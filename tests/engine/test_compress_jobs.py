@@ -9,15 +9,14 @@ import pytest
 
 from engine.api.job_terms import FINAL_STATES
 from tests.conftest import wait_for
+from tests.fixtures.trained_runs import SPECS
 
 # Real fine-tunes and exports on two shared cores: minutes when the machine is busy.
 pytestmark = pytest.mark.timeout(900)
 
 EVAL = {"samples": 32, "batch_size": 8, "warmup": 1, "repeats": 5}
-TEXT_PARENT = {"task": "text_classification", "method": {"kind": "full"}, "batch_size": 16,
-               "data": {"max_length": 32}, "max_steps": 20, "eval_every": 20, "optim": {"lr": 1e-4}}
-DIGITS_PARENT = {"task": "image_classification", "method": {"kind": "full"}, "max_steps": 30, "eval_every": 30,
-                 "optim": {"lr": 3e-3}}
+# The parents are the session's shared fine-tunes (tests/fixtures/trained_runs.py), copied into each test's engine.
+TEXT_PARENT, DIGITS_PARENT = SPECS["text"], SPECS["digits"]
 ENTRY_KEYS = {"run_id", "label", "runtime", "metrics", "latency_ms", "throughput_per_s", "size_bytes", "params",
               "macs", "peak_memory_bytes"}
 
@@ -49,9 +48,10 @@ def check_evaluation(done: dict, parent_id: str, batch: int = EVAL["batch_size"]
     return doc
 
 
-def test_text_classifier_variants_quantize_prune_qat_distill(engine_proc):
-    with engine_proc.client() as c:
-        parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=TEXT_PARENT, name="minilm")["id"])
+def test_text_classifier_variants_quantize_prune_qat_distill(engine_with_runs):
+    eng, runs = engine_with_runs("text")
+    with eng.client() as c:
+        parent = c.call("jobs.get", id=runs["text"])
         assert parent["state"] == "succeeded", parent
         before = model_files(parent)
         pid = parent["id"]
@@ -93,9 +93,10 @@ def test_text_classifier_variants_quantize_prune_qat_distill(engine_proc):
         assert model_files(parent) == before  # the parent is never changed
 
 
-def test_digits_cnn_variants(engine_proc):
-    with engine_proc.client() as c:
-        parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS_PARENT, name="digits")["id"])
+def test_digits_cnn_variants(engine_with_runs):
+    eng, runs = engine_with_runs("digits")
+    with eng.client() as c:
+        parent = c.call("jobs.get", id=runs["digits"])
         assert parent["state"] == "succeeded", parent
         pid = parent["id"]
         specs = [("compress.quantize", {"mode": "dynamic"}),
@@ -112,15 +113,17 @@ def test_digits_cnn_variants(engine_proc):
         assert pruned["variant"]["macs"] < pruned["parent"]["macs"]
 
 
-def test_bad_input_fails_clearly_and_leaves_the_parent_alone(engine_proc):
-    with engine_proc.client() as c:
+def test_bad_input_fails_clearly_and_leaves_the_parent_alone(engine_with_runs):
+    eng, runs = engine_with_runs("digits")
+    with eng.client() as c:
         running = c.call("jobs.start", kind="train.finetune", spec={**DIGITS_PARENT, "max_steps": 400})
         early = finish(c, c.call("jobs.start", kind="compress.quantize",
                                  spec={"source_run": running["id"]})["id"], timeout=120)
         assert early["state"] == "failed" and "resume or finish the run first" in early["error"]["hint"], early
         c.call("jobs.cancel", id=running["id"])
 
-        parent = finish(c, c.call("jobs.start", kind="train.finetune", spec=DIGITS_PARENT)["id"])
+        parent = c.call("jobs.get", id=runs["digits"])
+        assert parent["state"] == "succeeded", parent
         before = model_files(parent)
         pid = parent["id"]
         cases = [
