@@ -219,7 +219,7 @@ def main() -> int:
         ap.error("--repeats must be >= 1, --warmup and --threads >= 0, --max-length >= 8")
 
     # Before torch is imported: OpenMP threads that spin between calls distort interleaved timing.
-    from engine.evaluate import EVAL_ENV
+    from engine.launch.local import EVAL_ENV
 
     for key, value in EVAL_ENV.items():
         os.environ.setdefault(key, value)

@@ -32,7 +32,6 @@ from engine.daemon.eventbus import EventBus
 from engine.daemon.follower import Follower
 from engine.daemon.job_records import measured_peak, record
 from engine.daemon.store import Store
-from engine.evaluate import EVAL_ENV
 from engine.launch import local
 
 log = logging.getLogger(__name__)
@@ -163,7 +162,7 @@ class JobManager:
             env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=",".join(map(str, local_gpus)))
         if job["kind"].startswith("compress."):
             # Timing jobs: OpenMP threads that spin between calls distort interleaved latencies.
-            for key, value in EVAL_ENV.items():
+            for key, value in local.EVAL_ENV.items():
                 env.setdefault(key, value)
         nproc = getattr(getattr(spec, "distributed", None), "nproc", 1)
         if nproc > 1 and "OMP_NUM_THREADS" not in env:

@@ -9,8 +9,3 @@
 
 Every module imports torch, numpy and onnxruntime inside its functions.
 """
-
-# The environment a process that times models starts with: OpenMP threads that spin between
-# calls distort interleaved latencies (see runners.py). Here, not in runners, so the engine's
-# launcher can read it without importing what runners imports.
-EVAL_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}

@@ -7,7 +7,7 @@ ORT ``intra_op_num_threads``) so a latency ratio compares models, not thread poo
 
 Thread pools that busy-wait distort interleaved timing. ORT's is told to sleep
 (below). torch's OpenMP pool reads ``OMP_WAIT_POLICY`` only when torch is loaded, so
-the process that evaluates should start with ``EVAL_ENV`` in its environment:
+the process that evaluates should start with ``engine.launch.local.EVAL_ENV`` in its environment:
 measured here (MiniLM, 2 threads, 2 loaded cores), torch b1 took 284 ms with the
 default policy and 73 ms with PASSIVE (1 thread: 62 ms either way).
 """
@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 # Environment for a process that measures latency (set before torch is imported; see the module doc).
-from engine.evaluate import EVAL_ENV  # noqa: F401 - re-exported for callers that read it here
 from engine.training.context import JobFailed
 
 # The model inputs each task's collate produces (labels are never fed).

@@ -17,6 +17,11 @@ import engine
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
 
+# The environment a process that times models starts with (compressions evaluate a variant beside its
+# parent): OpenMP threads that spin between calls distort interleaved latencies (engine/evaluate/runners.py).
+EVAL_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def job_env(**extra: str) -> dict[str, str]:
     """Environment for a job process: it imports the same engine package as this one, installed or not."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
