@@ -93,8 +93,8 @@ def add_parser(sub: Any) -> None:
     out.add_argument("--jsonl", metavar="FILE", help="write JSON Lines, one record a line")
     a.set_defaults(fn=_audit_defaults)
 
-    lin = sub.add_parser("lineage", help="where a run's model came from: spec, data and model hashes, versions, "
-                                         "parent runs, artifacts")
+    lin = sub.add_parser("lineage", help="where a job's model came from: spec, data and model hashes, versions, "
+                                         "parent jobs, artifacts")
     lin.add_argument("run", help="a run id")
     lin.add_argument("--json", action="store_true", help="the record as JSON instead of Markdown")
     lin.add_argument("--out", metavar="FILE", help="write the report to FILE (.md or .json)")

@@ -73,7 +73,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    e = sub.add_parser("export", help="export a run or variant (ONNX, ORT package, TorchScript, .pt2, TensorRT, "
+    e = sub.add_parser("export", help="export a fine-tune or variant (ONNX, ORT package, TorchScript, .pt2, TensorRT, "
                                       "Triton, Jetson bundle), optionally deploying to a Jetson host")
     e.add_argument("run", help="id of a finished fine-tune or variant")
     e.add_argument("--formats", default="onnx", help=f"comma-separated: {','.join(EXPORT_FORMATS)}")

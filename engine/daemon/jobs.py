@@ -98,8 +98,8 @@ class JobManager:
         if getattr(spec, "distill", None) is not None:  # a student's parent is its teacher
             parent, field = spec.distill.teacher_run, "distill.teacher_run"
         if parent is not None and self.store.get_job(parent) is None:
-            raise RpcError(NOT_FOUND, f"No run with id {parent!r} ({field})",
-                           {"hint": "Pick a run from jobs.list (or `ember jobs`)."})
+            raise RpcError(NOT_FOUND, f"No job with id {parent!r} ({field})",
+                           {"hint": "Pick a job from jobs.list (or `ember jobs`)."})
         host = self._deploy_host(spec)
         run_id = new_job_id()
         run_dir = self.paths.run_dir(run_id)

@@ -139,7 +139,7 @@ def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, 
     """The data a run read: the spec's files or folders, or a built-in dataset's bundled files."""
     if kind != FINETUNE:
         source = spec.get("source_run")
-        return [{"role": "inherited", "note": f"uses the data of its source run {source}"}] if source else []
+        return [{"role": "inherited", "note": f"uses the data of its source job {source}"}] if source else []
     data = spec.get("data") or {}
     out: list[dict[str, Any]] = []
     if data.get("path") and not data.get("builtin"):
@@ -284,7 +284,7 @@ def gather(store: Any, job: dict[str, Any], pending: _Pending | None = None, dep
         entry: dict[str, Any] = {"relation": relation, "id": parent_id}
         parent = store.get_job(parent_id)
         if parent is None:
-            entry["note"] = "this run is no longer in the store (deleted)"
+            entry["note"] = "this job is no longer in the store (deleted)"
         elif parent_id in seen:
             entry["note"] = "already listed above (a cycle)"
         elif depth + 1 >= MAX_DEPTH:

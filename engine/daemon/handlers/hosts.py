@@ -101,16 +101,16 @@ class HostHandlers:
         if spec.name != p.name:
             self._name_free(spec.name)
         if self._in_use(p.name):
-            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by run {self._in_use(p.name)[0]}",
-                           {"hint": "Edit it once the run has ended."})
+            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by job {self._in_use(p.name)[0]}",
+                           {"hint": "Edit it once the job has ended."})
         return self.hosts.update(p.name, spec)
 
     async def remove(self, _s: Client, p: HostName) -> Any:
         self._known(p.name)
         job_ids = self._in_use(p.name)
         if job_ids:
-            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by run {job_ids[0]}",
-                           {"hint": "Stop that run first, or wait for it to end."})
+            raise RpcError(INVALID_STATE, f"Host {p.name} is in use by job {job_ids[0]}",
+                           {"hint": "Stop that job first, or wait for it to end."})
         self.hosts.remove(p.name)
         return {"ok": True}
 
