@@ -71,6 +71,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_data_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test that runs engine code without ember_home (a Trainer in-process, a CPU peak it remembers)
+    writes into this session's folder, never into the data folder of the person running the tests."""
+    old = os.environ.get("EMBER_HOME")
+    os.environ["EMBER_HOME"] = str(tmp_path_factory.mktemp("session-home"))
+    yield
+    if old is None:
+        os.environ.pop("EMBER_HOME", None)
+    else:
+        os.environ["EMBER_HOME"] = old
+
+
 @pytest.fixture
 def ember_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> paths_mod.Paths:
     home = tmp_path / "home"
