@@ -37,7 +37,9 @@ def frame(subscription: int, body: bytes) -> bytes:
 
 
 @dataclass
-class Subscription:
+class Subscriber:
+    """One client subscription as the bus holds it (the GUI's handle for its own is app.engine_client.Subscription)."""
+
     id: int
     patterns: list[str]
     sink: Callable[[bytes], None]  # writes a frame to the client
@@ -63,7 +65,7 @@ class EventBus:
         self._pending: list[_Pending] = []
         self._job_updates: dict[str, dict[str, Any]] = {}
         self._flush_scheduled = False
-        self._subs: dict[int, Subscription] = {}
+        self._subs: dict[int, Subscriber] = {}
         self._next_sub = 1
         self.failed_commits = 0
 
@@ -123,8 +125,8 @@ class EventBus:
 
     # ---- subscribing
     def subscribe(self, patterns: list[str], sink: Callable[[bytes], None],
-                  since: int | None) -> tuple[Subscription, int]:
-        sub = Subscription(self._next_sub, patterns, sink, replaying=since is not None)
+                  since: int | None) -> tuple[Subscriber, int]:
+        sub = Subscriber(self._next_sub, patterns, sink, replaying=since is not None)
         self._next_sub += 1
         self._subs[sub.id] = sub
         return sub, self.last_seq
@@ -132,7 +134,7 @@ class EventBus:
     def unsubscribe(self, sub_id: int) -> bool:
         return self._subs.pop(sub_id, None) is not None
 
-    async def replay(self, sub: Subscription, since: int, upto: int,
+    async def replay(self, sub: Subscriber, since: int, upto: int,
                      drain: Callable[[], Any]) -> None:
         """Send stored events in (since, upto], then whatever arrived live meanwhile."""
         cursor = since

@@ -1,7 +1,7 @@
 """Topic globs: one rule (engine/api/protocol.py), used by the engine's event bus and the GUI's client."""
 
 from engine.api.protocol import topic_matches
-from engine.daemon.eventbus import Subscription
+from engine.daemon.eventbus import Subscriber
 
 
 def test_globs_match_as_the_protocol_says():
@@ -13,6 +13,6 @@ def test_globs_match_as_the_protocol_says():
 
 
 def test_the_event_bus_uses_that_rule():
-    sub = Subscription(1, ["run/r1/*", "queue"], sink=lambda _frame: None)
+    sub = Subscriber(1, ["run/r1/*", "queue"], sink=lambda _frame: None)
     assert sub.matches("run/r1/eval") and sub.matches("queue")
     assert not sub.matches("run/r10/eval") and not sub.matches("queue/x")
