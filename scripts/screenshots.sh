@@ -7,6 +7,6 @@ set -euo pipefail
 source "$(dirname "$0")/demo_env.sh"
 demo_env ember-demo 97
 "$py" -m engine start >/dev/null
-"$py" -m engine.cli.main jobs start system.probe --quiet >/dev/null
+"$py" -m engine.cli jobs start system.probe --quiet >/dev/null
 "$py" scripts/screenshots.py "$repo/docs/images"
 echo "screenshots in docs/images/"

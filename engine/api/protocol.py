@@ -41,12 +41,12 @@ SHUTTING_DOWN = -32007
 REMOTE_FAILED = -32008  # a host could not be reached, logged in to, or did not do what was asked
 CONFIRMATION_REQUIRED = -32009  # model.code needs the user's confirmation: data {path, sha256, size, preview}
 
-# Every method the engine answers, with one line each; `engine.training.methods` returns this.
+# Every method the engine answers, with one line each; `engine.methods` returns this.
 METHODS: dict[str, str] = {
     "hello": "First request of every connection: {token, protocol, client} -> server facts.",
     "ping": "Liveness check -> {t}.",
     "engine.status": "Version, pid, uptime, paths and job counts.",
-    "engine.training.methods": "This table.",
+    "engine.methods": "This table.",
     "engine.shutdown": "Stop the engine (running jobs keep running and are re-attached on restart).",
     "jobs.kinds": "Job kinds this engine can run, with their spec schemas.",
     "jobs.start": "{kind, spec, name?} -> the new job (queued or running).",

@@ -58,7 +58,7 @@ def test_hello_and_status(engine_proc):
         assert c.server["protocol"] == protocol.PROTOCOL_VERSION
         st = c.call("engine.status")
         assert st["pid"] == engine_proc.proc.pid
-        assert set(c.call("engine.training.methods")) == set(protocol.METHODS)
+        assert set(c.call("engine.methods")) == set(protocol.METHODS)
 
 
 def test_malformed_json_gets_parse_error_and_connection_stays_usable(engine_proc):

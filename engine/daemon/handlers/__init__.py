@@ -44,7 +44,7 @@ class Handlers:
     async def dispatch(self, session: Client, method: str, params: dict[str, Any]) -> Any:
         if method not in self.table:
             hint = "Already connected; hello is only the first request." if method == "hello" else \
-                "engine.training.methods lists the methods this engine answers."
+                "engine.methods lists the methods this engine answers."
             raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method!r}", {"hint": hint, "methods": sorted(self.table)})
         model, fn = self.table[method]
         args = parse(model, method, params)

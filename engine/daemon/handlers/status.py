@@ -1,4 +1,4 @@
-"""The engine's own methods: ping, engine.status, engine.training.methods, engine.shutdown."""
+"""The engine's own methods: ping, engine.status, engine.methods, engine.shutdown."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class StatusHandlers:
         return {
             "ping": (NoParams, self.ping),
             "engine.status": (NoParams, self.engine_status),
-            "engine.training.methods": (NoParams, self.engine_methods),
+            "engine.methods": (NoParams, self.engine_methods),
             "engine.shutdown": (NoParams, self.engine_shutdown),
         }
 
