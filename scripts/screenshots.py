@@ -116,7 +116,7 @@ def main() -> int:
     shoot(app, window, "monitor.png")
     monitor.cancel_run(ask=False)
 
-    window.compare_runs(finished)
+    window.nav.show("compare", run_ids=finished)
     pump(app, 4)
     shoot(app, window, "compare.png")
 

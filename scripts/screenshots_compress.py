@@ -35,7 +35,7 @@ def main() -> int:
 
     wizard = window.show_page("compress")
     wait(app, lambda: pid in wizard.source_step.source_ids(), 30, "the source list")
-    window.compress_run(pid)
+    window.nav.show("compress", source=pid)
     wizard.go_to(0)
     pump(app, 1)
     shoot(app, window, "compress-1-source.png")
@@ -51,7 +51,7 @@ def main() -> int:
     pump(app, 1)
     shoot(app, window, "compress-4-review.png")
 
-    window.show_variants(pid)
+    window.nav.show("compare", variants_of=pid)
     view = window.page("compare").variants
     wait(app, lambda: len(view.rows()) > 2, 30, "the variants")
     others = [r for r in view.rows() if not r.is_parent and r.metric is not None]

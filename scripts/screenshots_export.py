@@ -70,7 +70,7 @@ def main() -> int:
         client.call("hosts.probe", name="orin-nano")
         parent = finish(client, client.call("jobs.start", kind="train.finetune", spec=PARENT,
                                             name="tickets-minilm")["id"])
-        window.export_variant(parent["id"], parent)
+        window.nav.show("export", run_id=parent["id"], record=parent)
         page = window.page("export")
         wait(app, lambda: page.source() is not None and page.source()["id"] == parent["id"], 30, "the source")
         for key, check in page.format_checks.items():
@@ -106,7 +106,7 @@ def main() -> int:
         finish(client, client.call("jobs.start", kind="export.model", name="tickets-fp16-orin", spec={
             "source_run": variant["id"], "formats": ["jetson"], "target": "orin_nano", "host": "orin-nano",
             "precision": "fp16", "benchmark_s": 3})["id"])
-        window.show_variants(parent["id"])
+        window.nav.show("compare", variants_of=parent["id"])
         view = window.page("compare").variants
         wait(app, lambda: view.model.rowCount() >= 2, 30, "the variants")
         pump(app, 2)

@@ -89,13 +89,13 @@ def main() -> int:
     shoot(app, window, "tour.png")
     tour.finish()
 
-    window.open_run(first)
+    window.nav.show("monitor", job_id=first)
     monitor = window.page("monitor")
     wait(app, lambda: monitor.loss_chart.count("train loss") >= 40, 60, "the run's history")
     shoot(app, window, "theme-light.png")
     prefs().set("theme", "dark")
     apply_theme(app, "dark")
-    window.open_run(first)  # charts take the theme's colours when they are made
+    window.nav.show("monitor", job_id=first)  # charts take the theme's colours when they are made
     pump(app, 2)
     shoot(app, window, "theme-dark.png")
 
