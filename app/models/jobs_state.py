@@ -10,11 +10,11 @@ Per-job topics (one run's metrics, its log) stay with the pages that show them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.format import to_epoch
 from engine.api import job_terms
 
 # The engine's own maximum for one jobs.list: "every job" for any store a person keeps.
@@ -22,14 +22,8 @@ LIST_LIMIT = 10_000
 
 
 def _newest_first(job: dict[str, Any]) -> tuple[float, str]:
-    """Sort key: creation time (epoch seconds, or ISO 8601 text), then id, as jobs.list orders them."""
-    created = job.get("created_at")
-    if not isinstance(created, int | float):
-        try:
-            created = datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            created = 0.0  # unreadable or absent: with the oldest
-    return float(created), str(job.get("id"))
+    """Sort key: creation time (unreadable or absent: with the oldest), then id, as jobs.list orders them."""
+    return to_epoch(job.get("created_at")) or 0.0, str(job.get("id"))
 
 
 class JobsState(QObject):

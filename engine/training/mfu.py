@@ -170,12 +170,12 @@ def remembered_cpu_peaks() -> dict[str, dict[str, Any]]:
         if isinstance(data, dict) else {}
 
 
-def remember_cpu_peak(key: str, tflops: float) -> float:
+def remember_cpu_peak(key: str, tflops: float, peaks: dict[str, dict[str, Any]] | None = None) -> float:
     """Keep ``tflops`` for ``key`` when it beats the remembered figure; returns the best of the two.
 
     Written whole to a temporary file and renamed, so processes measuring at once never leave half a file.
-    A data folder that cannot be written costs the memory, never the run."""
-    peaks = remembered_cpu_peaks()
+    A data folder that cannot be written costs the memory, never the run. ``peaks``: the file as just read."""
+    peaks = remembered_cpu_peaks() if peaks is None else peaks
     old = peaks.get(key, {}).get("tflops")
     if old is not None and old >= tflops:
         return float(old)
@@ -200,10 +200,10 @@ def cpu_peak(dtype: str, threads: int, refresh: bool = False) -> tuple[float, bo
     measurement: a run's start-up stays short): the better of the two is kept, so a peak first measured
     on a busy machine rises to the true one over later runs, and a busy moment never lowers it."""
     key = cpu_peak_key(dtype, threads)
-    known = remembered_cpu_peaks().get(key)
-    if known is not None and not refresh:
-        return remember_cpu_peak(key, measure_cpu_peak(dtype, seconds=QUICK_CHECK_S, rounds=1)), True
-    return remember_cpu_peak(key, measure_cpu_peak(dtype)), False
+    peaks = remembered_cpu_peaks()  # read once: remember_cpu_peak compares against the same figures
+    if key in peaks and not refresh:
+        return remember_cpu_peak(key, measure_cpu_peak(dtype, seconds=QUICK_CHECK_S, rounds=1), peaks), True
+    return remember_cpu_peak(key, measure_cpu_peak(dtype), peaks), False
 
 
 def _board_name(name: str) -> str:
