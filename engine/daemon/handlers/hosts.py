@@ -4,26 +4,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from engine.api.host_spec import HostSpec
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, NOT_FOUND, REMOTE_FAILED, RpcError
 from engine.api.specs import fields_of
+from engine.daemon.handlers.params import NoParams, Params
 from engine.launch.ssh import RemoteError
 
 if TYPE_CHECKING:
     from engine.daemon.context import Client, EngineView
 
 
-class _P(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HostAdd(_P):
+class HostAdd(Params):
     host: dict[str, Any]
 
 
-class HostName(_P):
+class HostName(Params):
     name: str = Field(min_length=1, max_length=80)
 
 
@@ -39,8 +36,6 @@ class HostConnect(HostName):
     password: str | None = Field(None, max_length=4096, description="asked each time; kept in memory only")
 
 
-NoParamsModel = _P
-AUDITED = {"hosts.add", "hosts.update", "hosts.remove", "hosts.trust", "hosts.forget_key", "hosts.prepare"}
 
 
 def _validate(host: dict[str, Any]) -> HostSpec:
@@ -62,7 +57,7 @@ class HostHandlers:
 
     def table(self) -> dict[str, tuple[type[BaseModel], Any]]:
         return {
-            "hosts.list": (NoParamsModel, self.list),
+            "hosts.list": (NoParams, self.list),
             "hosts.add": (HostAdd, self.add),
             "hosts.update": (HostUpdate, self.update),
             "hosts.remove": (HostName, self.remove),
