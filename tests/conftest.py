@@ -77,6 +77,11 @@ def _no_user_data_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     writes into this session's folder, never into the data folder of the person running the tests."""
     old = os.environ.get("EMBER_HOME")
     os.environ["EMBER_HOME"] = str(tmp_path_factory.mktemp("session-home"))
+    # The built-in models are written once for the whole run, every xdist worker and engine included:
+    # converting SmolLM2 from its GGUF file takes about 25 s.
+    from tests.fixtures.trained_runs import cache_root
+
+    os.environ.setdefault("EMBER_MODELS_DIR", str(cache_root(tmp_path_factory).parent / "builtin-models"))
     yield
     if old is None:
         os.environ.pop("EMBER_HOME", None)

