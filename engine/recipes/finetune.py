@@ -26,6 +26,7 @@ from typing import Any
 from engine.api.job_terms import FINETUNE
 from engine.api.specs import SpecError
 from engine.api.train_spec import TrainSpec
+from engine.evaluate import generation
 from engine.tasks.base import InputError
 from engine.trainer.loop import Trainer
 from engine.training import dist
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         rc.status("running", pid=os.getpid(), world_size=world.size, restart=restarts)
         if world.is_main:
             record_environment(run_dir)
-        final = Trainer(spec, world, rc, run_dir).run()
+        final = Trainer(spec, world, rc, run_dir, answer_scorer=generation.score_pairs).run()
         if final == "succeeded" and spec.distill is not None and world.is_main:
             from engine.compress.variant import evaluate_student
 

@@ -57,6 +57,8 @@ class TaskData:
     info: dict[str, Any] = field(default_factory=dict)  # num_labels, label_names, counts, ...
     lengths: list[int] | None = None  # tokens per train example (data.group_by_length), for ResumableOrder
     val_collate: Any = None  # validation batches; None: `collate` (packing trains on packed rows only)
+    # causal_lm: each validation row's messages as read, in `val` order (answers generated at evaluation)
+    val_messages: list[list[dict[str, str]]] | None = None
 
 
 def build_once(final: Path, build: Callable[[Path], None]) -> Path:

@@ -104,8 +104,11 @@ class Trainer:
     (pruning recovery, QAT) trains in its own process with the same loop and the same live events."""
 
     def __init__(self, spec: TrainSpec, world: dist.World, rc: Any, run_dir: Path, initial_model: Any = None,
-                 save_model: bool = True, checkpoints: bool = True):
+                 save_model: bool = True, checkpoints: bool = True, answer_scorer: Any = None):
         self.spec, self.world, self.rc, self.run_dir = spec, world, rc, Path(run_dir)
+        # Scores generated answers (causal LM, spec.generate_eval): engine.evaluate.generation.score_pairs,
+        # passed in by the fine-tune recipe because engine.evaluate sits above the trainer. None: no generation.
+        self.answer_scorer = answer_scorer
         self.initial_model, self.save_model, self.checkpoints = initial_model, save_model, checkpoints
         self.teacher: Any = None
         self.student_info: dict[str, Any] | None = None
@@ -167,6 +170,9 @@ class Trainer:
         self.trainable_only = spec.method.kind != "full"
         self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
+        from engine.tasks import lm_generate  # here: the other tasks' jobs need not import the causal LM task
+
+        self.answers = lm_generate.for_run(spec, self.data, world, self.answer_scorer, self.rc)
 
     def _measure_flops(self, model: Any) -> None:
         """The model's training FLOPs per token (or example) and this device's peak, for MFU.
@@ -477,8 +483,10 @@ class Trainer:
 
     def _evaluate_and_check_early_stop(self) -> bool:
         metrics = self.evaluate()
+        answers = self.answers.run(self.model, self.autocast(), self.step) if self.answers else {}
+        metrics.update(answers.pop("metrics", None) or {})  # generation metrics, samples and generation_s
         self.last_metrics = metrics
-        self.rc.emit("eval", step=self.step, metrics=metrics)
+        self.rc.emit("eval", step=self.step, metrics=metrics, **answers)
         es = self.spec.early_stopping
         if es is None or es.metric not in metrics:
             return False
