@@ -16,7 +16,8 @@ QUANTIZE = "compress.quantize"
 QAT = "compress.qat"
 PRUNE = "compress.prune"
 EXPORT = "export.model"
-KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT)
+MODEL_DOWNLOAD = "model.download"
+KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD)
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
 SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs: not shown with the user's jobs by default
@@ -30,6 +31,7 @@ KIND_NOUNS = {
     QAT: "Quantization-aware training",
     PRUNE: "Pruning",
     EXPORT: "Export",
+    MODEL_DOWNLOAD: "Model download",
 }
 
 # -- states -------------------------------------------------------------------------------------

@@ -94,10 +94,29 @@ METHODS: dict[str, str] = {
                     "parent runs, artifacts.",
     "runs.lineage": "{id} -> jobs.lineage's reply (its older name, kept for older clients).",
     "diag.burst": "{topic, count, payload_bytes?} -> publish synthetic events (benchmarks, tests).",
+    "playground.chat": "{model, messages, settings?} -> {request, topic, since, model}: start an answer; it "
+                       "streams on topic playground/<request> as {status}, {text} chunks, then {done, stats} or "
+                       "{error, hint} (docs/playground.md).",
+    "playground.stop": "{request} -> {ok}: end an answer early (its done event says stopped: user).",
+    "playground.predict": "{model, text} -> {label, labels, probs, seconds, model}: a classifier's probabilities.",
+    "playground.workers": "{} -> {workers: [{model, label, pid, state, kind, rss, busy, idle_s, info}]}: the "
+                          "loaded models.",
+    "playground.unload": "{model} -> {ok}: stop a model's worker and free its memory.",
     "queue.get": "{} -> {jobs: [queued jobs in run order, each with its wait reason], running, resources, settings}.",
     "queue.move": "{id, to: top|up|down|bottom} -> queue.get's reply: reorder a queued job.",
     "queue.configure": "{max_concurrent?, cpu_cores?, allow_gpu_sharing?} -> queue.get's reply; kept across restarts.",
     "jobs.prioritize": "{id, priority} -> queue.get's reply: a queued job's priority (higher runs first).",
+    "models.list": "{} -> {models: [{repo_id, revisions: [{commit, refs, size_bytes, files, path}], size_bytes, "
+                   "last_used, last_modified, path, partial_bytes}], cache_dir}: the models in the Hugging Face cache.",
+    "models.delete": "{repo_id, revision?} -> {ok, freed_bytes}: delete a cached model, or one revision of it "
+                     "(refused while a job downloads or fine-tunes it).",
+    "models.search": "{text, limit?} -> {models: [{repo_id, downloads, likes, license, gated, size_bytes, "
+                     "pipeline_tag, library, cached}], endpoint}: search the Hugging Face Hub; offline, an error "
+                     "within seconds.",
+    "hub.status": "{} -> {endpoint, offline, cache_dir, token: {set, source, path}}: never the token itself.",
+    "hub.login": "{token} -> hub.status's reply: save a Hugging Face access token where huggingface_hub reads it "
+                 "(HF_HOME/token, mode 0600); audited with the token masked.",
+    "hub.logout": "{} -> hub.status's reply: delete the saved token file.",
 }
 
 

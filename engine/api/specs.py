@@ -15,8 +15,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from engine.api.job_terms import EXPORT, FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE, SYSTEM_PROBE
-from engine.api.train_spec import TrainSpec
+from engine.api.job_terms import (
+    EXPORT,
+    FINETUNE,
+    LORA_MERGE,
+    MODEL_DOWNLOAD,
+    PRUNE,
+    QAT,
+    QUANTIZE,
+    SYSTEM_PROBE,
+)
+from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
 
 
 class Spec(BaseModel):
@@ -31,6 +40,15 @@ class ProbeSpec(Spec):
 
 
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class ModelDownloadSpec(Spec):
+    """model.download: a model from the Hugging Face Hub into the Hugging Face cache (docs/hub.md)."""
+
+    repo_id: str = Field(..., min_length=1, max_length=200, pattern=HUB_ID,
+                         description="the model's id on the Hub, owner/name (e.g. Qwen/Qwen2.5-0.5B-Instruct)")
+    revision: str | None = Field(None, max_length=200, pattern=HUB_REVISION,
+                                 description="a branch, tag or commit; None = main")
 
 
 class EvalSpec(Spec):
@@ -226,6 +244,15 @@ JOB_KINDS: dict[str, JobKind] = {
             "benchmark the engine on a Jetson over SSH.",
             "engine.recipes.export",
             ExportSpec,
+        ),
+        JobKind(
+            MODEL_DOWNLOAD,
+            "Download a model",
+            "Download a model from the Hugging Face Hub into the Hugging Face cache, with progress; a stopped "
+            "or broken download continues where it stopped.",
+            "engine.recipes.model_download",
+            ModelDownloadSpec,
+            resumable=True,
         ),
     ]
 }

@@ -95,6 +95,11 @@ def model_facts(spec: TrainSpec, num_labels: int | None = None) -> dict[str, Any
 def _hf_skeleton(spec: TrainSpec, num_labels: int | None) -> tuple[Any, dict[str, Any]]:
     """(build() -> meta model, facts from the config) for text classification and causal LM folders."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if spec.model.hub:  # a Hub model is measured once cached; the fine-tune downloads it as it starts
+        from engine.tasks import hub_models
+
+        if hub_models.cached_folder(spec.model.hub, spec.model.revision) is None:
+            raise InputError([hub_models.not_downloaded_issue(spec.model.hub)])
     if spec.task == "text_classification":
         from engine.tasks import text_classification as tc
 

@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         rc.status("running", pid=os.getpid(), world_size=world.size, restart=restarts)
         if world.is_main:
             record_environment(run_dir)
+        # model.hub not cached yet: downloaded first, with progress events (docs/hub.md)
+        from engine.tasks import hub_models
+
+        if not hub_models.ensure_for_spec(spec, rc.emit, lambda: rc.stop_requested, rc.log):
+            rc.status("stopped")
+            return 0
         final = Trainer(spec, world, rc, run_dir, answer_scorer=generation.score_pairs).run()
         if final == "succeeded" and spec.distill is not None and world.is_main:
             from engine.compress.variant import evaluate_student

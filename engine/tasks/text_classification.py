@@ -95,7 +95,12 @@ def sources(spec: TrainSpec) -> Sources:
         except JobFailed as exc:
             src.issues.append(Issue(str(exc), exc.hint, d.path or ""))
     m = spec.model
-    if m.builtin or not m.path:
+    if m.hub:  # the cached snapshot; None (no issue) when the fine-tune will download it (docs/hub.md)
+        from engine.tasks import hub_models
+
+        src.model_dir, hub_issues = hub_models.resolve(m.hub, m.revision)
+        src.issues += hub_issues
+    elif m.builtin or not m.path:
         name = m.builtin or "minilm"
         if name not in BUILTIN_MODELS:
             src.issues.append(Issue(f"unknown built-in model '{name}' for text classification",

@@ -1,6 +1,6 @@
 """Request handlers: one small method per protocol method, params validated by pydantic.
 
-Each area has its module and class (status, jobs, data, queue, events, audit, hosts); their tables
+Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models); their tables
 are joined here into the one dispatch table, which must name every method of engine/api/protocol.py.
 """
 
@@ -14,6 +14,7 @@ from engine.daemon.handlers.data import DataHandlers
 from engine.daemon.handlers.events import EventHandlers
 from engine.daemon.handlers.hosts import HostHandlers
 from engine.daemon.handlers.jobs import JobHandlers
+from engine.daemon.handlers.models import ModelHandlers
 from engine.daemon.handlers.params import parse
 from engine.daemon.handlers.queue import QueueHandlers
 from engine.daemon.handlers.status import StatusHandlers
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete", "engine.shutdown",
            "templates.save", "templates.delete", "hosts.add", "hosts.update", "hosts.remove", "hosts.trust",
            "hosts.forget_key", "hosts.prepare", "hosts.probe", "diag.burst",
-           "queue.move", "queue.configure", "jobs.prioritize"}
+           "queue.move", "queue.configure", "jobs.prioritize", "models.delete", "hub.login", "hub.logout"}
 
 
 class Handlers:
@@ -35,7 +36,7 @@ class Handlers:
         self.engine = eng
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
-                 QueueHandlers(eng), HostHandlers(eng))
+                 QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:
             self.table.update(area.table())
@@ -52,7 +53,7 @@ class Handlers:
             return await fn(session, args)
         # What it acted on: a job id, a template's or host's name, else the job kind.
         target = str(params.get("id") or params.get("name") or (params.get("host") or {}).get("name")
-                     or params.get("kind") or "")
+                     or params.get("repo_id") or params.get("kind") or "")
         try:
             result = await fn(session, args)
         except RpcError as err:
