@@ -28,9 +28,9 @@ def check(kind: str, spec_doc: dict) -> list[dict]:
                 for f in exc.fields] or [{"message": str(exc), "hint": exc.hint, "file": "", "line": None}]
     if kind != FINETUNE:
         return []
-    from engine.tasks import get_task
+    from engine.tasks import task_for
 
-    return [asdict(issue) for issue in get_task(spec.task).validate(spec)]
+    return [asdict(issue) for issue in task_for(spec).validate(spec)]
 
 
 def preview(spec_doc: dict, n: int) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.api.train_spec import TrainSpec
 from engine.strategies import get_strategy
-from engine.tasks import get_task
+from engine.tasks import task_for
 from engine.tasks.base import InputError
 from engine.training import checkpoint, dist, methods, speed
 from engine.training.context import JobFailed, disk_full
@@ -128,7 +128,9 @@ class Trainer:
         self.spec, self.speed = speed.resolve(self.spec, world.device, local_world)
         spec = self.spec
         seed_everything(spec.seed)
-        self.task = get_task(spec.task)
+        self.task = task_for(spec)  # the preference task for objective dpo, orpo or kto
+        # Stats a task sums over each step (all micro-batches and processes) for its step_metrics.
+        self.step_keys: tuple[str, ...] = tuple(getattr(self.task, "STEP_SUMS", ()))
         issues = self.task.validate(spec)
         if issues:
             raise InputError(issues)
@@ -139,6 +141,8 @@ class Trainer:
             model = self._student()
         else:
             model = self.task.build_model(spec, self.data)
+            if hasattr(self.task, "prepare_reference"):  # dpo, kto: the base model's log-probs, once, in the rows
+                self.task.prepare_reference(model, self.data, spec, world, self.autocast)
             model = methods.apply(model, spec, self.task)
         self.trainable, self.total_params = methods.count_parameters(model)
         if spec.activation_checkpointing:
@@ -328,6 +332,7 @@ class Trainer:
             t0 = time.perf_counter()
             loss_sum = torch.zeros((), dtype=torch.float64)
             samples = tokens = slots = flops = 0.0
+            extra: dict[str, float] = {}  # a task's own per-step sums, for its step_metrics
             wait = 0.0
             for micro in range(spec.grad_accum):
                 tw = time.perf_counter()
@@ -349,11 +354,13 @@ class Trainer:
                 tokens += stats.get("tokens", 0)
                 slots += stats.get("positions", 0)  # padding included
                 flops += self._step_flops(batch, stats)
+                for k in self.step_keys:
+                    extra[k] = extra.get(k, 0.0) + stats.get(k, 0.0)
             local_loss = float(loss_sum) / spec.grad_accum
             finite = math.isfinite(local_loss)
             totals = dist.all_sum(world, [local_loss if finite else 0.0, samples, tokens,
                                           0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0,
-                                          slots, flops])
+                                          slots, flops, *(extra.get(k, 0.0) for k in self.step_keys)])
             mean_loss = totals[0] / world.size
             if totals[3]:
                 if self.deepspeed:
@@ -389,6 +396,8 @@ class Trainer:
                     if self.peak_tflops:
                         # At most 1, as mfu.mfu: above it the peak is wrong, not the model faster than the device.
                         event["mfu"] = min(1.0, event["tflops"] / self.peak_tflops)
+                if self.step_keys:  # e.g. the preference task's reward figures
+                    event.update(self.task.step_metrics(dict(zip(self.step_keys, totals[7:], strict=True))))
                 rc.emit("train", **event)
             if self.step % spec.memory_every == 0 or self.step == 1:
                 records = dist.gather_objects(world, memory_record(world))
