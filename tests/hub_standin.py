@@ -12,7 +12,8 @@ It answers the requests huggingface_hub 2.4 makes for models, in the shapes it p
 Errors carry the ``X-Error-Code`` header huggingface_hub turns into exceptions: ``RepoNotFound`` (404),
 ``RevisionNotFound`` (404) and ``GatedRepo`` (401 without a token, 403 with a token that was not granted).
 No Xet headers are ever sent, so huggingface_hub downloads over plain HTTP. ``drop_once(repo, path)``
-makes the next full GET of that file stop half way and close the connection; ``requests`` records
+makes the next full GET of that file stop half way and close the connection; ``throttle_bps`` slows
+file bodies down (so a test can stop a download midway); ``requests`` records
 every request (method, path, Range, whether a token was sent) for assertions.
 """
 
@@ -22,6 +23,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -93,6 +95,7 @@ class HubStandin:
         self.repos: dict[str, Repo] = {}
         self.requests: list[dict[str, Any]] = []
         self._drops: set[tuple[str, str]] = set()
+        self.throttle_bps: float | None = None  # file bodies sent at about this rate (to stop a download midway)
         self._lock = threading.Lock()
         standin = self
 
@@ -269,4 +272,14 @@ class HubStandin:
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
             return
-        h.wfile.write(data[start:])
+        if not self.throttle_bps:
+            h.wfile.write(data[start:])
+            return
+        step = 32 * 1024
+        for at in range(start, len(data), step):
+            try:
+                h.wfile.write(data[at:at + step])
+                h.wfile.flush()
+            except OSError:  # the client went away (a stopped download)
+                return
+            time.sleep(step / self.throttle_bps)

@@ -123,8 +123,8 @@ def check_model_dir(folder: Path, max_length: int) -> tuple[list[Issue], dict]:
     if not folder.exists():
         return [Issue("model folder not found",
                       "set model.path to a folder saved with save_pretrained() (config.json, weights, tokenizer files); "
-                      "Ember Studio never downloads models, so download it once beforehand, "
-                      "e.g. huggingface-cli download <model-id> --local-dir <folder>", f)], {}
+                      "or set model.hub to the model's Hugging Face id (owner/name) to use it from the "
+                      "Hugging Face cache, downloaded first when missing (docs/hub.md)", f)], {}
     if not folder.is_dir():
         return [Issue("model.path is a file, not a folder", "point model.path at the folder that holds config.json", f)], {}
     issues: list[Issue] = []

@@ -139,6 +139,49 @@ def test_a_stopped_download_continues_from_its_partial_file(hub, tiny_model):
     assert not partial.exists() and hub_models.cached_folder(REPO, None) == folder
 
 
+def test_a_stopped_download_job_resumes_where_it_stopped(engine, hub, tiny_model):
+    hub.throttle_bps = 400_000  # the weights take about 2 s: time to stop half way
+    size = (tiny_model / "model.safetensors").stat().st_size
+    with engine.client() as c:
+        job = c.call("jobs.start", kind=MODEL_DOWNLOAD, spec={"repo_id": REPO})
+        wait_for(lambda: any(p["file"] == "model.safetensors" and p["bytes_done"] > p["bytes_total"] - size
+                             for p in events(c, job["id"], "progress")), timeout=60, what="the weights to start")
+        c.call("jobs.stop", id=job["id"])
+        assert wait_final(c, job["id"])["state"] == "stopped"
+        partial = c.call("models.list")["models"][0]["partial_bytes"]
+        assert 0 < partial < size
+        hub.throttle_bps = None
+        c.call("jobs.resume", id=job["id"])
+        done = wait_final(c, job["id"])
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-20:]
+        ranges = [g["range"] for g in hub.file_requests("model.safetensors")]
+        assert ranges[0] is None and ranges[-1] is not None
+        assert int(ranges[-1].removeprefix("bytes=").rstrip("-")) >= partial
+        assert sha256(Path(done["result"]["path"]) / "model.safetensors") == sha256(tiny_model / "model.safetensors")
+
+
+def test_cli_downloads_lists_and_saves_the_token(engine, hub, capsys, monkeypatch):
+    import io
+
+    from huggingface_hub import constants
+
+    from engine.cli.main import main
+
+    assert main(["models", "download", REPO, "--quiet"]) == 0
+    assert main(["models", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert REPO in listed and "(main)" in listed and str(Path(os.environ["HF_HOME"]) / "hub") in listed
+    monkeypatch.setattr("sys.stdin", io.StringIO(SECRET + "\n"))
+    assert main(["hub", "login"]) == 0
+    said = capsys.readouterr().out
+    assert "token saved" in said and SECRET not in said and Path(constants.HF_TOKEN_PATH).read_text() == SECRET
+    assert main(["models", "search", "llama"]) == 0
+    found = capsys.readouterr().out
+    assert "1,234" in found and "apache-2.0" in found and "(cached)" in found
+    assert main(["models", "delete", REPO]) == 0 and main(["models", "list"]) == 0
+    assert "no models in the Hugging Face cache" in capsys.readouterr().out
+
+
 def test_gated_model_answers_with_the_page_to_request_access(hub):
     from engine.daemon import hub as engine_hub
     from engine.tasks import hub_models

@@ -184,7 +184,7 @@ def test_model_folder_problems(tmp_path):
     missing = tmp_path / "no-such-model"
     issue = only(tc.validate(TrainSpec(model={"path": str(missing)})))
     assert issue.file == str(missing) and issue.message == "model folder not found"
-    assert "Ember Studio never downloads models" in issue.hint
+    assert "set model.hub" in issue.hint and "docs/hub.md" in issue.hint
 
     empty = tmp_path / "empty-model"
     empty.mkdir()
