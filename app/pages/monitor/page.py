@@ -32,6 +32,7 @@ from app.engine_process import EngineProcess
 from app.glossary import term_tooltip
 from app.jobs_model import STATE_COLOURS, metrics_text
 from app.models.navigation import Navigator
+from app.pages.monitor.answer_samples import AnswerSamples
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.pages.monitor.speed_line import perf_summary, speed_summary
@@ -138,13 +139,16 @@ class MonitorPage(QWidget):
 
         self.charts = RunCharts()
         self.loss_chart = self.charts.loss_chart
+        self.samples = AnswerSamples()  # causal LM runs: the latest evaluation's generated answers
         self.log_pane = LogPane()
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.charts)
+        splitter.addWidget(self.samples)
         splitter.addWidget(self.log_pane)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([460, 150])
+        splitter.setStretchFactor(2, 1)
+        splitter.setSizes([460, 200, 150])
         splitter.setChildrenCollapsible(False)
         content = QWidget()
         column = QVBoxLayout(content)
@@ -274,6 +278,7 @@ class MonitorPage(QWidget):
         self._job_id = job_id
         self._info, self._last_train, self.run_facts = {}, {}, {}
         self.charts.clear()
+        self.samples.clear()
         self.log_pane.clear()
         self.banner.dismiss()
         self.facts_label.clear()
@@ -306,6 +311,7 @@ class MonitorPage(QWidget):
             return  # from the run shown before, still on its way
         kind = topic[len(prefix):]
         self.charts.add_event(kind, data)
+        self.samples.add_event(kind, data)
         if kind == "train":
             self._last_train = data
             if not self._status_timer.isActive():
