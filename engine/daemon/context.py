@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from engine.api.paths import Paths
     from engine.daemon.eventbus import EventBus
     from engine.daemon.hosts import Hosts
+    from engine.daemon.inference import WorkerPool
     from engine.daemon.jobs import JobManager
     from engine.daemon.store import Store
 
@@ -43,6 +44,7 @@ class EngineView(Protocol):
     bus: EventBus
     hosts: Hosts
     jobs: JobManager
+    inference: WorkerPool
     sessions: set[Any]
     token: str
     handlers: Dispatcher

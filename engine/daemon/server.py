@@ -29,6 +29,7 @@ from engine.api.protocol import (
 from engine.daemon.eventbus import EventBus
 from engine.daemon.handlers import Handlers
 from engine.daemon.hosts import Hosts
+from engine.daemon.inference import WorkerPool
 from engine.daemon.jobs import JobManager
 from engine.daemon.session import Session
 from engine.daemon.store_guard import BACKUP_EVERY_S, backup, open_store
@@ -82,6 +83,7 @@ class Engine:
         self.bus = EventBus(self.store)
         self.hosts = Hosts(p, self.store, self.bus)
         self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent, hosts=self.hosts)
+        self.inference = WorkerPool(self.bus, p.runs)
         self.sessions: set[Session] = set()
         self.token = ""
         self.stopping = asyncio.Event()
@@ -119,6 +121,7 @@ class Engine:
             backups.cancel()
             await self.jobs.close()
             await self.hosts.close()
+            await self.inference.close()
         self.bus.flush()
         for f in (p.socket, p.token):
             with contextlib.suppress(FileNotFoundError):

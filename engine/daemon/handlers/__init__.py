@@ -16,6 +16,7 @@ from engine.daemon.handlers.hosts import HostHandlers
 from engine.daemon.handlers.jobs import JobHandlers
 from engine.daemon.handlers.models import ModelHandlers
 from engine.daemon.handlers.params import parse
+from engine.daemon.handlers.playground import PlaygroundHandlers
 from engine.daemon.handlers.queue import QueueHandlers
 from engine.daemon.handlers.status import StatusHandlers
 
@@ -36,7 +37,7 @@ class Handlers:
         self.engine = eng
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
-                 QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng))
+                 QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:
             self.table.update(area.table())

@@ -1,0 +1,145 @@
+"""Open any model a user can try in the Playground, as a chat model or a classifier.
+
+A reference (what the engine hands the worker) is one of:
+``{"run_dir": path}`` a finished fine-tune or compression variant; ``{"builtin": name, "task": task}``;
+``{"path": folder}`` a Hugging Face folder; ``{"hub": id, "revision": rev}`` a model in the Hugging Face
+cache (never downloaded here). Errors are JobFailed with a message and a hint.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.api.train_spec import TrainSpec
+from engine.tasks.base import InputError, TaskData
+from engine.training.context import JobFailed
+
+CLASSIFIER_TASKS = ("text_classification",)
+
+
+@dataclass
+class Classifier:
+    """A text classifier: probabilities of every class for one text."""
+
+    model: Any
+    tokenizer: Any
+    labels: list[str]
+    max_length: int = 128
+    runner: Any = None  # an ONNX Runtime session (engine.evaluate.runners.OrtRunner) for ONNX variants
+
+    def predict(self, text: str) -> dict[str, Any]:
+        import time
+
+        import numpy as np
+
+        t0 = time.perf_counter()
+        enc = self.tokenizer([text], truncation=True, max_length=self.max_length, padding=True,
+                             return_tensors="np" if self.runner is not None else "pt")
+        if self.runner is not None:
+            logits = np.asarray(self.runner.run(dict(enc)))[0]
+        else:
+            import torch
+
+            with torch.inference_mode():
+                logits = self.model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask",
+                                                                             "token_type_ids")}).logits[0].float().numpy()
+        probs = np.exp(logits - logits.max())
+        probs = probs / probs.sum()
+        order = np.argsort(-probs)
+        return {"label": self.labels[int(order[0])], "labels": list(self.labels),
+                "probs": [float(p) for p in probs], "seconds": time.perf_counter() - t0}
+
+
+def _causal_folder(spec: TrainSpec) -> Path:
+    from engine.tasks import causal_lm
+
+    folder, issues = causal_lm.resolve_model_dir(spec)
+    if folder is not None:
+        issues = issues or causal_lm.check_model_folder(folder)
+    if issues or folder is None:
+        raise InputError(issues)
+    return folder
+
+
+def _chat(model: Any, folder: Path, device: str) -> Any:
+    from engine.inference.chat import ChatModel
+    from engine.tasks import causal_lm
+
+    return ChatModel(model.to(device), causal_lm.load_tokenizer(folder), device)
+
+
+def _from_run(run_dir: Path, device: str) -> tuple[str, Any, dict[str, Any]]:
+    from engine.trainer import source as src
+
+    source = src.open_source(run_dir)
+    info = {"task": source.spec.task, "name": run_dir.name, "variant": (source.meta.get("variant") or {})}
+    data = TaskData(train=[], val=[], collate=None, info=dict(source.meta.get("data_info") or {}))
+    onnx = source.weights_file().suffix == ".onnx"
+    if source.spec.task == "causal_lm":
+        if onnx:
+            raise JobFailed(f"{run_dir.name} is an ONNX variant of a language model; the Playground chats with "
+                            "torch models", "Pick its parent run, or a merged or pruned variant.")
+        folder = Path(data.info.get("model_dir") or _causal_folder(source.spec))
+        model = src.load_model(source, data)
+        model.config.use_cache = True
+        return "chat", _chat(model, folder, device), info
+    if source.spec.task not in CLASSIFIER_TASKS:
+        raise JobFailed(f"{run_dir.name} is an {source.spec.task.replace('_', ' ')} model; the Playground takes "
+                        "text for now", "Pick a text classifier or a language model.")
+    from engine.tasks import text_classification as tc
+    from engine.tasks.base import load_tokenizer
+
+    folder = tc.sources(source.spec).model_dir
+    if folder is None:
+        raise JobFailed(f"Cannot find the base model of {run_dir.name}", "Put its model folder back.")
+    labels = list(data.info.get("label_names") or [])
+    tokenizer = load_tokenizer(Path(folder))
+    if onnx:
+        from engine.evaluate.runners import OrtRunner
+
+        runner = OrtRunner(source.weights_file(), "text_classification")
+        return "classify", Classifier(None, tokenizer, labels, source.spec.data.max_length, runner), info
+    model = src.load_model(source, data).to(device)
+    return "classify", Classifier(model, tokenizer, labels, source.spec.data.max_length), info
+
+
+def _hub_folder(repo: str, revision: str | None) -> Path:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Playground never downloads: the Models page does
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, revision=revision, local_files_only=True))
+    except LocalEntryNotFoundError as exc:
+        raise JobFailed(f"{repo} is not in the Hugging Face cache", "Download it first (Models page, or "
+                        f"`ember models download {repo}`), or copy its folder here and pick the folder.") from exc
+
+
+def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict[str, Any]]:
+    """(``"chat"`` or ``"classify"``, the loaded model, facts to show) for a reference."""
+    try:
+        if ref.get("run_dir"):
+            return _from_run(Path(ref["run_dir"]), device)
+        if ref.get("hub"):
+            folder = _hub_folder(ref["hub"], ref.get("revision"))
+            name = ref["hub"]
+        elif ref.get("path"):
+            folder, name = Path(ref["path"]).expanduser(), str(ref["path"])
+        else:
+            name = ref.get("builtin") or "smollm2-135m-instruct"
+            folder = _causal_folder(TrainSpec(task="causal_lm", model={"builtin": name}))
+        from engine.tasks import causal_lm
+
+        if issues := causal_lm.check_model_folder(folder):
+            raise InputError(issues)
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype="auto")
+        model = model.float() if device == "cpu" else model
+        return "chat", _chat(model, folder, device), {"task": "causal_lm", "name": name}
+    except InputError as exc:
+        raise JobFailed(str(exc), exc.hint) from exc
+
