@@ -32,6 +32,7 @@ PAGE_DOCS = {
     "compress": "compression.md",
     "compare": "first-run.md#choosing-compare--variants",
     "export": "export.md",
+    "models": "hub.md",
     "hosts": "remote-hosts.md",
     "settings": "settings.md",
 }

@@ -283,3 +283,22 @@ class HubStandin:
             except OSError:  # the client went away (a stopped download)
                 return
             time.sleep(step / self.throttle_bps)
+
+
+def point_huggingface_hub_at(standin: HubStandin, hf_home: Path, monkeypatch: Any) -> None:
+    """HF_ENDPOINT and HF_HOME for processes started from now on (the engine, its jobs), and the same in
+    this process's huggingface_hub, which read them once at import; no token and no offline switch."""
+    from huggingface_hub import constants
+
+    env = {"HF_ENDPOINT": standin.url, "HF_HOME": str(hf_home), "HF_HUB_DISABLE_TELEMETRY": "1",
+           "HF_HUB_DISABLE_XET": "1"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
+                "HF_TOKEN_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    for name, value in (("ENDPOINT", standin.url), ("HF_HOME", str(hf_home)),
+                        ("HF_HUB_CACHE", str(hf_home / "hub")), ("HF_TOKEN_PATH", str(hf_home / "token")),
+                        ("HF_HUB_OFFLINE", False),
+                        ("HUGGINGFACE_CO_URL_TEMPLATE", standin.url + "/{repo_id}/resolve/{revision}/{filename}")):
+        monkeypatch.setattr(constants, name, value)

@@ -27,6 +27,7 @@ PAGES = (
     PageEntry("compress", "Compress", "CompressPage"),
     PageEntry("compare", "Compare", "ComparePage"),
     PageEntry("export", "Export", "ExportPage"),
+    PageEntry("models", "Models", "ModelsPage"),
     PageEntry("hosts", "Hosts", "HostsPage"),
     PageEntry("settings", "Settings", "SettingsPage"),
 )

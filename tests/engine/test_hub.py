@@ -18,7 +18,7 @@ import pytest
 from engine.api.job_terms import FINAL_STATES, MODEL_DOWNLOAD
 from engine.api.protocol import NOT_FOUND, REMOTE_FAILED, RpcError
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process, wait_for
-from tests.hub_standin import HubStandin
+from tests.hub_standin import HubStandin, point_huggingface_hub_at
 
 REPO = "acme/tiny-llama"
 GATED = "acme/gated-llama"
@@ -38,25 +38,11 @@ def tiny_model(tmp_path_factory) -> Path:
 def hub(tiny_model, tmp_path, monkeypatch):
     """The stand-in serving the tiny Llama (plain and gated), with HF_ENDPOINT and HF_HOME pointed at it
     for subprocesses (environment) and for this process (huggingface_hub reads both at import)."""
-    from huggingface_hub import constants
-
     standin = HubStandin()
     standin.add_folder(REPO, tiny_model, downloads=1234, likes=5, license="apache-2.0")
     standin.add_folder(GATED, tiny_model, gated="manual", granted={GRANTED}, license="llama3.1")
     standin.start()
-    hf_home = tmp_path / "hf-home"
-    env = {"HF_ENDPOINT": standin.url, "HF_HOME": str(hf_home), "HF_HUB_DISABLE_TELEMETRY": "1",
-           "HF_HUB_DISABLE_XET": "1"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
-                "HF_TOKEN_PATH"):
-        monkeypatch.delenv(key, raising=False)
-    for name, value in (("ENDPOINT", standin.url), ("HF_HOME", str(hf_home)),
-                        ("HF_HUB_CACHE", str(hf_home / "hub")), ("HF_TOKEN_PATH", str(hf_home / "token")),
-                        ("HF_HUB_OFFLINE", False),
-                        ("HUGGINGFACE_CO_URL_TEMPLATE", standin.url + "/{repo_id}/resolve/{revision}/{filename}")):
-        monkeypatch.setattr(constants, name, value)
+    point_huggingface_hub_at(standin, tmp_path / "hf-home", monkeypatch)
     yield standin
     standin.stop()
 

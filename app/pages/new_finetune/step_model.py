@@ -29,6 +29,7 @@ from app.models.spec_tools import (
 )
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import FactsView, card, label
+from app.widgets.hub_picker import HubPicker
 from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
 from engine.api.train_spec import BUILTIN_MODELS
 
@@ -39,6 +40,7 @@ BUILTIN_TEXT = {
 }
 IMAGE_ARCHS = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "small_cnn")
 INSPECT_MS = 400
+NOT_DOWNLOADED = "is not downloaded yet"  # models.inspect's issue for a Hub model the fine-tune will download
 
 
 def _millions(n: Any) -> str:
@@ -65,8 +67,8 @@ class ModelStep(Step):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(14)
-        outer.addWidget(step_header("Which model?", "Start from the built-in model, or point at "
-                                    "your own. Ember checks it right away and never downloads anything."))
+        outer.addWidget(step_header("Which model?", "Start from the built-in model, point at your own, "
+                                    "or name one on the Hugging Face Hub. Ember checks it right away."))
         frame, box = card()
         self.group = QButtonGroup(self)
         self.builtin_radio = QRadioButton("Built-in")
@@ -79,6 +81,15 @@ class ModelStep(Step):
         self.builtin_note.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.builtin_note)
         box.addWidget(self.custom_radio)
+        # A model on the Hugging Face Hub: used from the cache, downloaded when missing (docs/hub.md).
+        self.hub_radio = QRadioButton("From the Hugging Face Hub")
+        self.hub_radio.setToolTip("A model id such as Qwen/Qwen2.5-0.5B-Instruct: used from the Hugging Face "
+                                  "cache, downloaded first when missing. Job file: model.hub.")
+        self.group.addButton(self.hub_radio)
+        self.hub_picker = HubPicker(client)
+        self.hub_picker.setContentsMargins(24, 0, 0, 0)
+        self.hub_picker.setEnabled(False)
+        self.hub_message = self.message_for("model.hub")
         # A model from the user's own Python file: the GUI only passes the path on; the engine asks for
         # confirmation at launch (code_confirm.py) and only the training process imports it.
         self.code_radio = QRadioButton("Model from my Python file…")
@@ -113,6 +124,8 @@ class ModelStep(Step):
                                    "Job file: model.code_entry.")
         self.code_box.setEnabled(False)
         box.addWidget(self.code_box)
+        box.addWidget(self.hub_radio)
+        box.addWidget(with_message(self.hub_picker, self.hub_message))
 
         self.custom_box = QWidget()
         form = QFormLayout(self.custom_box)
@@ -166,6 +179,8 @@ class ModelStep(Step):
         self.code_edit.textChanged.connect(self.emit_changed)
         self.entry_edit.textChanged.connect(self.emit_changed)
         self.arch_combo.currentTextChanged.connect(self.emit_changed)
+        self.hub_picker.changed.connect(self.emit_changed)
+        self.hub_picker.downloaded.connect(lambda _result: (self.reinspect(), self.emit_changed()))
         self._on_mode()
 
     # -- form ---------------------------------------------------------------------------
@@ -175,6 +190,10 @@ class ModelStep(Step):
         self.builtin_radio.setText(f"Built-in: {BUILTIN_MODELS[task]}")
         self.builtin_note.setText(BUILTIN_TEXT[task])
         images = task == "image_classification"
+        self.hub_radio.setVisible(not images)  # the Hub's models here are text models
+        self.hub_picker.setVisible(not images)
+        if images and self.hub_radio.isChecked():
+            self.builtin_radio.setChecked(True)
         self._form.setRowVisible(self.arch_label, images)
         self.path_label.setText("Weights file (optional)" if images else "Model folder")
         self.path_help.setText(
@@ -186,6 +205,7 @@ class ModelStep(Step):
     def _on_mode(self) -> None:
         self.custom_box.setEnabled(self.custom_radio.isChecked())
         self.code_box.setEnabled(self.code_radio.isChecked())
+        self.hub_picker.setEnabled(self.hub_radio.isChecked())
         self.code_mode_changed.emit(self.code_radio.isChecked())
         self.emit_changed()
 
@@ -213,7 +233,11 @@ class ModelStep(Step):
         self.set_task(spec.get("task", self._task))
         custom = bool(model.get("path")) or (bool(model.get("arch")) and not model.get("builtin"))
         code = bool(model.get("code"))
-        (self.code_radio if code else self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        hub = bool(model.get("hub"))
+        (self.code_radio if code else self.hub_radio if hub else self.custom_radio if custom
+         else self.builtin_radio).setChecked(True)
+        self.hub_picker.set_model(model.get("hub"), model.get("revision"))
+        self.hub_picker.setEnabled(hub)
         self.code_edit.setText(model.get("code") or "")
         self.entry_edit.setText(model.get("code_entry") or "build_model")
         self.code_box.setEnabled(code)
@@ -231,11 +255,17 @@ class ModelStep(Step):
                              "code_entry": self.entry_edit.text().strip() or "build_model"}
         elif self.builtin_radio.isChecked():
             spec["model"] = {"builtin": BUILTIN_MODELS[task], "path": None, "arch": None}
+        elif self.hub_radio.isChecked() and task != "image_classification":
+            spec["model"] = {"builtin": None, "path": None, "arch": None,
+                             "hub": self.hub_picker.repo_id() or None, "revision": self.hub_picker.revision()}
         elif task == "image_classification":
             spec["model"] = {"builtin": None, "path": self.path_edit.text().strip() or None,
                              "arch": self.arch_combo.currentText()}
         else:
             spec["model"] = {"builtin": None, "path": self.path_edit.text().strip() or None, "arch": None}
+
+    def missing_hub(self) -> bool:
+        return self.hub_radio.isChecked() and not self.hub_picker.valid_id()
 
     def missing_code(self) -> bool:
         return self.code_radio.isChecked() and not self.code_edit.text().strip()
@@ -251,9 +281,13 @@ class ModelStep(Step):
             errors.setdefault("model.path", []).append("Choose the model folder (or pick Built-in).")
         if self.missing_code():
             errors.setdefault("model.code", []).append("Choose your model's Python file (or pick Built-in).")
-        default = "model.path" if self.custom_radio.isChecked() else "model"
+        if self.missing_hub():
+            errors.setdefault("model.hub", []).append("Type the model's id, owner/name (or pick one found).")
+        default = ("model.path" if self.custom_radio.isChecked() else
+                   "model.hub" if self.hub_radio.isChecked() else "model")
         for issue in self._issues:
-            field = issue_field(issue, ("model.arch", "model.path"), default)
+            field = "model.hub" if self.hub_radio.isChecked() else issue_field(issue, ("model.arch", "model.path"),
+                                                                                 default)
             errors.setdefault(field, []).append(issue_line(issue))
         super().show_errors(errors)
 
@@ -263,6 +297,8 @@ class ModelStep(Step):
             problems.append("Model: choose the model folder")
         if self.missing_code():
             problems.append("Model: choose your model's Python file")
+        if self.missing_hub():
+            problems.append("Model: type the Hugging Face model's id")
         return problems
 
     def busy(self) -> bool:
@@ -280,7 +316,7 @@ class ModelStep(Step):
         self.issues.set_issues([])
         self._issues = []
         show_text(self.note, "")
-        if self.missing_path() or self.missing_code():
+        if self.missing_path() or self.missing_code() or self.missing_hub():
             self.inspector.cancel()
             self.status.stop()
             return
@@ -306,6 +342,11 @@ class ModelStep(Step):
     def _on_inspect(self, reply: dict[str, Any]) -> None:
         self.status.stop()
         self._issues = list(reply.get("issues") or [])
+        if self.hub_radio.isChecked() and any(NOT_DOWNLOADED in str(i.get("message")) for i in self._issues):
+            # Not a problem: the fine-tune downloads it first. The facts come once it is cached.
+            self._issues = [i for i in self._issues if NOT_DOWNLOADED not in str(i.get("message"))]
+            show_text(self.note, "Not downloaded yet: the fine-tune downloads it as it starts (with progress), "
+                                 "or press Download now. Its size and layers show once it is here.")
         self.issues.set_issues(self._issues)
         if not self._issues:
             show_text(self.note, self.note.text() or "No problems found with the model.")
