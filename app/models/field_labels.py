@@ -14,6 +14,11 @@ from app.field_text import plain_message
 # Spec key -> the label the wizard shows next to its field.
 FIELD_LABELS: dict[str, str] = {
     "task": "Task",
+    "objective": "Objective",
+    "preference.beta": "Beta",
+    "preference.loss_type": "Loss type",
+    "preference.desirable_weight": "Desirable weight",
+    "preference.undesirable_weight": "Undesirable weight",
     "name": "Run name",
     "model.path": "Model folder",
     "model.builtin": "Built-in model",

@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = TrainSpec().model_dump()
 # The model validator reports cross-field problems without a location; these words say
 # which field the sentence is about, so it can be shown next to that field.
 _ROOT_FIELDS = (
+    ("objective", "objective"),
     ("more than one process", "distributed.strategy"),
     ("nproc", "distributed.nproc"),
     ("qlora", "method.kind"),

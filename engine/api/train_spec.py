@@ -287,10 +287,10 @@ def _objective_problems(spec: TrainSpec) -> list[str]:
     if spec.task != "causal_lm":
         problems.append(f"{what} needs task causal_lm (it tunes a language model on preferences)")
     if spec.distill is not None:
-        problems.append(f"{what} does not work with distill; distil with objective sft")
+        problems.append(f"{what} does not work with distill (distil with objective sft)")
     if spec.data.packing:
-        problems.append(f"{what} does not work with data.packing (each chosen and rejected answer is its own row); "
-                        "turn data.packing off")
+        problems.append(f"{what} does not work with data.packing (each chosen and rejected answer is its own "
+                        "row): turn data.packing off")
     if spec.objective == "kto" and spec.batch_size < 2:
         problems.append("objective kto needs batch_size 2 or more (its KL baseline pairs each prompt with "
                         "another row's completion)")

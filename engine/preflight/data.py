@@ -136,8 +136,43 @@ def _chat(spec: TrainSpec, n: int) -> dict[str, Any]:
             "n_train": n_train, "n_val": n_val, "issues": issues}
 
 
+def _preferences(spec: TrainSpec, n: int) -> dict[str, Any]:
+    """Objective dpo, orpo or kto: the preference rows as the preference task reads them."""
+    from engine.tasks import preference_data as pdata
+
+    train_path, val_path, found = pdata.resolve_files(spec)
+    issues = [_issue(i, "data.builtin") for i in found]
+    rows: list = []
+    n_val = 0
+    if train_path is not None:
+        rows, bad = pdata.read(train_path, spec.objective)
+        issues += [_issue(i, "data.path") for i in bad]
+        if val_path is not None:
+            val_rows, val_bad = pdata.read(val_path, spec.objective)
+            issues += [_issue(i, "data.val_path") for i in val_bad]
+            n_val = len(val_rows)
+    n_train = len(rows)
+    if val_path is None:
+        n_train, n_val = _split_sizes(len(rows), spec.data.val_fraction)
+    answers = ("completion", "label") if spec.objective == "kto" else ("chosen", "rejected")
+    if spec.objective == "kto" and rows:  # a pair is two kto rows: count what training will see
+        unpaired = pdata.unpair(rows)
+        n_train, n_val = (round(k * len(unpaired) / len(rows)) for k in (n_train, n_val))
+        rows = unpaired
+
+    def text(value: Any) -> str:
+        return " ".join(m["content"] for m in value) if isinstance(value, list) else str(value).lower()
+
+    shown = [{"line": str(line), "prompt": text(row["prompt"])[:CELL_CHARS],
+              **{k: text(row[k])[:CELL_CHARS] for k in answers}} for line, row in rows[:n]]
+    return {"kind": "chat", "columns": ["line", "prompt", *answers], "rows": shown, "class_counts": {},
+            "n_train": n_train, "n_val": n_val, "issues": issues}
+
+
 def inspect_data(spec: TrainSpec, n: int = 12) -> dict[str, Any]:
     reader = {"text_classification": _text, "image_classification": _images, "causal_lm": _chat}[spec.task]
+    if spec.objective != "sft":
+        reader = _preferences
     answer = reader(spec, n)
     answer.setdefault("thumbnails", [])
     return answer

@@ -88,8 +88,8 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
     train, bad, cut_train = pdata.encode_rows(tokenizer, train_path, train_rows, objective, max_length)
     val, val_bad, cut_val = pdata.encode_rows(tokenizer, val_path or train_path, val_rows, objective, max_length)
     issues += bad + val_bad
-    if issues:
-        return None, issues
+    if issues:  # a kto row unpaired from a pair shares its line: one issue per line and problem
+        return None, list({(i.file, i.line, i.message): i for i in issues}.values())
     if not val:
         return None, [Issue("no validation rows", "add rows to the validation file, or leave data.val_path "
                                                   "empty to hold out a share of the training rows",

@@ -1,4 +1,4 @@
-"""The Monitor's six charts, fed one run event at a time.
+"""The Monitor's six charts (seven for a preference-tuned run), fed one run event at a time.
 
 ``add_event(kind, data)`` takes the ``run/<id>/<kind>`` events of a training
 run (fields: docs/recipes.md, "What a run writes") and appends to the charts;
@@ -22,6 +22,9 @@ GIB = float(1 << 30)
 # Metrics that live on a different scale from accuracy and F1 go on the right axis.
 RIGHT_AXIS_METRICS = ("perplexity",)
 PER_CLASS = re.compile(r"_c\d+$")  # accuracy_c3 and the like: one per class, too many to draw
+# A preference-tuned run's train events (objective dpo, orpo, kto): field, series, colour, right axis.
+REWARDS = (("reward_chosen", "chosen", "#2b8a3e", False), ("reward_rejected", "rejected", "#c92a2a", False),
+           ("reward_margin", "margin", "#1864ab", False), ("reward_accuracy", "accuracy %", "#862e9c", True))
 
 
 class RunCharts(QWidget):
@@ -43,6 +46,11 @@ class RunCharts(QWidget):
         self.step_chart.add_series("step time", "#495057")
         self.step_chart.add_series("data wait %", "#a35f00", right=True)
         self.memory_chart = LiveChart("Memory per rank", "GiB")
+        # Shown only once a run reports rewards (preference tuning); every other run keeps six charts.
+        self.reward_chart = LiveChart("Rewards", "reward", right_label="accuracy %")
+        for _field, name, colour, right in REWARDS:
+            self.reward_chart.add_series(name, colour, right=right)
+        self.reward_chart.hide()
 
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -53,11 +61,12 @@ class RunCharts(QWidget):
 
     def charts(self) -> list[LiveChart]:
         return [self.loss_chart, self.eval_chart, self.lr_chart, self.throughput_chart,
-                self.step_chart, self.memory_chart]
+                self.step_chart, self.memory_chart, self.reward_chart]
 
     def clear(self) -> None:
         for chart in self.charts():
             chart.clear()
+        self.reward_chart.hide()
 
     def add_event(self, kind: str, data: dict[str, Any]) -> None:
         handler = getattr(self, f"_on_{kind}", None)
@@ -76,6 +85,11 @@ class RunCharts(QWidget):
             value = loss if previous is None else previous + SMOOTHING * (loss - previous)
             self.loss_chart.append("smoothed", step, value)
         self._put(self.lr_chart, "lr", step, data.get("lr"))
+        if number(data.get("reward_margin")) is not None:
+            self.reward_chart.show()
+            for field, name, _colour, right in REWARDS:
+                value = number(data.get(field))
+                self._put(self.reward_chart, name, step, 100.0 * value if right and value is not None else value)
         self._put(self.throughput_chart, "samples/s", step, data.get("samples_per_s"))
         self._put(self.throughput_chart, "tokens/s", step, data.get("tokens_per_s"))
         self._put(self.step_chart, "step time", step, data.get("step_time_s"))

@@ -195,6 +195,7 @@ class NewFinetunePage(QWidget):
             self.model_step.load(fresh)
             self.data_step.load(fresh)
             self.method_step.set_task(task)
+        self.data_step.set_objective(self.task_step.objective())  # its built-in data follows the objective
         spec = self.current_spec()
         wanted = suggested_lr(spec["task"], spec["method"]["kind"])
         if self._auto_lr is not None and spec["optim"]["lr"] == self._auto_lr and wanted != self._auto_lr:

@@ -33,13 +33,20 @@ from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow
 from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
-from engine.api.train_spec import BUILTIN_DATA
+from engine.api.train_spec import BUILTIN_DATA_CHOICES, BUILTIN_PREFERENCE_DATA
 
 BUILTIN_TEXT = {
     "text_classification": "Customer support tickets (800 of them, 5 classes).",
     "image_classification": "scikit-learn's 1,797 handwritten digit scans, 10 classes.",
-    "causal_lm": "Short instruction / response pairs.",
+    "causal_lm": "Short questions answered in a word (capitals, opposites, plurals, ...) and a persona, 203 "
+                 "rows: after a fine-tune the model answers in this style. Job files can also name "
+                 "tiny-instructions.",
 }
+# Causal LM with objective dpo, orpo or kto (the Task step's Objective card).
+PREFERENCE_TEXT = ("Questions with a chosen answer (correct, polite) and a rejected one (wrong or rude); "
+                   "KTO reads each pair as one good and one bad answer.")
+PREFERENCE_HELP = ('A JSONL file: one {"prompt", "chosen", "rejected"} per line (KTO: {"prompt", '
+                   '"completion", "label": true or false}, or the same pairs).')
 INSPECT_MS = 400
 FIELDS = ("data.text_column", "data.label_column", "data.val_path", "data.max_length",
           "data.image_size", "data.min_per_class", "data.path")
@@ -62,6 +69,11 @@ def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2) -
     return box
 
 
+def builtin_data(task: str, objective: str) -> str:
+    """The built-in dataset for the task, or for its preference objective."""
+    return BUILTIN_PREFERENCE_DATA if task == "causal_lm" and objective != "sft" else BUILTIN_DATA_CHOICES[task][0]
+
+
 class DataStep(Step):
     title = "Data"
     prefixes = ("data",)
@@ -70,6 +82,7 @@ class DataStep(Step):
         super().__init__(parent)
         self._client = client
         self._task = "text_classification"
+        self._objective = "sft"  # causal LM: sft, or a preference objective with its own data
         self._spec: dict[str, Any] = {}
         self._inspected_key: Any = None
         self._issues: list[dict[str, Any]] = []
@@ -227,8 +240,9 @@ class DataStep(Step):
     def set_task(self, task: str) -> None:
         self._task = task
         images, text = task == "image_classification", task == "text_classification"
-        self.builtin_radio.setText(f"Built-in: {BUILTIN_DATA[task]}")
-        self.builtin_note.setText(BUILTIN_TEXT[task])
+        preferences = task == "causal_lm" and self._objective != "sft"
+        self.builtin_radio.setText(f"Built-in: {builtin_data(task, self._objective)}")
+        self.builtin_note.setText(PREFERENCE_TEXT if preferences else BUILTIN_TEXT[task])
         self.path_label.setText("Folder" if images else "File")
         self._custom_form.setRowVisible(self.text_column_label, text)
         self._custom_form.setRowVisible(self.label_column_label, text)
@@ -239,7 +253,13 @@ class DataStep(Step):
             "text_classification": "A CSV, TSV or JSONL file with a text column and a label column.",
             "image_classification": "A folder with one subfolder of PNG or JPEG images per class.",
             "causal_lm": "A JSONL file: one {\"prompt\", \"response\"} or {\"messages\"} per line.",
-        }[task])
+        }[task] if not preferences else PREFERENCE_HELP)
+
+    def set_objective(self, objective: str) -> None:
+        """The objective the Task step chose: the built-in data and the file format follow it."""
+        if objective != self._objective:
+            self._objective = objective
+            self.set_task(self._task)
 
     def _on_mode(self) -> None:
         self.custom_box.setEnabled(self.custom_radio.isChecked())
@@ -260,6 +280,7 @@ class DataStep(Step):
 
     def _load(self, spec: dict[str, Any]) -> None:
         data = spec.get("data") or {}
+        self._objective = spec.get("objective") or "sft"
         self.set_task(spec.get("task", self._task))
         custom = bool(data.get("path"))
         (self.custom_radio if custom else self.builtin_radio).setChecked(True)
@@ -281,7 +302,7 @@ class DataStep(Step):
         data = spec.setdefault("data", {})
         task = spec["task"]
         if self.builtin_radio.isChecked():
-            data.update(builtin=BUILTIN_DATA[task], path=None, val_path=None)
+            data.update(builtin=builtin_data(task, spec.get("objective") or "sft"), path=None, val_path=None)
         else:
             data.update(builtin=None, path=self.path_edit.text().strip() or None)
         if task == "text_classification":

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.pages.new_finetune.objective_box import ObjectiveBox
 from app.widgets.common import card, label
 from app.widgets.wizard_parts import Step, error_text, show_text, step_header
 from engine.api.job_terms import FINETUNE
@@ -31,7 +32,7 @@ TASKS = (
 
 class TaskStep(Step):
     title = "Task"
-    prefixes = ("task",)
+    prefixes = ("task", "objective", "preference")
     template_chosen = Signal(dict)  # {name, kind, spec, saved_at}
 
     def __init__(self, client: Any, parent: QWidget | None = None):
@@ -65,7 +66,12 @@ class TaskStep(Step):
         outer.addLayout(row)
         outer.addWidget(self.message_for("task"))
         self.task_radios["text_classification"].setChecked(True)
-        self.task_group.buttonToggled.connect(lambda _b, on: on and self.emit_changed())
+        self.task_group.buttonToggled.connect(lambda _b, on: on and self._on_task())
+        # Causal LM only: learn the example answers (SFT) or from preferences (DPO, ORPO, KTO).
+        self.objective_box = ObjectiveBox(self.message_for)
+        self.objective_box.changed.connect(self.emit_changed)
+        outer.addWidget(self.objective_box)
+        self.objective_box.setVisible(False)
 
         frame, box = card()
         box.addWidget(label("Start from a template", "h2"))
@@ -86,11 +92,21 @@ class TaskStep(Step):
     def task(self) -> str:
         return next(k for k, r in self.task_radios.items() if r.isChecked())
 
+    def objective(self) -> str:
+        return self.objective_box.objective() if self.task() == "causal_lm" else "sft"
+
+    def _on_task(self) -> None:
+        self.objective_box.setVisible(self.task() == "causal_lm")
+        self.emit_changed()
+
     def _load(self, spec: dict[str, Any]) -> None:
         self.task_radios.get(spec.get("task"), self.task_radios["text_classification"]).setChecked(True)
+        self.objective_box.load(spec)
+        self.objective_box.setVisible(self.task() == "causal_lm")
 
     def write(self, spec: dict[str, Any]) -> None:
         spec["task"] = self.task()
+        self.objective_box.write(spec, spec["task"])
 
     # -- templates ----------------------------------------------------------------------
 
