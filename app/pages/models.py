@@ -79,7 +79,10 @@ class ModelsPage(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        head = self.table.horizontalHeader()
+        for column in range(len(COLUMNS) - 1):
+            head.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        head.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)  # the folder takes the rest
         self.table.itemSelectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
         row = QHBoxLayout()

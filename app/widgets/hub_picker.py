@@ -81,7 +81,10 @@ class HubPicker(QWidget):
         self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.results.verticalHeader().hide()
-        self.results.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        head = self.results.horizontalHeader()
+        head.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, len(COLUMNS)):
+            head.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.results.setMaximumHeight(220)
         self.results.cellClicked.connect(lambda row, _col: self.choose(row))
         self.results.hide()
