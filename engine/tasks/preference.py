@@ -121,8 +121,10 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
     if objective == "kto":
         info["desirable"] = sum(bool(r["label"]) for r in train)
         info["undesirable"] = len(train) - info["desirable"]
+    # The preferred answers, for the generated-answer evaluation (spec.generate_eval) of the causal LM task.
+    good = [row["prompt"] + row[answers[0]] for _, row in val_rows if row.get("label", True)]
     return TaskData(train=lm.TokenRows(train), val=lm.TokenRows(val), collate=collate, info=info,
-                    lengths=lengths), []
+                    lengths=lengths, val_messages=good), []
 
 
 def validate(spec: TrainSpec) -> list[Issue]:

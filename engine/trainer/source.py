@@ -93,10 +93,10 @@ def open_source(run_dir: Path) -> Source:
 
 def load_data(source: Source) -> Any:
     """The lineage's TaskData, with the label set the model was trained on (checked unchanged)."""
-    from engine.tasks import get_task
+    from engine.tasks import task_for
     from engine.tasks.base import InputError
 
-    task = get_task(source.spec.task)
+    task = task_for(source.spec)  # a preference-tuned run's rows are preference rows
     try:
         data = task.load_data(source.spec)
     except InputError as exc:

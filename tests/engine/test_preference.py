@@ -109,7 +109,9 @@ def test_the_builtin_pairs_share_their_prompt_tokens_and_kto_unpairs_them():
     assert batch["input_ids"].shape[0] == 6
     answer = batch["labels"] != -100
     assert int(answer[0].sum()) == len(row["chosen_ids"]) and int(answer[3].sum()) == len(row["rejected_ids"])
+    assert len(data.val_messages) == 50 and data.val_messages[0][-1]["role"] == "assistant"  # the chosen answers
     kto = pref.load_data(spec_of(objective="kto"))
+    assert len(kto.val_messages) == 50  # the desirable completions
     assert kto.info["train_size"] == 450 and kto.info["desirable"] == kto.info["undesirable"] == 225
     first = kto.train[0]
     assert first["kl_completion_ids"] == kto.train[3]["completion_ids"]  # rotated within its group of 4
