@@ -26,7 +26,8 @@ def test_objective_choice_gives_the_preference_spec_and_its_builtin_data(qtbot, 
     task.task_radios["causal_lm"].setChecked(True)
     assert box.isVisible()
     assert page.spec_for_launch().get("objective", "sft") == "sft"
-    assert data.builtin_radio.text() == "Built-in: short-answers"
+    assert (data.builtin_radio.text(), data.builtin_combo.currentText()) == ("Built-in", "short-answers")
+    assert page.spec_for_launch()["model"]["builtin"] == "smollm2-135m-instruct"
 
     _pick(box.objective_combo, "dpo")
     box.beta_spin.setValue(0.25)

@@ -7,6 +7,7 @@ from typing import Any
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
@@ -69,9 +70,16 @@ def _dspin(lo: float, hi: float, value: float, step: float, decimals: int = 2) -
     return box
 
 
-def builtin_data(task: str, objective: str) -> str:
-    """The built-in dataset for the task, or for its preference objective."""
-    return BUILTIN_PREFERENCE_DATA if task == "causal_lm" and objective != "sft" else BUILTIN_DATA_CHOICES[task][0]
+# Tasks with several built-in datasets: each one's note (the first of BUILTIN_DATA_CHOICES is the default).
+BUILTIN_DATA_NOTES = {
+    "short-answers": BUILTIN_TEXT["causal_lm"],
+    "tiny-instructions": "Short instruction / response pairs (245 rows), made for the tiny test model.",
+}
+
+
+def builtin_choices(task: str, objective: str) -> tuple[str, ...]:
+    """The built-in datasets for the task, or for its preference objective."""
+    return (BUILTIN_PREFERENCE_DATA,) if task == "causal_lm" and objective != "sft" else BUILTIN_DATA_CHOICES[task]
 
 
 class DataStep(Step):
@@ -106,6 +114,10 @@ class DataStep(Step):
         self.group.addButton(self.custom_radio)
         self.builtin_radio.setChecked(True)
         box.addWidget(self.builtin_radio)
+        self.builtin_combo = QComboBox()  # where a task has several built-in datasets
+        self.builtin_combo.setAccessibleName("Built-in dataset")
+        self.builtin_combo.setToolTip("Job file: data.builtin.")
+        box.addWidget(self.builtin_combo)
         self.builtin_note = label("", "muted", wrap=True)
         self.builtin_note.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.builtin_note)
@@ -226,6 +238,7 @@ class DataStep(Step):
         self._fallback_check = DebouncedRequest(self, client, "jobs.check", 0, self._check_params,
                                                 self._on_check, self._on_error)
         self.group.buttonToggled.connect(lambda _b, on: on and self._on_mode())
+        self.builtin_combo.currentTextChanged.connect(lambda _t: (self.set_task(self._task), self.emit_changed()))
         for edit in (self.path_edit, self.text_column_edit, self.label_column_edit):
             edit.textChanged.connect(self.emit_changed)
         for spin in (self.max_length_spin, self.image_size_spin, self.val_fraction_spin,
@@ -241,8 +254,16 @@ class DataStep(Step):
         self._task = task
         images, text = task == "image_classification", task == "text_classification"
         preferences = task == "causal_lm" and self._objective != "sft"
-        self.builtin_radio.setText(f"Built-in: {builtin_data(task, self._objective)}")
-        self.builtin_note.setText(PREFERENCE_TEXT if preferences else BUILTIN_TEXT[task])
+        choices = builtin_choices(task, self._objective)
+        self.builtin_radio.setText("Built-in" if len(choices) > 1 else f"Built-in: {choices[0]}")
+        if [self.builtin_combo.itemText(i) for i in range(self.builtin_combo.count())] != list(choices):
+            self.builtin_combo.blockSignals(True)
+            self.builtin_combo.clear()
+            self.builtin_combo.addItems(list(choices))
+            self.builtin_combo.blockSignals(False)
+        self.builtin_combo.setVisible(len(choices) > 1)
+        several = BUILTIN_DATA_NOTES.get(self.builtin_combo.currentText(), "") if len(choices) > 1 else ""
+        self.builtin_note.setText(PREFERENCE_TEXT if preferences else several or BUILTIN_TEXT[task])
         self.path_label.setText("Folder" if images else "File")
         self._custom_form.setRowVisible(self.text_column_label, text)
         self._custom_form.setRowVisible(self.label_column_label, text)
@@ -261,8 +282,14 @@ class DataStep(Step):
             self._objective = objective
             self.set_task(self._task)
 
+    def builtin_name(self, task: str, objective: str) -> str:
+        choices = builtin_choices(task, objective)
+        name = self.builtin_combo.currentText()
+        return name if name in choices else choices[0]
+
     def _on_mode(self) -> None:
         self.custom_box.setEnabled(self.custom_radio.isChecked())
+        self.builtin_combo.setEnabled(self.builtin_radio.isChecked())
         self.emit_changed()
 
     def _browse(self) -> None:
@@ -284,6 +311,8 @@ class DataStep(Step):
         self.set_task(spec.get("task", self._task))
         custom = bool(data.get("path"))
         (self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        if data.get("builtin") in builtin_choices(self._task, self._objective):
+            self.builtin_combo.setCurrentText(data["builtin"])
         self.custom_box.setEnabled(custom)
         self.path_edit.setText(data.get("path") or "")
         self.text_column_edit.setText(data.get("text_column") or "text")
@@ -302,7 +331,7 @@ class DataStep(Step):
         data = spec.setdefault("data", {})
         task = spec["task"]
         if self.builtin_radio.isChecked():
-            data.update(builtin=builtin_data(task, spec.get("objective") or "sft"), path=None, val_path=None)
+            data.update(builtin=self.builtin_name(task, spec.get("objective") or "sft"), path=None, val_path=None)
         else:
             data.update(builtin=None, path=self.path_edit.text().strip() or None)
         if task == "text_classification":

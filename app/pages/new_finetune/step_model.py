@@ -31,12 +31,19 @@ from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import FactsView, card, label
 from app.widgets.hub_picker import HubPicker
 from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
-from engine.api.train_spec import BUILTIN_MODELS
+from engine.api.train_spec import BUILTIN_MODEL_CHOICES, BUILTIN_MODELS
 
 BUILTIN_TEXT = {
     "text_classification": "all-MiniLM-L6-v2: a small English sentence encoder (22 M parameters).",
     "image_classification": "A small CNN for 32×32 images, trained from scratch (random start).",
     "causal_lm": "A tiny Llama-style model (random start): quick to train, for trying the workflow.",
+}
+# Tasks with several built-ins: each one's note, by name (the first is the wizard's default).
+BUILTIN_NOTES = {
+    "smollm2-135m-instruct": "SmolLM2-135M-Instruct: a real pretrained chat model (135 M parameters) that ships "
+                             "with Ember Studio. It answers questions out of the box; a LoRA fine-tune on the "
+                             "CPU takes a few minutes.",
+    "tiny-llama": BUILTIN_TEXT["causal_lm"],
 }
 IMAGE_ARCHS = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "small_cnn")
 INSPECT_MS = 400
@@ -77,6 +84,12 @@ class ModelStep(Step):
         self.group.addButton(self.custom_radio)
         self.builtin_radio.setChecked(True)
         box.addWidget(self.builtin_radio)
+        # Where a task has more than one built-in (causal LM: SmolLM2, the tiny test model), pick one.
+        self.builtin_combo = QComboBox()
+        self.builtin_combo.setAccessibleName("Built-in model")
+        self.builtin_combo.setToolTip("Job file: model.builtin.")
+        self.builtin_combo.setContentsMargins(24, 0, 0, 0)
+        box.addWidget(self.builtin_combo)
         self.builtin_note = label("", "muted", wrap=True)
         self.builtin_note.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.builtin_note)
@@ -179,6 +192,7 @@ class ModelStep(Step):
         self.code_edit.textChanged.connect(self.emit_changed)
         self.entry_edit.textChanged.connect(self.emit_changed)
         self.arch_combo.currentTextChanged.connect(self.emit_changed)
+        self.builtin_combo.currentTextChanged.connect(lambda _t: (self._builtin_note(), self.emit_changed()))
         self.hub_picker.changed.connect(self.emit_changed)
         self.hub_picker.downloaded.connect(lambda _result: (self.reinspect(), self.emit_changed()))
         self._on_mode()
@@ -187,8 +201,15 @@ class ModelStep(Step):
 
     def set_task(self, task: str) -> None:
         self._task = task
-        self.builtin_radio.setText(f"Built-in: {BUILTIN_MODELS[task]}")
-        self.builtin_note.setText(BUILTIN_TEXT[task])
+        choices = BUILTIN_MODEL_CHOICES[task]
+        self.builtin_radio.setText("Built-in" if len(choices) > 1 else f"Built-in: {BUILTIN_MODELS[task]}")
+        if [self.builtin_combo.itemText(i) for i in range(self.builtin_combo.count())] != list(choices):
+            self.builtin_combo.blockSignals(True)
+            self.builtin_combo.clear()
+            self.builtin_combo.addItems(list(choices))
+            self.builtin_combo.blockSignals(False)
+        self.builtin_combo.setVisible(len(choices) > 1)
+        self._builtin_note()
         images = task == "image_classification"
         self.hub_radio.setVisible(not images)  # the Hub's models here are text models
         self.hub_picker.setVisible(not images)
@@ -202,10 +223,22 @@ class ModelStep(Step):
             "A Hugging Face model folder saved with save_pretrained(): config.json, weights and "
             "tokenizer files.")
 
+    def _builtin_note(self) -> None:
+        name = self.builtin_combo.currentText()
+        several = len(BUILTIN_MODEL_CHOICES[self._task]) > 1
+        self.builtin_note.setText(BUILTIN_NOTES.get(name, "") if several else BUILTIN_TEXT[self._task])
+
+    def builtin_name(self, task: str) -> str:
+        """The built-in the user picked: the combo's choice, else the task's default (its first)."""
+        choices = BUILTIN_MODEL_CHOICES[task]
+        name = self.builtin_combo.currentText()
+        return name if name in choices else choices[0]
+
     def _on_mode(self) -> None:
         self.custom_box.setEnabled(self.custom_radio.isChecked())
         self.code_box.setEnabled(self.code_radio.isChecked())
         self.hub_picker.setEnabled(self.hub_radio.isChecked())
+        self.builtin_combo.setEnabled(self.builtin_radio.isChecked())
         self.code_mode_changed.emit(self.code_radio.isChecked())
         self.emit_changed()
 
@@ -238,6 +271,8 @@ class ModelStep(Step):
          else self.builtin_radio).setChecked(True)
         self.hub_picker.set_model(model.get("hub"), model.get("revision"))
         self.hub_picker.setEnabled(hub)
+        if model.get("builtin") in BUILTIN_MODEL_CHOICES.get(spec.get("task", self._task), ()):
+            self.builtin_combo.setCurrentText(model["builtin"])
         self.code_edit.setText(model.get("code") or "")
         self.entry_edit.setText(model.get("code_entry") or "build_model")
         self.code_box.setEnabled(code)
@@ -254,7 +289,7 @@ class ModelStep(Step):
                              "path": None, "arch": None, "code": self.code_edit.text().strip() or None,
                              "code_entry": self.entry_edit.text().strip() or "build_model"}
         elif self.builtin_radio.isChecked():
-            spec["model"] = {"builtin": BUILTIN_MODELS[task], "path": None, "arch": None}
+            spec["model"] = {"builtin": self.builtin_name(task), "path": None, "arch": None}
         elif self.hub_radio.isChecked() and task != "image_classification":
             spec["model"] = {"builtin": None, "path": None, "arch": None,
                              "hub": self.hub_picker.repo_id() or None, "revision": self.hub_picker.revision()}
