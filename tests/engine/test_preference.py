@@ -145,6 +145,30 @@ def test_lora_reference_equals_the_policy_with_its_adapters_disabled(tmp_path):
     assert abs(float(loss) - math.log(2)) > 1e-3
 
 
+def test_prompt_tuning_learns_against_the_model_without_its_virtual_tokens(tmp_path):
+    import torch
+
+    from engine.training import methods
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join((pdata.DATA_DIR / "train.jsonl").read_text().splitlines(keepends=True)[:8]))
+    spec = spec_of(method={"kind": "prompt_tuning", "num_virtual_tokens": 4}, data={"path": str(path)})
+    data = pref.load_data(spec)
+    model = pref.build_model(spec, data)
+    batch = data.collate([data.train[i] for i in range(3)])
+    with torch.no_grad():
+        base = ploss.answer_logps(model, batch["input_ids"], batch["attention_mask"], batch["labels"])
+    pref.prepare_reference(model, data, spec, WORLD, contextlib.nullcontext)
+    batch = data.collate([data.train[i] for i in range(3)])
+    assert torch.allclose(batch["ref_logps"], base, atol=1e-4)
+    model = methods.apply(model, spec, pref)
+    loss, stats = pref.forward(model, batch)
+    loss.backward()
+    prompts = [p for p in model.parameters() if p.requires_grad]
+    assert prompts and all(p.grad is not None and p.grad.abs().sum() > 0 for p in prompts)
+    assert math.isfinite(float(loss)) and stats["samples"] == 3
+
+
 # ---------------------------------------------------------------- TRL's numbers
 
 
