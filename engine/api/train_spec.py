@@ -285,7 +285,8 @@ def _objective_problems(spec: TrainSpec) -> list[str]:
     what = f"objective {spec.objective}"
     problems = []
     if spec.task != "causal_lm":
-        problems.append(f"{what} needs task causal_lm (it tunes a language model on preferences)")
+        problems.append(f"{what} needs task causal_lm (it tunes a language model on preferences): set task "
+                        "causal_lm, or objective sft")
     if spec.distill is not None:
         problems.append(f"{what} does not work with distill (distil with objective sft)")
     if spec.data.packing:

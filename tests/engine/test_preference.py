@@ -117,6 +117,20 @@ def test_the_builtin_pairs_share_their_prompt_tokens_and_kto_unpairs_them():
     assert first["kl_completion_ids"] == kto.train[3]["completion_ids"]  # rotated within its group of 4
 
 
+def test_the_wizard_preview_reads_preference_rows(tmp_path):
+    from engine.preflight.data import inspect_data
+
+    shown = inspect_data(spec_of(), n=2)
+    assert shown["columns"] == ["line", "prompt", "chosen", "rejected"] and len(shown["rows"]) == 2
+    assert (shown["n_train"], shown["n_val"], shown["issues"]) == (225, 50, [])
+    path = tmp_path / "prefs.jsonl"
+    path.write_text('{"prompt": "Hi?", "chosen": "Hello.", "rejected": "Go away."}\n{"prompt": "Hi?"}\n')
+    kto = inspect_data(spec_of(objective="kto", data={"path": str(path)}), n=5)
+    assert kto["columns"] == ["line", "prompt", "completion", "label"]
+    assert [r["label"] for r in kto["rows"]] == ["true", "false"]
+    assert [(i["field"], i["line"]) for i in kto["issues"]] == [("data.path", 2)]
+
+
 # ---------------------------------------------------------------- the reference
 
 
