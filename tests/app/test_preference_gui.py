@@ -44,6 +44,7 @@ def test_objective_choice_gives_the_preference_spec_and_its_builtin_data(qtbot, 
     assert (checked.objective, checked.preference.beta, checked.data_name()) == ("dpo", 0.25, "tiny-preferences")
     review = yaml.safe_load(page.review_step.yaml_view.toPlainText())["spec"]
     assert review["objective"] == "dpo" and review["preference"]["loss_type"] == "ipo"
+    assert page.review_step.run_name().startswith("lm-dpo-lora-")
 
     # KTO: the loss type gives way to the two weights.
     _pick(box.objective_combo, "kto")

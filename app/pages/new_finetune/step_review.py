@@ -129,6 +129,9 @@ class ReviewStep(Step):
 
     def _suggested_name(self) -> str:
         method = (self._spec.get("method") or {}).get("kind", "lora")
+        objective = self._spec.get("objective") or "sft"
+        if objective != "sft":  # "lm-dpo-lora-…": the objective is what sets such a run apart
+            method = f"{objective}-{method}"
         return default_run_name(self._spec.get("task", "text_classification"), method, self._stamp)
 
     def set_name(self, name: str | None) -> None:
