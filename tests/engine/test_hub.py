@@ -105,6 +105,25 @@ def test_a_dropped_link_is_resumed_with_a_range_request(hub, tiny_model):
     assert 0 < offset < (tiny_model / "model.safetensors").stat().st_size  # it continued, not restarted
     assert sha256(folder / "model.safetensors") == sha256(tiny_model / "model.safetensors")
     assert seen[-1]["bytes_done"] == seen[-1]["bytes_total"]
+    # Plain HTTP to the stand-in only: model info, the file listing and the files, never a Xet token
+    # (huggingface_hub may also read its registry of tool names from the same endpoint, once a day).
+    assert [r["path"] for r in hub.requests if not r["path"].startswith((f"/api/models/{REPO}",
+                                                                         f"/{REPO}/resolve/"))
+            and r["path"] != "/api/agent-harnesses"] == []
+
+
+def test_a_full_disk_is_found_before_the_first_byte(hub, monkeypatch):
+    import shutil
+
+    from engine.tasks import hub_models
+    from engine.training.context import JobFailed
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
+    with pytest.raises(JobFailed) as full:
+        hub_models.download(REPO, None)
+    assert "Not enough disk space to download acme/tiny-llama" in str(full.value)
+    assert "HF_HOME" in full.value.hint
+    assert not hub.file_requests("model.safetensors")  # nothing was fetched
 
 
 def test_a_stopped_download_continues_from_its_partial_file(hub, tiny_model):
