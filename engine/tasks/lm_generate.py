@@ -7,7 +7,8 @@ template and ``add_generation_prompt=True``; a tokenizer without a template rend
 Prompts longer than ``data.max_length`` tokens keep their end (where the answer starts).
 
 Decoding is greedy, at most ``generate_eval.max_new_tokens`` new tokens, with the KV cache on (the
-training config turns it off) and the model in eval mode, restored afterwards. The answers are
+training config turns it off; prompt tuning decodes without it, one prompt at a time) and the model in
+eval mode, restored afterwards. The answers are
 scored by a function the caller passes (engine.evaluate.generation.score_pairs: the scores live a
 layer above the trainer).
 
@@ -74,8 +75,11 @@ class AnswerEval:
         self.world, self.scorer, self.rc = world, scorer, rc
         self.failed = False
         self.max_new_tokens = spec.generate_eval.max_new_tokens
-        # Prompt tuning drops position ids, so a left-padded prompt would sit at the wrong positions: one at a time.
-        self.batch_size = 1 if spec.method.kind == "prompt_tuning" else spec.batch_size
+        # Prompt tuning drops position ids, so a left-padded prompt would sit at the wrong positions: one at a
+        # time. And PEFT feeds its virtual tokens again at every cached step, so it decodes without the cache.
+        prompt_tuning = spec.method.kind == "prompt_tuning"
+        self.batch_size = 1 if prompt_tuning else spec.batch_size
+        self.use_cache = not prompt_tuning
         self.lockstep = sharded(spec, world)
         self.tokenizer = tok = load_tokenizer(Path(data.info["model_dir"]))
         self.pad_id = data.info.get("pad_id", tok.pad_token_id if tok.pad_token_id is not None else 0)
@@ -107,8 +111,8 @@ class AnswerEval:
         device = self.world.device
         own = getattr(module, "generation_config", None)
         eos = own.eos_token_id if own is not None and own.eos_token_id is not None else self.tokenizer.eos_token_id
-        config = GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
-                                  pad_token_id=self.pad_id, eos_token_id=eos)
+        config = GenerationConfig(max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1,
+                                  use_cache=self.use_cache, pad_token_id=self.pad_id, eos_token_id=eos)
         was_training = module.training
         module.eval()
         answers: list[str] = []

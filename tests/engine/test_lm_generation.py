@@ -177,3 +177,35 @@ def test_a_failure_costs_the_answers_not_the_run(trained):
     assert "generate_eval" in warning["hint"]
     assert answers.run(trainer.model, contextlib.nullcontext(), step=8) == {"metrics": {}}
     assert calls == [2] and len(rec.of("warning")) == 1  # not tried again, not warned again
+
+
+def test_prompt_tuning_answers_match_a_plain_greedy_loop(tmp_path):
+    """PEFT feeds prompt tuning's virtual tokens again at each cached step (peft 0.21, transformers 5), so
+    its answers are decoded without the cache, one prompt at a time: the same tokens as re-running the
+    whole sequence for every new token."""
+    from engine.training import methods
+
+    spec = spec_for(method={"kind": "prompt_tuning", "num_virtual_tokens": 4},
+                    generate_eval={"prompts": 2, "max_new_tokens": 6})
+    data = lm.load_data(spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = methods.apply(lm.build_model(spec, data), spec, lm)
+        with torch.no_grad():  # away from random init, where every answer repeats the template's newline
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.5)
+    answers = lm_generate.AnswerEval(spec, data, SINGLE, score_pairs, Recorder())
+    assert (answers.batch_size, answers.use_cache) == (1, False)
+    got = answers.generate(model, contextlib.nullcontext())
+    model.eval()
+    want = []
+    with torch.no_grad():
+        for row in answers.rows:
+            seq = torch.tensor([row["ids"]])
+            for _ in range(6):
+                logits = model(input_ids=seq, attention_mask=torch.ones_like(seq)).logits
+                seq = torch.cat([seq, logits[:, -1:].argmax(-1)], dim=1)
+                if seq[0, -1].item() == answers.tokenizer.eos_token_id:
+                    break
+            want.append(answers.tokenizer.decode(seq[0, len(row["ids"]):], skip_special_tokens=True).strip())
+    assert got == want and any(got)
