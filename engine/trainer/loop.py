@@ -174,7 +174,8 @@ class Trainer:
         self.trainable_only = spec.method.kind != "full"
         self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
-        from engine.tasks import lm_generate  # here: the other tasks' jobs need not import the causal LM task
+        # Imported here: the other tasks' jobs need not import the causal LM task.
+        from engine.tasks import lm_generate
 
         self.answers = lm_generate.for_run(spec, self.data, world, self.answer_scorer, self.rc)
 
