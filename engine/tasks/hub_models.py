@@ -83,7 +83,7 @@ def explain(exc: BaseException, repo_id: str, revision: str | None) -> JobFailed
                else "the saved access token has not been granted access")
         return JobFailed(f"{repo_id} is a gated model and {why}",
                          f"Request access on the model's page, {model_page(repo_id)}; once it is granted, save a "
-                         "token that can read it (`ember hub login`, or Models > Hugging Face token) and start "
+                         "token that can read it (`ember hub login`, or Save token… on the Models page) and start "
                          "again.")
     if isinstance(exc, RevisionNotFoundError):
         return JobFailed(f"{repo_id} has no revision {revision!r}",
