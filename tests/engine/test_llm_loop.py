@@ -1,0 +1,53 @@
+"""The LLM loop offline, as a first-time user runs it: the built-in SmolLM2-135M-Instruct LoRA-tuned on the
+built-in short-answers chat data through the real engine, then the base and the tuned model answer the
+held-out questions in the Playground, side by side, streamed.
+
+The base model knows most answers but replies in full sentences ("The opposite of hot is cold. ..."); the
+tuned one answers in the data's style ("Cold."), so its exact match on the held-out questions is higher.
+"""
+
+from __future__ import annotations
+
+import json
+
+from engine.cli.chat import stream_answer
+from engine.evaluate.generation import exact_match
+from engine.tasks.causal_lm import DATASETS
+from tests.engine.test_finetune import events_of, wait_final
+
+SPEC = {"task": "causal_lm", "model": {"builtin": "smollm2-135m-instruct"},
+        "data": {"builtin": "short-answers", "max_length": 48},
+        "method": {"kind": "lora", "lora_r": 8, "lora_alpha": 16}, "device": "cpu",
+        "batch_size": 8, "max_steps": 20, "eval_every": 20, "checkpoint_every": 20,
+        "optim": {"lr": 0.003, "warmup_steps": 2}, "generate_eval": {"prompts": 0}}
+GREEDY = {"temperature": 0, "max_new_tokens": 10}
+
+
+def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(engine_proc):
+    rows = [json.loads(line) for line in (DATASETS["short-answers"] / "validation.jsonl").open()]
+    with engine_proc.client() as c:
+        c.timeout = 300
+        job = c.call("jobs.start", kind="train.finetune", spec=SPEC, name="smollm2-short-answers")
+        done = wait_final(c, job["id"], timeout=900)
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        (evaluation,) = [e["metrics"] for e in events_of(c, job["id"], "eval")]
+        assert evaluation["perplexity"] < 3
+
+        scores: dict[str, list[float]] = {"base": [], "tuned": []}
+        answers: dict[str, list[str]] = {"base": [], "tuned": []}
+        models = {"base": {"builtin": "smollm2-135m-instruct"}, "tuned": {"run": job["id"]}}
+        for row in rows:
+            question = [{"role": "user", "content": row["prompt"]}]
+            for side, ref in models.items():
+                chunks: list[str] = []
+                done = stream_answer(c, ref, question, GREEDY, chunks.append)
+                assert done["text"] == "".join(chunks) and len(chunks) >= 1  # streamed, in order
+                assert done["tokens_per_s"] > 0 and done["ttft_s"] > 0
+                answers[side].append(done["text"])
+                scores[side].append(exact_match(done["text"], row["response"]))
+        base, tuned = (sum(scores[s]) / len(rows) for s in ("base", "tuned"))
+        report = "\n".join(f"{r['prompt']!r}: base {b!r} | tuned {t!r}"
+                           for r, b, t in zip(rows, answers["base"], answers["tuned"], strict=True))
+        assert tuned > base + 0.2, f"exact match base {base:.2f}, tuned {tuned:.2f}\n{report}"
+        workers = {w["label"]: w for w in c.call("playground.workers")["workers"]}
+        assert set(workers) == {"smollm2-135m-instruct", job["id"]}  # both loaded at once, each its own process
