@@ -31,6 +31,7 @@ PAGE_DOCS = {
     "monitor": "first-run.md#watching-it-monitor",
     "compress": "compression.md",
     "compare": "first-run.md#choosing-compare--variants",
+    "playground": "playground.md",
     "export": "export.md",
     "models": "hub.md",
     "hosts": "remote-hosts.md",

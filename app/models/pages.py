@@ -26,6 +26,7 @@ PAGES = (
     PageEntry("monitor", "Monitor", "MonitorPage"),
     PageEntry("compress", "Compress", "CompressPage"),
     PageEntry("compare", "Compare", "ComparePage"),
+    PageEntry("playground", "Playground", "PlaygroundPage"),
     PageEntry("export", "Export", "ExportPage"),
     PageEntry("models", "Models", "ModelsPage"),
     PageEntry("hosts", "Hosts", "HostsPage"),

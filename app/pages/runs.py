@@ -38,8 +38,9 @@ from app.jobs_model import (
     JobsModel,
     display_name,
     is_system,
+    run_summary,
 )
-from app.models.navigation import Navigator
+from app.models.navigation import Navigator, playground_can_open
 from app.pages.queue_panel import QueuePanel
 from app.widgets.common import label
 from app.widgets.empty_state import empty_state
@@ -98,6 +99,8 @@ class RunsPage(QWidget):
         self.compress_button = self._button("Compress…", "Make smaller, faster variants of this "
                                             "finished fine-tune (quantize, prune, distil)",
                                             self.compress_selected)
+        self.try_button = self._button("Try in Playground", "Chat with this finished language model, or "
+                                       "classify text with this classifier", self.try_selected)
         self.lineage_button = self._button("Lineage…", "Where this run's model came from: spec, data and "
                                            "model hashes, versions, parent runs, artifacts", self.lineage_selected)
         self.resume_button = self._button("Resume", "Continue a stopped or failed fine-tune "
@@ -124,7 +127,8 @@ class RunsPage(QWidget):
         actions = QWidget()
         flow = FlowLayout(actions, spacing=10)
         for group, trailing in (((self.open_button, self.compare_button, self.duplicate_button,
-                                  self.compress_button, self.lineage_button, self.resume_button), False),
+                                  self.compress_button, self.try_button, self.lineage_button,
+                                  self.resume_button), False),
                                 ((self.stop_button, self.cancel_button, self.delete_button), True)):
             box = QWidget()
             row = QHBoxLayout(box)
@@ -163,7 +167,7 @@ class RunsPage(QWidget):
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         self._menu_actions: dict[QPushButton, QAction] = {}
         for button in (self.open_button, self.compare_button, self.duplicate_button,
-                       self.compress_button, self.resume_button, self.stop_button,
+                       self.compress_button, self.try_button, self.resume_button, self.stop_button,
                        self.cancel_button, self.delete_button):
             action = QAction(button.text(), self.table)
             action.triggered.connect(button.click)
@@ -384,6 +388,14 @@ class RunsPage(QWidget):
         if job is not None and job.get("kind") == FINETUNE and job.get("state") == "succeeded":
             self.nav.show("compress", source=job["id"])
 
+    def try_selected(self) -> None:
+        job = self.selected_job()
+        if job is not None and self._can_try(job):
+            self.nav.try_in_playground(run_id=job["id"])
+
+    def _can_try(self, job: dict[str, Any]) -> bool:
+        return playground_can_open(job, run_summary(job, self.model.lookup).get("task"))
+
     def lineage_selected(self) -> None:
         job = self.selected_job()
         if job is not None:
@@ -431,6 +443,7 @@ class RunsPage(QWidget):
         self.compare_button.setEnabled(len(finetunes) >= 2)
         self.duplicate_button.setEnabled(is_finetune)
         self.compress_button.setEnabled(is_finetune and job.get("state") == "succeeded")
+        self.try_button.setEnabled(job is not None and self._can_try(job))
         self.lineage_button.setEnabled(connected and job is not None)
         self.resume_button.setEnabled(connected and bool(finetunes) and all(
             j.get("state") in RESUMABLE for j in finetunes) and len(finetunes) == len(jobs))

@@ -31,7 +31,7 @@ from app.engine_client import Subscription
 from app.engine_process import EngineProcess
 from app.glossary import term_tooltip
 from app.jobs_model import STATE_COLOURS, metrics_text
-from app.models.navigation import Navigator
+from app.models.navigation import Navigator, playground_can_open
 from app.pages.monitor.answer_samples import AnswerSamples
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
@@ -105,8 +105,12 @@ class MonitorPage(QWidget):
         self.resume_button.setProperty("role", "primary")
         self.resume_button.setToolTip("Continue a stopped or failed run from its last checkpoint")
         self.resume_button.clicked.connect(lambda: self._act("jobs.resume"))
+        self.try_button = QPushButton("Try in Playground")
+        self.try_button.setToolTip("Chat with this finished language model, or classify text with this classifier")
+        self.try_button.clicked.connect(lambda: self.nav.try_in_playground(run_id=self._job_id))
+        self.try_button.hide()  # shown for a finished run of a text model
         header.addWidget(self.run_combo, 0, Qt.AlignmentFlag.AlignBottom)
-        for button in (self.stop_button, self.cancel_button, self.resume_button):
+        for button in (self.stop_button, self.cancel_button, self.resume_button, self.try_button):
             header.addWidget(button, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addLayout(header)
 
@@ -449,6 +453,9 @@ class MonitorPage(QWidget):
         self.stop_button.setEnabled(connected and state == "running")
         self.cancel_button.setEnabled(connected and state in ACTIVE_STATES)
         self.resume_button.setEnabled(connected and state in RESUMABLE)
+        job = self.job()
+        self.try_button.setVisible(playground_can_open(job, (job.get("summary") or {}).get("task")
+                                                       or self._info.get("task")))
         self.run_combo.setEnabled(connected or self.run_combo.count() > 0)
         if self._job_id is None:
             self.body.setCurrentWidget(self.empty)

@@ -1,0 +1,134 @@
+"""The loaded models: one inference worker each in the engine (``playground.workers``), with memory and Unload.
+
+A model stays loaded while it is used and for a while after (the engine stops an idle worker by itself);
+Unload (``playground.unload``) frees its memory now. The list is read when the page asks (after each
+answer, on a timer while shown) and after an unload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import format as fmt
+from app.widgets.common import label, show_text
+
+COLUMNS = ("Model", "State", "Memory")
+POLL_MS = 5000
+
+
+def state_text(worker: dict[str, Any]) -> str:
+    state = str(worker.get("state") or "")
+    if state == "ready":
+        state = "answering" if worker.get("busy") else "ready"
+    kind = {"chat": "chat", "classify": "classifier"}.get(str(worker.get("kind") or ""), "")
+    return f"{state} ({kind})" if kind else state
+
+
+class LoadedModels(QWidget):
+    def __init__(self, client: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._client = client
+        self.workers: list[dict[str, Any]] = []
+        box = QVBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.setSpacing(6)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setAccessibleName("Loaded models")
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.setShowGrid(False)
+        head = self.table.horizontalHeader()
+        head.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in (1, 2):
+            head.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setFixedHeight(110)
+        self.table.itemSelectionChanged.connect(self._update)
+        box.addWidget(self.table)
+        self.note = label("", "muted", wrap=True)
+        box.addWidget(self.note)
+        self.error = label("", "error", wrap=True)
+        self.error.hide()
+        box.addWidget(self.error)
+        row = QHBoxLayout()
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.setToolTip("Read the loaded models again")
+        self.refresh_button.clicked.connect(self.reload)
+        self.unload_button = QPushButton("Unload")
+        self.unload_button.setToolTip("Stop the selected model's worker and free its memory; the next question "
+                                      "to it loads it again")
+        self.unload_button.clicked.connect(self.unload_selected)
+        row.addWidget(self.refresh_button)
+        row.addStretch(1)
+        row.addWidget(self.unload_button)
+        box.addLayout(row)
+        self._poll = QTimer(self, interval=POLL_MS)
+        self._poll.timeout.connect(self._tick)
+        self._poll.start()
+        client.connected.connect(lambda *_: self.reload())
+        client.disconnected.connect(self._update)
+        self._show([])
+
+    def _tick(self) -> None:
+        if self.isVisible() and self._client.is_connected:
+            self.reload()
+
+    def reload(self) -> None:
+        if self._client.is_connected:
+            self._client.request("playground.workers", {}, lambda r: self._show(r.get("workers") or []),
+                                 self._failed)
+
+    def _failed(self, err: Any) -> None:
+        show_text(self.error, str(err))
+
+    def _show(self, workers: list[dict[str, Any]]) -> None:
+        show_text(self.error, "")
+        selected = self.selected()
+        keep = selected.get("label") if selected else None
+        self.workers = list(workers)
+        self.table.setRowCount(len(self.workers))
+        for r, worker in enumerate(self.workers):
+            cells = (str(worker.get("label") or ""), state_text(worker),
+                     fmt.size(worker.get("rss")) if worker.get("rss") else "—")
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(f"{text} (process {worker.get('pid')})" if c == 0 else text)
+                self.table.setItem(r, c, item)
+            if worker.get("label") == keep:
+                self.table.selectRow(r)
+        total = sum(int(w.get("rss") or 0) for w in self.workers)
+        self.note.setText("No model loaded: the first question to a model loads it." if not self.workers else
+                          f"{len(self.workers)} loaded, {fmt.size(total)} in all. An unused model is unloaded "
+                          "after a while.")
+        self._update()
+
+    def selected(self) -> dict[str, Any] | None:
+        rows = {i.row() for i in self.table.selectedItems()}
+        row = rows.pop() if len(rows) == 1 else -1
+        return self.workers[row] if 0 <= row < len(self.workers) else None
+
+    def unload_selected(self) -> None:
+        worker = self.selected()
+        if worker is None:
+            return
+        self.unload_button.setEnabled(False)
+        self._client.request("playground.unload", {"model": worker.get("model")}, lambda _r: self.reload(),
+                             self._failed)
+
+    def _update(self) -> None:
+        self.unload_button.setEnabled(self.selected() is not None and self._client.is_connected)
+        self.refresh_button.setEnabled(self._client.is_connected)

@@ -1,0 +1,396 @@
+"""Playground: chat with a model (or two side by side), or classify text, before exporting it.
+
+The models come from the window's JobsState (finished fine-tunes and variants of text models), the
+built-ins, ``models.list`` (the Hugging Face cache) and folders the user browses to (choices.py). A chat
+answer streams from ``playground.chat`` (stream.py); side by side, one prompt goes to both models at once
+and each column keeps its own conversation. A classifier shows every class's probability for the
+fine-tune and each of its variants (classify.py). The settings come with their bounds from
+engine.api.playground.GenerateSettings (settings_form.py); loaded models and Unload are loaded.py.
+Other pages open it on a run with ``nav.show("playground", run_id=...)``. docs/playground.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.engine_process import EngineProcess
+from app.models.navigation import Navigator
+from app.pages.playground import choices as ch
+from app.pages.playground.classify import ClassifyView
+from app.pages.playground.conversation import ChatColumn
+from app.pages.playground.loaded import LoadedModels
+from app.pages.playground.picker import ModelPicker
+from app.pages.playground.prompt import PromptBox
+from app.pages.playground.settings_form import SettingsForm
+from app.widgets.common import card, label, show_text
+from engine.api.job_terms import SUCCEEDED
+
+REBUILD_MS = 200  # jobs events come in bursts: rebuild the lists once after them
+SIDE_WIDTH = 270
+
+
+class PlaygroundPage(QWidget):
+    title = "Playground"
+
+    def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
+        super().__init__(parent)
+        self.nav = nav or Navigator(self)
+        self._client = engine.client
+        self.jobs = engine.jobs
+        self._hub: list[ch.Choice] = []
+        self._pending_ref: dict[str, Any] | None = None  # navigate() before the lists were read
+        self._b_by_user = False  # the second model was picked by hand: keep it when the first changes
+        self._sent_settings: dict[str, Any] = {}
+        self._variants_of: str | None = None
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(28, 24, 28, 16)
+        outer.setSpacing(10)
+        header = QHBoxLayout()
+        titles = QVBoxLayout()
+        titles.addWidget(label("Playground", "h1"))
+        titles.addWidget(label("Try a model: chat with a language model, or see a classifier's answer. Side by "
+                               "side puts a fine-tune beside the model it started from.", "muted", wrap=True))
+        header.addLayout(titles, 1)
+        self.side_check = QCheckBox("Side by side")
+        self.side_check.setToolTip("Two models, one prompt: each answers in its own column")
+        self.side_check.toggled.connect(self._side_toggled)
+        self.new_button = QPushButton("New chat")
+        self.new_button.setToolTip("Clear the conversation (an answer still coming is stopped)")
+        self.new_button.clicked.connect(self.new_chat)
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Save the conversation as JSON Lines: one line per conversation with its "
+                                      "messages, model and settings")
+        self.export_button.clicked.connect(self.export_clicked)
+        for widget in (self.side_check, self.new_button, self.export_button):
+            header.addWidget(widget, 0, Qt.AlignmentFlag.AlignBottom)
+        outer.addLayout(header)
+
+        # The main area: pickers, then the conversations (or the classifier), then the prompt.
+        main = QWidget()
+        column = QVBoxLayout(main)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(8)
+        pickers = QHBoxLayout()
+        self.picker_a, self.picker_b = ModelPicker("A"), ModelPicker("B")
+        self.picker_b_box = QWidget()
+        for picker, box, title in ((self.picker_a, QWidget(), "Model"), (self.picker_b, self.picker_b_box,
+                                                                         "Beside it")):
+            inner = QVBoxLayout(box)
+            inner.setContentsMargins(0, 0, 0, 0)
+            inner.setSpacing(2)
+            inner.addWidget(label(title, "muted"))
+            inner.addWidget(picker)
+            pickers.addWidget(box, 1)
+        column.addLayout(pickers)
+        self.picker_a.changed.connect(self._picked_a)
+        self.picker_b.changed.connect(self._picked_b)
+        self.picker_b.chosen.connect(lambda _choice: setattr(self, "_b_by_user", True))
+
+        self.column_a = ChatColumn(self._client, "A")
+        self.column_b = ChatColumn(self._client, "B")
+        chats = QWidget()
+        row = QHBoxLayout(chats)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.column_a, 1)
+        row.addWidget(self.column_b, 1)
+        for col in (self.column_a, self.column_b):
+            col.busy_changed.connect(self._update)
+            col.answered.connect(lambda _done: self.loaded.reload())
+        self.classify_view = ClassifyView(self._client)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(chats)
+        self.stack.addWidget(self.classify_view)
+        column.addWidget(self.stack, 1)
+
+        self.prompt_row = QWidget()
+        prompt = QHBoxLayout(self.prompt_row)
+        prompt.setContentsMargins(0, 0, 0, 0)
+        self.prompt = PromptBox()
+        self.prompt.submitted.connect(self.send)
+        self.prompt.textChanged.connect(self._update)
+        prompt.addWidget(self.prompt, 1)
+        buttons = QVBoxLayout()
+        self.send_button = QPushButton("Send")
+        self.send_button.setProperty("role", "primary")
+        self.send_button.setToolTip("Send the prompt (Enter)")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("End the answer now; what came so far stays")
+        self.stop_button.clicked.connect(self.stop)
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        prompt.addLayout(buttons)
+        column.addWidget(self.prompt_row)
+        self.message = label("", "error", wrap=True)
+        self.message.hide()
+        column.addWidget(self.message)
+
+        # The side: generation settings and the loaded models.
+        side_body = QWidget()
+        side_body.setObjectName("pageBody")
+        side = QVBoxLayout(side_body)
+        side.setContentsMargins(0, 0, 4, 0)
+        side.setSpacing(12)
+        self.settings_card, box = card()
+        box.addWidget(label("Settings", "h2"))
+        self.settings = SettingsForm()
+        self.settings.changed.connect(self._update)
+        box.addWidget(self.settings)
+        side.addWidget(self.settings_card)
+        frame, box = card()
+        box.addWidget(label("Loaded models", "h2"))
+        self.loaded = LoadedModels(self._client)
+        box.addWidget(self.loaded)
+        side.addWidget(frame)
+        side.addStretch(1)
+        side_scroll = QScrollArea()
+        side_scroll.setObjectName("pageScroll")
+        side_scroll.setWidgetResizable(True)
+        side_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        side_scroll.setWidget(side_body)
+        side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # As wide as the settings need, and the scroll bar beside them: the side never scrolls sideways.
+        side_scroll.setMinimumWidth(side_body.minimumSizeHint().width()
+                                    + side_scroll.verticalScrollBar().sizeHint().width() + 2)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(main)
+        splitter.addWidget(side_scroll)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 0)
+        splitter.setSizes([700, SIDE_WIDTH])
+        splitter.setChildrenCollapsible(False)
+        outer.addWidget(splitter, 1)
+
+        self._rebuild_timer = QTimer(self, singleShot=True, interval=REBUILD_MS)
+        self._rebuild_timer.timeout.connect(self.rebuild)
+        self.jobs.jobs_reset.connect(self.rebuild)
+        for signal in (self.jobs.job_changed, self.jobs.job_removed):
+            signal.connect(lambda *_: self._rebuild_timer.start())
+        self._client.connected.connect(lambda *_: self.read_cache())
+        self._client.disconnected.connect(self._update)
+        self.rebuild()
+        if self._client.is_connected:
+            self.read_cache()
+        self._show_side_by_side(False)
+
+    # -- the lists of models ---------------------------------------------------------------------
+
+    def read_cache(self) -> None:
+        """The Hugging Face cache's models (models.list); a failure leaves the other choices."""
+        self._client.request("models.list", {}, self._got_cache, lambda _err: None)
+
+    def _got_cache(self, reply: dict[str, Any]) -> None:
+        self._hub = ch.hub_choices(reply)
+        self.rebuild()
+
+    def all_choices(self) -> list[ch.Choice]:
+        return ch.job_choices(self.jobs.all(), self.jobs.get) + ch.builtin_choices() + self._hub
+
+    def rebuild(self) -> None:
+        choices = self.all_choices()
+        self.picker_a.set_choices(choices)
+        self.picker_b.set_choices([c for c in choices if c.kind == ch.CHAT])
+        if self._pending_ref is not None and self.jobs.loaded:
+            ref, self._pending_ref = self._pending_ref, None
+            self._open(ref)
+        self._refresh_variants()
+        self._update()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        if self._client.is_connected:
+            self.read_cache()  # a model downloaded on the Models page since
+            self.loaded.reload()
+
+    # -- opened from another page -------------------------------------------------------------
+
+    def navigate(self, run_id: str | None = None, model: dict[str, Any] | None = None,
+                 side_by_side: bool | None = None) -> None:
+        """Open on a finished run (``run_id``) or any ModelRef (``model``); ``side_by_side`` sets the toggle."""
+        ref = model or ({"run": run_id} if run_id else None)
+        if side_by_side is not None:
+            self.side_check.setChecked(side_by_side and not self._is_classifier())
+        if ref is not None:
+            if not self._open(ref) and not self.jobs.loaded:
+                self._pending_ref = ref  # the jobs are not read yet: open it once they are
+
+    def _open(self, ref: dict[str, Any]) -> bool:
+        if self.picker_a.select(ref):
+            show_text(self.message, "")
+            return True
+        if ref.get("path"):
+            self.picker_a.add_folder(str(ref["path"]))
+            return True
+        show_text(self.message, f"{ch.ref_label(ref)} is not a finished text model the Playground can open.")
+        return False
+
+    # -- picking --------------------------------------------------------------------------------
+
+    def _is_classifier(self) -> bool:
+        choice = self.picker_a.current()
+        return choice is not None and choice.kind == ch.CLASSIFY
+
+    def _picked_a(self, choice: ch.Choice | None) -> None:
+        self.column_a.set_model(choice.ref if choice else None, choice.title if choice else "")
+        classify = self._is_classifier()
+        self.stack.setCurrentWidget(self.classify_view if classify else self.stack.widget(0))
+        self.prompt_row.setVisible(not classify)
+        self.settings_card.setVisible(not classify)
+        self.side_check.setEnabled(not classify)
+        self.new_button.setEnabled(not classify)
+        if classify:
+            self._refresh_variants()
+        elif self.side_check.isChecked() and not self._b_by_user:
+            self._default_b()
+        self._show_side_by_side(self.side_check.isChecked())
+        self._update()
+
+    def _picked_b(self, choice: ch.Choice | None) -> None:
+        self.column_b.set_model(choice.ref if choice else None, choice.title if choice else "")
+        self._update()
+
+    def _default_b(self) -> None:
+        """Beside a fine-tune, the model it started from; beside anything else, another built-in."""
+        a = self.picker_a.current()
+        base = a.base if a else None
+        found = bool(base) and self.picker_b.select(base)
+        if not found and base and base.get("path"):
+            found = bool(self.picker_b.add_folder(str(base["path"])))
+        if not found:
+            other = next((c for c in self.picker_b.choices() if a is None or c.key != a.key), None)
+            if other is not None:
+                self.picker_b.select(other.ref)
+        current = self.picker_b.current()
+        self.column_b.set_model(current.ref if current else None, current.title if current else "")
+
+    def _side_toggled(self, on: bool) -> None:
+        if on and not self._b_by_user:
+            self._default_b()
+        self._show_side_by_side(on)
+        self._update()
+
+    def _show_side_by_side(self, on: bool) -> None:
+        on = on and not self._is_classifier()
+        self.picker_b_box.setVisible(on)
+        self.column_b.setVisible(on)
+
+    def columns(self) -> list[ChatColumn]:
+        """The chat columns in use: the first, and the second side by side."""
+        both = self.side_check.isChecked() and not self._is_classifier()
+        return [self.column_a, self.column_b] if both else [self.column_a]
+
+    # -- the classifier's variants -------------------------------------------------------------
+
+    def _refresh_variants(self) -> None:
+        """A classifier is shown with its fine-tune's finished variants (compress.variants)."""
+        choice = self.picker_a.current()
+        if choice is None or choice.kind != ch.CLASSIFY:
+            self._variants_of = None
+            return
+        job = self.jobs.get(choice.ref.get("run"))
+        root = ch.finetune_of(job, self.jobs.get) if job else None
+        own = ch.job_choice(root, self.jobs.get) if root else None
+        if root is None or own is None:
+            self.classify_view.set_models([choice])
+            return
+        self._variants_of = root["id"]
+        if choice.key not in {m.key for m in self.classify_view.models}:
+            self.classify_view.set_models([own] if own.key == choice.key else [own, choice])
+
+        def got(reply: dict[str, Any]) -> None:
+            if self._variants_of != root["id"]:
+                return
+            found = [ch.job_choice(v.get("job") or {}, self.jobs.get) for v in reply.get("variants") or []
+                     if (v.get("job") or {}).get("state") == SUCCEEDED]
+            self.classify_view.set_models([own, *(c for c in found if c is not None)])
+
+        self._client.request("compress.variants", {"id": root["id"]}, got, lambda _err: None)
+
+    # -- chatting -------------------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        return self.column_a.busy or self.column_b.busy
+
+    def send(self) -> None:
+        text = self.prompt.toPlainText().strip()
+        if not text or self.busy() or self._is_classifier():
+            return
+        try:
+            settings = self.settings.settings()
+        except ValueError as err:
+            show_text(self.message, str(err))
+            return
+        missing = [c for c in self.columns() if c.ref is None]
+        if missing:
+            show_text(self.message, "Pick a model to talk to first.")
+            return
+        show_text(self.message, "")
+        self._sent_settings = settings
+        self.prompt.clear()
+        for col in self.columns():
+            col.ask(text, settings)
+        self._update()
+
+    def stop(self) -> None:
+        for col in (self.column_a, self.column_b):
+            col.stop()
+
+    def new_chat(self) -> None:
+        for col in (self.column_a, self.column_b):
+            col.clear()
+        show_text(self.message, "")
+        self._update()
+
+    # -- export ---------------------------------------------------------------------------------
+
+    def conversation_lines(self) -> list[str]:
+        settings = self._sent_settings or self.settings.values()
+        return [ch.conversation_line(col.messages, col.ref, settings, col.model_title)
+                for col in self.columns() if col.messages and col.ref]
+
+    def export_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export the conversation", "conversation.jsonl",
+                                              "JSON Lines (*.jsonl);;All files (*)",
+                                              options=QFileDialog.Option.DontUseNativeDialog)
+        if path:
+            self.export(path)
+
+    def export(self, path: str) -> None:
+        """Write the conversations to ``path``: one JSON line per conversation (a column)."""
+        try:
+            Path(path).write_text("".join(line + "\n" for line in self.conversation_lines()), encoding="utf-8")
+        except OSError as err:
+            show_text(self.message, f"Could not write {path}: {err.strerror or err}. Pick another folder.")
+            return
+        show_text(self.message, "")
+
+    # -- buttons --------------------------------------------------------------------------------
+
+    def _update(self, *_args: Any) -> None:
+        connected = self._client.is_connected
+        busy = self.busy()
+        ready = all(c.ref is not None for c in self.columns())
+        problem = self.settings.problem()
+        self.send_button.setEnabled(connected and not busy and ready and not problem
+                                    and bool(self.prompt.toPlainText().strip()))
+        self.stop_button.setEnabled(busy)
+        self.export_button.setEnabled(any(c.messages for c in self.columns()) and not self._is_classifier())
+        self.side_check.setEnabled(not self._is_classifier() and not busy)
+        self.picker_a.setEnabled(not busy)
+        self.picker_b.setEnabled(not busy)

@@ -1,0 +1,125 @@
+"""A model picker: one drop-down of every model the Playground can try, grouped, and a Browse button.
+
+The page fills it (``set_choices``) from the JobsState, the built-ins and ``models.list``; Browse adds a
+local model folder. ``current()`` is the picked Choice, whose ``ref`` is the ModelRef to send.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QPushButton, QWidget
+
+from app.pages.playground.choices import GROUPS, Choice, folder_choice, ref_key
+
+CHOICE_ROLE = 0x0100 + 7  # Qt.UserRole + 7: the Choice of a row (group headers have none)
+
+
+class ModelPicker(QWidget):
+    changed = Signal(object)  # the Choice picked (None: nothing to pick), by the user or by the page
+    chosen = Signal(object)  # the user picked a Choice (the list, or Browse)
+
+    def __init__(self, name: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._choices: list[Choice] = []
+        self._folders: list[Choice] = []  # browsed this session; kept when the lists are refilled
+        self._filling = False
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(6)
+        self.combo = QComboBox()
+        self.combo.setModel(QStandardItemModel(self.combo))
+        self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(14)
+        self.combo.setAccessibleName(f"Model {name}")
+        self.combo.setToolTip("The model to try: a finished fine-tune or variant, a built-in model, a model "
+                              "in the Hugging Face cache, or a folder (Browse…)")
+        self.combo.currentIndexChanged.connect(self._on_index)
+        self.combo.activated.connect(lambda _index: self.chosen.emit(self.current()))
+        row.addWidget(self.combo, 1)
+        self.browse_button = QPushButton("Browse…")
+        self.browse_button.setToolTip("Pick a local Hugging Face model folder (config.json, weights, tokenizer)")
+        self.browse_button.setAccessibleName(f"Browse for a model folder ({name})")
+        self.browse_button.clicked.connect(self.browse)
+        row.addWidget(self.browse_button)
+
+    # -- filling ---------------------------------------------------------------------------
+
+    def set_choices(self, choices: list[Choice]) -> None:
+        """Refill the list, keeping the current pick when it is still there."""
+        keep = self.current()
+        self._choices = list(choices)
+        self._fill(keep.key if keep else "")
+
+    def _all(self) -> list[Choice]:
+        seen = {c.key for c in self._choices}
+        return self._choices + [c for c in self._folders if c.key not in seen]
+
+    def _fill(self, key: str) -> None:
+        before = self.current()
+        self._filling = True
+        model: QStandardItemModel = self.combo.model()
+        model.clear()
+        picked = -1
+        for group in GROUPS:
+            members = [c for c in self._all() if c.group == group]
+            if not members:
+                continue
+            header = QStandardItem(group)
+            header.setEnabled(False)
+            header.setSelectable(False)
+            font = QFont(self.combo.font())
+            font.setBold(True)
+            header.setFont(font)
+            model.appendRow(header)
+            for choice in members:
+                item = QStandardItem("   " + choice.title)
+                item.setData(choice, CHOICE_ROLE)
+                item.setToolTip(choice.detail or choice.title)
+                model.appendRow(item)
+                if choice.key == key:
+                    picked = model.rowCount() - 1
+        if picked < 0:
+            picked = next((r for r in range(model.rowCount()) if model.item(r).data(CHOICE_ROLE)), -1)
+        self.combo.setCurrentIndex(picked)
+        self._filling = False
+        after = self.current()
+        if (after.key if after else "") != (before.key if before else ""):
+            self.changed.emit(after)
+
+    # -- picking ---------------------------------------------------------------------------
+
+    def current(self) -> Choice | None:
+        index = self.combo.currentIndex()
+        return self.combo.itemData(index, CHOICE_ROLE) if index >= 0 else None
+
+    def choices(self) -> list[Choice]:
+        return self._all()
+
+    def select(self, ref: dict | None) -> bool:
+        """Pick the model ``ref`` names; False when the list does not hold it."""
+        key = ref_key(ref) if ref else ""
+        for row in range(self.combo.count()):
+            choice = self.combo.itemData(row, CHOICE_ROLE)
+            if choice is not None and choice.key == key:
+                self.combo.setCurrentIndex(row)
+                return True
+        return False
+
+    def add_folder(self, path: str) -> Choice:
+        choice = folder_choice(path)
+        if choice.key not in {c.key for c in self._folders}:
+            self._folders.append(choice)
+        self._fill(choice.key)
+        return choice
+
+    def browse(self) -> None:
+        path = QFileDialog.getExistingDirectory(
+            self, "Choose a model folder", "",
+            QFileDialog.Option.DontUseNativeDialog | QFileDialog.Option.ShowDirsOnly)
+        if path:
+            self.chosen.emit(self.add_folder(path))
+
+    def _on_index(self, _index: int) -> None:
+        if not self._filling:
+            self.changed.emit(self.current())

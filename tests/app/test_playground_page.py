@@ -1,0 +1,175 @@
+"""The Playground page against the real engine: streamed answers, Stop, side by side, export, errors, classifiers.
+
+The chats use the built-in tiny random Llama (fast; its answers are noise, which is fine: what is checked is
+that the page shows exactly what the engine streamed). The classifier is the session's shared text run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from engine.cli.chat import stream_answer
+from engine.cli.client import BlockingClient
+from tests.app.conftest import wait_connected
+
+TINY = {"builtin": "tiny-llama"}
+GREEDY = {"temperature": 0.0, "max_new_tokens": 40}
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def other_llama(tmp_path_factory):
+    """A second tiny Llama with other weights, as a model folder: side by side gets two different answers."""
+    from engine.tasks.causal_lm import make_tiny_model_folder
+
+    return make_tiny_model_folder(tmp_path_factory.mktemp("other") / "other-llama", seed=1)
+
+
+def ask(qtbot, page, text: str, timeout: int = 90_000) -> None:
+    """Type ``text`` into the prompt and press Enter; wait until every column has answered."""
+    qtbot.keyClicks(page.prompt, text)
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return)
+    assert page.prompt.toPlainText() == ""  # sent
+    qtbot.waitUntil(lambda: not page.busy(), timeout=timeout)
+
+
+def settings(page, **values) -> dict:
+    page.settings.set_settings(values)
+    return page.settings.settings()
+
+
+def test_chat_streams_stops_side_by_side_exports_and_shows_errors(qtbot, make_window, gui_home, other_llama,
+                                                                   tmp_path, monkeypatch):
+    window = make_window(page="playground")
+    wait_connected(qtbot, window)
+    page = window.page("playground")
+    col = page.column_a
+    assert page.picker_a.select(TINY) and col.ref == TINY
+    sent = settings(page, **GREEDY)
+
+    # Shift+Enter is a new line, Enter sends.
+    qtbot.keyClicks(page.prompt, "first line")
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert page.prompt.toPlainText() == "first line\n" and not page.busy()
+    page.prompt.clear()
+
+    # The answer streams into the view as it comes, after "Loading model…", and is the engine's answer.
+    chunks, statuses = [], []
+    col.stream.text.connect(chunks.append)
+    col.stream.loading.connect(lambda _m: statuses.append(col.status.text()))
+    ask(qtbot, page, QUESTION)
+    answer = col.messages[-1]["content"]
+    assert col.messages == [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": answer}]
+    assert answer and answer == "".join(chunks) and answer in col.view.toPlainText()
+    assert statuses == ["Loading model tiny-llama…"]
+    with BlockingClient.connect(gui_home, client="test", timeout=120) as c:
+        done = stream_answer(c, TINY, [{"role": "user", "content": QUESTION}], sent)
+    assert done["text"] == answer  # greedy: the same answer the engine gives a script
+    figures = col.last_figures
+    assert figures["new_tokens"] == done["new_tokens"] and figures["tokens_per_s"] > 0 and figures["ttft_s"] > 0
+    assert f"{done['new_tokens']} tokens · " in col.status.text() and "first token" in col.status.text()
+    assert "tokens/s" in col.view.toPlainText()  # each answer keeps its figures in the conversation
+
+    # Stop mid-answer: what came so far stays, the figures say it was stopped.
+    settings(page, temperature=1.0, seed=1, max_new_tokens=1900)
+    qtbot.keyClicks(page.prompt, "Tell me a long story")
+    qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(col.stream.text_so_far()), timeout=60_000)
+    assert page.stop_button.isEnabled() and not page.send_button.isEnabled()
+    qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not page.busy(), timeout=30_000)
+    assert col.last_figures["stopped"] == "user" and 0 < col.last_figures["new_tokens"] < 1900
+    assert "ended by stopped" in col.status.text() and len(col.messages) == 4
+
+    # Side by side: the run beside another model, one prompt, both answer at once in their own column.
+    qtbot.mouseClick(page.new_button, Qt.MouseButton.LeftButton)
+    assert col.messages == [] and col.view.toPlainText() == ""
+    page.side_check.setChecked(True)
+    assert page.column_b.isVisible() and page.picker_b.current() is not None
+    page.picker_b.add_folder(str(other_llama))
+    assert page.column_b.ref == {"path": str(other_llama)}
+    sent = settings(page, temperature=1.0, seed=7, max_new_tokens=12)
+    qtbot.keyClicks(page.prompt, "Hello")
+    qtbot.keyClick(page.prompt, Qt.Key.Key_Return)
+    assert page.column_a.busy and page.column_b.busy
+    qtbot.waitUntil(lambda: not page.busy(), timeout=90_000)
+    answers = [c.answer_text() for c in (page.column_a, page.column_b)]
+    for column in (page.column_a, page.column_b):
+        assert column.last_figures["new_tokens"] == 12 and column.last_figures["stopped"] == "length"
+        assert "12 tokens · " in column.status.text() and column.answer_text() in column.view.toPlainText()
+    assert all(answers) and answers[0] != answers[1]  # two models, two answers
+
+    # Export: one JSON line per conversation, with its model and the settings it was asked with.
+    target = tmp_path / "chat.jsonl"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(target), "JSON Lines (*.jsonl)"))
+    assert page.export_button.isEnabled()
+    qtbot.mouseClick(page.export_button, Qt.MouseButton.LeftButton)
+    lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
+    assert [line["model"] for line in lines] == [TINY, {"path": str(other_llama)}]
+    for line, text in zip(lines, answers, strict=True):
+        assert line["messages"] == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": text}]
+        assert line["settings"] == sent and line["settings"]["max_new_tokens"] == 12
+
+    # An error (a folder that is not there) shows its message and hint; the conversation before it stays.
+    page.side_check.setChecked(False)
+    page.picker_a.add_folder(str(tmp_path / "no-such-model"))
+    ask(qtbot, page, "Are you there?", timeout=60_000)
+    assert col.error.isVisible() and "model folder not found" in col.error.text()
+    assert "config.json" in col.error.text()  # the hint
+    assert col.messages == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": answers[0]}]
+    assert answers[0] in col.view.toPlainText()
+
+    # The loaded models, with their memory; Unload frees one.
+    page.loaded.reload()
+    qtbot.waitUntil(lambda: {w["label"] for w in page.loaded.workers} == {"tiny-llama", str(other_llama)},
+                    timeout=10_000)
+    row = [w["label"] for w in page.loaded.workers].index("tiny-llama")
+    assert page.loaded.table.item(row, 2).text().endswith("B")  # MiB or MB: a size
+    page.loaded.table.selectRow(row)
+    qtbot.mouseClick(page.loaded.unload_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: [w["label"] for w in page.loaded.workers] == [str(other_llama)], timeout=20_000)
+
+
+def test_a_classifier_shows_every_class_for_the_run_opened_from_runs_and_monitor(qtbot, make_window,
+                                                                                 engine_with_runs):
+    eng, ids = engine_with_runs("text")
+    run = ids["text"]
+    window = make_window(page="runs")
+    wait_connected(qtbot, window)
+    runs = window.page("runs")
+    qtbot.waitUntil(lambda: runs.select_run(run), timeout=10_000)
+    assert runs.try_button.isEnabled()
+    qtbot.mouseClick(runs.try_button, Qt.MouseButton.LeftButton)
+    page = window.page("playground")
+    assert window.stack.currentWidget() is page
+    assert page.picker_a.current().ref == {"run": run} and page.picker_a.current().kind == "classify"
+    assert page.stack.currentWidget() is page.classify_view and not page.prompt_row.isVisible()
+
+    view = page.classify_view
+    (card,) = view.cards  # the run has no variants
+    qtbot.keyClicks(view.text_edit, "I was charged twice this month")
+    qtbot.mouseClick(view.classify_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(card.percents) or card.error.isVisible(), timeout=120_000)
+    assert not card.error.isVisible(), card.error.text()
+    shown = {name: float(text.rstrip("%")) for name, text in card.percents.items()}
+    assert len(shown) >= 2 and abs(sum(shown.values()) - 100) <= 0.1 * len(shown)
+    with eng.client(timeout=120) as c:
+        direct = c.call("playground.predict", model={"run": run}, text="I was charged twice this month")
+    assert card.result["label"] == direct["label"] == max(shown, key=shown.get)
+    assert list(shown) == direct["labels"]
+    assert direct["label"] in card.label_text.text()
+
+    # The Monitor offers the same for a finished run.
+    monitor = window.show_page("monitor")
+    monitor.show_run(run)
+    qtbot.waitUntil(monitor.try_button.isVisible, timeout=10_000)
+    page.picker_a.select({"builtin": "tiny-llama"})
+    requests = []
+    window.nav.requested.connect(lambda key, args: requests.append((key, args)))
+    qtbot.mouseClick(monitor.try_button, Qt.MouseButton.LeftButton)
+    assert requests == [("playground", {"run_id": run})]
+    assert page.picker_a.current().ref == {"run": run}
