@@ -17,7 +17,8 @@ QAT = "compress.qat"
 PRUNE = "compress.prune"
 EXPORT = "export.model"
 MODEL_DOWNLOAD = "model.download"
-KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD)
+EVALUATE = "evaluate.model"
+KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE)
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
 SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs: not shown with the user's jobs by default
@@ -32,6 +33,7 @@ KIND_NOUNS = {
     PRUNE: "Pruning",
     EXPORT: "Export",
     MODEL_DOWNLOAD: "Model download",
+    EVALUATE: "Evaluation",
 }
 
 # -- states -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ Imports only stdlib, pydantic and yaml: the GUI validates with these too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.api.job_terms import (
+    EVALUATE,
     EXPORT,
     FINETUNE,
     LORA_MERGE,
@@ -25,6 +27,7 @@ from engine.api.job_terms import (
     QUANTIZE,
     SYSTEM_PROBE,
 )
+from engine.api.playground import ModelRef
 from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
 
 
@@ -176,6 +179,74 @@ class ExportSpec(Spec):
         return self
 
 
+LM_EVAL_TASK = r"^[A-Za-z0-9_][A-Za-z0-9_.:*+-]*$"  # lm-eval task, group or tag names (globs too)
+
+
+class LmEvalSpec(Spec):
+    """Benchmarks through lm-evaluation-harness, on the model the job has loaded (docs/evaluate.md)."""
+
+    tasks: list[str] = Field(..., min_length=1, max_length=100,
+                             description="lm-eval task, group or tag names (e.g. arc_easy, or a task your YAML defines)")
+    include_path: str | None = Field(None, min_length=1, max_length=4096,
+                                     description="a folder of task YAML files; its tasks run offline")
+    limit: int | None = Field(None, ge=1, le=10_000_000, description="documents per task; None = every document")
+    num_fewshot: int | None = Field(None, ge=0, le=100, description="worked examples in each prompt; None = the task's own")
+    batch_size: int = Field(8, ge=1, le=1024, description="requests per forward pass")
+    apply_chat_template: bool = Field(False, description="wrap each prompt in the model's chat template")
+
+    @model_validator(mode="after")
+    def _names(self) -> LmEvalSpec:
+        bad = [t for t in self.tasks if len(t) > 200 or not re.match(LM_EVAL_TASK, t)]
+        if bad:
+            raise ValueError(f"not an lm-eval task name: {', '.join(map(repr, bad))} (letters, digits, _ . : - and *)")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError("tasks lists a task twice")
+        return self
+
+
+class EvaluateSpec(Spec):
+    """evaluate.model: score a run, a variant or a base model on a dataset, and optionally on lm-eval
+    benchmarks; the result is stored with the run (docs/evaluate.md)."""
+
+    model: ModelRef = Field(..., description="the model: run (a finished fine-tune or variant), builtin, path or hub")
+    data: str | None = Field(None, min_length=1, max_length=4096,
+                             description="a JSONL file (prompt/response or messages rows; text and label for a "
+                                         "classifier) or a built-in dataset name; None = the run's validation data")
+    validation_of: str | None = Field(None, min_length=1, max_length=200, pattern=RUN_ID,
+                                      description="score on this run's validation data (a base model beside its "
+                                                  "fine-tune)")
+    generation: bool = Field(True, description="score answers (or a classifier's labels) on the data; off: only lm_eval")
+    limit: int = Field(100, ge=0, le=1_000_000, description="rows of the data to score; 0 = every row")
+    max_new_tokens: int = Field(64, ge=1, le=4096, description="the longest answer generated (greedy decoding)")
+    batch_size: int = Field(8, ge=1, le=1024, description="prompts generated together")
+    text_column: str | None = Field(None, min_length=1, max_length=200,
+                                    description="a classifier's text column; None = the run's (else text)")
+    label_column: str | None = Field(None, min_length=1, max_length=200,
+                                     description="a classifier's label column; None = the run's (else label)")
+    lm_eval: LmEvalSpec | None = Field(None, description="lm-evaluation-harness benchmarks to run as well")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a CUDA GPU when there is one")
+
+    @property
+    def source_run(self) -> str | None:
+        """The run evaluated: the engine records it as this job's parent, as it does a variant's."""
+        return self.model.run
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateSpec:
+        problems = []
+        if self.data and self.validation_of:
+            problems.append("data and validation_of both name the data: set only one")
+        if not self.generation and self.lm_eval is None:
+            problems.append("nothing to evaluate: turn generation on, or add lm_eval tasks")
+        if self.generation and not (self.data or self.validation_of or self.model.run):
+            problems.append(f"{self.model.label()} has no validation data of its own: set data (a JSONL file or a "
+                            "built-in dataset such as short-answers) or validation_of (a run), or turn generation "
+                            "off and run lm_eval only")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
 @dataclass(frozen=True)
 class JobKind:
     name: str
@@ -253,6 +324,15 @@ JOB_KINDS: dict[str, JobKind] = {
             "engine.recipes.model_download",
             ModelDownloadSpec,
             resumable=True,
+        ),
+        JobKind(
+            EVALUATE,
+            "Evaluate",
+            "Score a run, a compression variant or a base model: exact match, token F1, ROUGE-L, BLEU and chrF "
+            "of its greedy answers on a dataset (accuracy and macro F1 for a classifier), and lm-eval benchmarks; "
+            "stored with the run and compared beside its parent and base model.",
+            "engine.recipes.evaluate",
+            EvaluateSpec,
         ),
     ]
 }
