@@ -25,7 +25,7 @@ from typing import Any
 from engine.api.playground import ModelRef
 from engine.api.protocol import INVALID_PARAMS, RpcError
 from engine.daemon.eventbus import EventBus
-from engine.launch.local import EVAL_ENV, job_env
+from engine.launch.local import job_env
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class WorkerPool:
         cmd = [sys.executable, "-m", "engine.inference.worker", "--ref", json.dumps(wref)]
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            env=job_env(**EVAL_ENV), start_new_session=True, limit=16 * 2**20)
+            env=job_env(), start_new_session=True, limit=16 * 2**20)
         worker = Worker(ref.key(), ref.label(), proc, asyncio.get_running_loop().create_future())
         worker.reader = asyncio.get_running_loop().create_task(self._read(worker))
         self.workers[worker.key] = worker
