@@ -127,8 +127,8 @@ class RunsPage(QWidget):
         actions = QWidget()
         flow = FlowLayout(actions, spacing=10)
         for group, trailing in (((self.open_button, self.compare_button, self.duplicate_button,
-                                  self.compress_button, self.try_button, self.lineage_button,
-                                  self.resume_button), False),
+                                  self.compress_button), False),
+                                ((self.try_button, self.lineage_button, self.resume_button), False),
                                 ((self.stop_button, self.cancel_button, self.delete_button), True)):
             box = QWidget()
             row = QHBoxLayout(box)

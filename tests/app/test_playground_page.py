@@ -173,3 +173,68 @@ def test_a_classifier_shows_every_class_for_the_run_opened_from_runs_and_monitor
     qtbot.mouseClick(monitor.try_button, Qt.MouseButton.LeftButton)
     assert requests == [("playground", {"run_id": run})]
     assert page.picker_a.current().ref == {"run": run}
+
+
+def test_the_model_lists_come_from_the_jobs_the_builtins_and_the_cache():
+    from app.pages.playground import choices as ch
+
+    lm = {"id": "lm1", "kind": "train.finetune", "state": "succeeded", "name": "answers-lora",
+          "spec": {"task": "causal_lm", "model": {"builtin": "smollm2-135m-instruct"}, "method": {"kind": "lora"}}}
+    old_lm = {"id": "lm0", "kind": "train.finetune", "state": "succeeded", "spec": {"task": "causal_lm"}}
+    hub_lm = {"id": "lm2", "kind": "train.finetune", "state": "succeeded",
+              "spec": {"task": "causal_lm", "model": {"hub": "acme/llama", "revision": "v1"}}}
+    text = {"id": "tc1", "kind": "train.finetune", "state": "succeeded", "name": "tickets",
+            "spec": {"task": "text_classification", "method": {"kind": "full"}}}
+    int8 = {"id": "q1", "kind": "compress.quantize", "state": "succeeded", "name": "tickets-int8",
+            "spec": {"source_run": "tc1", "mode": "dynamic"}}
+    merged = {"id": "m1", "kind": "compress.lora_merge", "state": "succeeded", "name": "answers-lora-merged",
+              "spec": {"source_run": "lm1"}}
+    others = [{"id": "f1", "kind": "train.finetune", "state": "failed", "spec": {"task": "causal_lm"}},
+              {"id": "img", "kind": "train.finetune", "state": "succeeded", "spec": {"task": "image_classification"}},
+              {"id": "p1", "kind": "system.probe", "state": "succeeded", "spec": {}}]
+    jobs = [merged, int8, lm, old_lm, hub_lm, text, *others]
+    lookup = {j["id"]: j for j in jobs}.get
+
+    found = {c.ref["run"]: c for c in ch.job_choices(jobs, lookup)}
+    assert list(found) == ["lm1", "lm0", "lm2", "tc1", "m1", "q1"]  # fine-tunes first, then variants
+    assert [found[i].group for i in ("lm1", "q1")] == [ch.FINETUNES, ch.VARIANTS]
+    assert (found["lm1"].kind, found["tc1"].kind, found["q1"].kind) == (ch.CHAT, ch.CLASSIFY, ch.CLASSIFY)
+    assert found["lm1"].title == "answers-lora  (smollm2-135m-instruct, lora)"
+    assert found["q1"].title.startswith("int8 of tickets")  # named as on Runs
+    # Side by side's default: the model a run started from (an empty causal_lm model is tiny-llama).
+    assert found["lm1"].base == found["m1"].base == {"builtin": "smollm2-135m-instruct"}
+    assert found["lm0"].base == {"builtin": "tiny-llama"}
+    assert found["lm2"].base == {"hub": "acme/llama", "revision": "v1"}
+    assert found["tc1"].base is None
+
+    assert [c.ref for c in ch.builtin_choices()] == [{"builtin": "smollm2-135m-instruct"}, {"builtin": "tiny-llama"}]
+    cache = {"models": [{"repo_id": "acme/a", "revisions": [{"commit": "c1", "refs": ["main"]}]},
+                        {"repo_id": "acme/b", "revisions": [{"commit": "c2", "refs": []}]},
+                        {"repo_id": "acme/partial", "revisions": [], "partial_bytes": 10}]}
+    assert [c.ref for c in ch.hub_choices(cache)] == [{"hub": "acme/a"}, {"hub": "acme/b", "revision": "c2"}]
+    assert ch.folder_choice("/models/my-llama/").title == "my-llama (folder)"
+
+    line = json.loads(ch.conversation_line([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+                                           {"run": "lm1"}, {"system": "Be brief.", "temperature": 0.0}))
+    assert line["messages"][0] == {"role": "system", "content": "Be brief."} and len(line["messages"]) == 3
+    assert line["model"] == {"run": "lm1"} and line["settings"]["temperature"] == 0.0
+
+
+def test_the_settings_form_takes_its_bounds_and_defaults_from_the_engine(qtbot):
+    from app.pages.playground.settings_form import SettingsForm
+    from engine.api.playground import GenerateSettings
+
+    form = SettingsForm()
+    qtbot.addWidget(form)
+    assert form.settings() == GenerateSettings().model_dump()
+    fields = GenerateSettings.model_fields
+    assert form.spins["max_new_tokens"].maximum() == 32768 == fields["max_new_tokens"].metadata[-1].le
+    assert form.spins["temperature"].minimum() == 0 and form.spins["top_p"].minimum() > 0
+    form.stop_edit.setPlainText("\n".join(f"stop{i}" for i in range(17)))  # the engine takes 16 at most
+    assert form.problem() == "Stop sequences: at most 16, not 17." and not form.message.isHidden()
+    with pytest.raises(ValueError):
+        form.settings()
+    form.reset()
+    form.seed_edit.setText("42")
+    form.system_edit.setPlainText("Be brief.")
+    assert form.settings()["seed"] == 42 and form.settings()["system"] == "Be brief." and not form.problem()

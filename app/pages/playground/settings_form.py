@@ -67,6 +67,9 @@ def problem_text(err: ValidationError) -> str:
     """The first problem, naming the field as the form does."""
     first = err.errors()[0]
     where = ON_SCREEN.get(str(first["loc"][0]) if first.get("loc") else "", "A setting")
+    ctx = first.get("ctx") or {}
+    if first.get("type") == "too_long" and "max_length" in ctx:
+        return f"{where}: at most {ctx['max_length']}, not {ctx.get('actual_length', 'more')}."
     return f"{where}: {first['msg']}."
 
 
