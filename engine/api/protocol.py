@@ -83,6 +83,9 @@ METHODS: dict[str, str] = {
     "compress.variants": "{id} -> {parent, parent_evaluation, parent_deployments, variants: [{job, evaluation, "
                          "deployments}]}: a run's compressed variants, each scored beside it (evaluation.json); "
                          "deployments: the export jobs of each, with their on-device figures.",
+    "evaluations.list": "{id} -> {id, root, task, rows: [{role: base|run|variant, label, model, job, evaluations: "
+                        "[{job, state, data_key, data_label, rows, metrics, lm_eval: [{task, metric, filter, value, "
+                        "stderr, docs}]}]}]}: the evaluate.model results of a run, its variants and its base model.",
     "jobs.metrics": "{id, kind?} -> the run's numeric metrics, one row per (kind, name, step).",
     "jobs.logs": "{id, tail?} -> the last lines of the job's stdout.log.",
     "subscribe": "{topics: [glob], since?: seq} -> replay stored events after `since`, then live.",

@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli import chat as cli_chat
 
     cli_chat.add_parser(sub)
+    from engine.cli import evaluate as cli_evaluate
+
+    cli_evaluate.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

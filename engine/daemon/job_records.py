@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.api.job_terms import EXPORT, FINETUNE
+from engine.api.job_terms import EVALUATE, EXPORT, FINETUNE
 from engine.daemon.store import Store
 
 
@@ -112,12 +112,13 @@ def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
 def variants(store: Store, job: dict[str, Any]) -> dict[str, Any]:
     """A run and every variant made from it, each with its evaluation.json (None until it is written).
 
-    Export jobs are not variants: they are listed as the deployments of the run they exported.
+    Export jobs are not variants: they are listed as the deployments of the run they exported; evaluations
+    are listed by evaluations.list.
     """
     out = []
     for child_id in store.child_jobs(job["id"]):
         child = store.get_job(child_id)
-        if child is not None and child.get("kind") != EXPORT:
+        if child is not None and child.get("kind") not in (EXPORT, EVALUATE):
             out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
                         "deployments": deployments(store, child_id)})
     # The parent as measured most recently beside one of its variants.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import engine
-from engine.api.job_terms import FINETUNE
+from engine.api.job_terms import EVALUATE, FINETUNE
 from engine.api.versions import code_version, installed_versions, version
 from engine.daemon.job_records import read_json
 
@@ -137,8 +137,21 @@ def _packages(store: Any, job: dict[str, Any]) -> dict[str, Any]:
 
 
 
+def _evaluated_data(spec: dict[str, Any], pending: _Pending) -> list[dict[str, Any]]:
+    """What an evaluate.model job scored: a file, a built-in dataset's validation file, or a run's validation data."""
+    data = spec.get("data")
+    if not data:
+        run = spec.get("validation_of") or (spec.get("model") or {}).get("run")
+        return [{"role": "evaluation", "note": f"the validation data of run {run}"}] if run else []
+    entry: dict[str, Any] = {"role": "evaluation", "builtin": data if data in BUILTIN_DATA else None}
+    pending.hash(entry, RESOURCES / BUILTIN_DATA[data][0][1] if data in BUILTIN_DATA else data)
+    return [entry]
+
+
 def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, Any]]:
     """The data a run read: the spec's files or folders, or a built-in dataset's bundled files."""
+    if kind == EVALUATE:
+        return _evaluated_data(spec, pending)
     if kind != FINETUNE:
         source = spec.get("source_run")
         return [{"role": "inherited", "note": f"uses the data of its source job {source}"}] if source else []
@@ -217,6 +230,13 @@ def _base_model(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[str,
 
 
 def _model_source(spec: dict[str, Any], kind: str, pending: _Pending) -> dict[str, Any]:
+    model = spec.get("model") or {}
+    if kind == EVALUATE and model.get("hub"):
+        return {"kind": "hub", "hub": model["hub"], "revision": model.get("revision")}
+    if kind == EVALUATE and not model.get("run"):  # a base model, named as a fine-tune names it
+        return _model_source({"task": "causal_lm", "model": model}, FINETUNE, pending)
+    if kind == EVALUATE:
+        return {"kind": "run", "run": model["run"], "note": "the model of the run it evaluated (see parents)"}
     if kind != FINETUNE:
         source = spec.get("source_run")
         return {"kind": "run", "run": source, "note": "the model its source run made (see parents)"}
@@ -263,8 +283,9 @@ def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
 
 def _parents(spec: dict[str, Any], job: dict[str, Any]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    if spec.get("source_run"):
-        found.append(("source_run", spec["source_run"]))
+    source = spec.get("source_run") or (spec.get("model") or {}).get("run")  # an evaluation's model.run
+    if source:
+        found.append(("source_run", source))
     teacher = (spec.get("distill") or {}).get("teacher_run")
     if teacher:
         found.append(("teacher", teacher))

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.job_terms import FINETUNE, SYSTEM_PROBE, TRAINING_KINDS
+from engine.api.job_terms import EVALUATE, FINETUNE, SYSTEM_PROBE, TRAINING_KINDS
 
 LOCAL = "local"
 # Kinds that train (or fine-tune to recover) and so take GPUs when the host has them.
@@ -67,8 +67,8 @@ def job_need(kind: str, spec: Mapping[str, Any], capacity: Mapping[str, Capacity
     A fine-tune takes one core per process, and one GPU per process on a host with GPUs when its
     device is cuda or auto (auto picks CUDA where there is one). A multi-node run counts only on
     its nodes (``local`` is this machine); the engine's own mirroring of it is negligible.
-    A probe only samples and sleeps: no core. Compress and export jobs take one core; QAT and
-    pruning (they train) also take a GPU where the host has one.
+    A probe only samples and sleeps: no core. Compress, export and evaluate jobs take one core; QAT and
+    pruning (they train) and evaluations not set to the CPU also take a GPU where the host has one.
     """
     def host_gpus(host: str) -> int:
         cap = capacity.get(host)
@@ -77,7 +77,8 @@ def job_need(kind: str, spec: Mapping[str, Any], capacity: Mapping[str, Capacity
     if kind == SYSTEM_PROBE:
         return {}, {}
     if kind != FINETUNE:
-        gpus = {LOCAL: 1} if kind in TRAINING_KINDS and host_gpus(LOCAL) > 0 else {}
+        wants = kind in TRAINING_KINDS or (kind == EVALUATE and spec.get("device", "auto") != "cpu")
+        gpus = {LOCAL: 1} if wants and host_gpus(LOCAL) > 0 else {}
         return {LOCAL: 1}, gpus
     device = spec.get("device", "auto")
     dist = spec.get("distributed") or {}

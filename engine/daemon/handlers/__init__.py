@@ -1,7 +1,8 @@
 """Request handlers: one small method per protocol method, params validated by pydantic.
 
-Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models); their tables
-are joined here into the one dispatch table, which must name every method of engine/api/protocol.py.
+Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models, playground,
+evaluations); their tables are joined here into the one dispatch table, which must name every method of
+engine/api/protocol.py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.api.protocol import METHOD_NOT_FOUND, METHODS, RpcError
 from engine.daemon.handlers.audit import AuditHandlers
 from engine.daemon.handlers.data import DataHandlers
+from engine.daemon.handlers.evaluations import EvaluationHandlers
 from engine.daemon.handlers.events import EventHandlers
 from engine.daemon.handlers.hosts import HostHandlers
 from engine.daemon.handlers.jobs import JobHandlers
@@ -37,7 +39,8 @@ class Handlers:
         self.engine = eng
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
-                 QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng))
+                 QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng),
+                 EvaluationHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:
             self.table.update(area.table())
