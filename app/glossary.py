@@ -100,6 +100,8 @@ TERMS: dict[str, str] = {
                         "on; ignored when a separate validation file is given.",
     "text column": "The column (or JSON field) of your file that holds the text to classify.",
     "label column": "The column (or JSON field) of your file that holds each example's class.",
+    "chat template": "How a conversation (system, user and assistant turns) becomes the one text a language "
+                     "model reads: the markers around each turn, and where the answer starts.",
     "run on": "This machine alone, or several machines at once: this one and training hosts reached over SSH, "
               "as one run.",
     "rendezvous": "The address and port where the machines of a multi-machine run find each other before "

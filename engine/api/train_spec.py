@@ -98,6 +98,10 @@ class DataSpec(_Part):
                                              "only to itself (no padding work)")
     group_by_length: bool = Field(False, description="text tasks: batches of similar lengths, so less padding")
     min_per_class: int = Field(2, ge=1, description="fewer examples than this in a class is an error")
+    chat_template: Literal["auto", "chatml", "llama3", "plain"] = Field(
+        "auto", description="causal_lm: how a conversation becomes text, in training, in the evaluation's "
+                            "answers and in the Playground; auto: the model's own chat template (plain when it "
+                            "has none); chatml, llama3, plain: that template instead (docs/recipes.md)")
 
 
 class MethodSpec(_Part):
@@ -256,6 +260,8 @@ class TrainSpec(_Part):
             problems.append("prompt tuning applies to text models; use full or lora for images")
         if self.data.packing and self.task != "causal_lm":
             problems.append("data.packing applies to causal_lm; use data.group_by_length for text classification")
+        if self.data.chat_template != "auto" and self.task != "causal_lm":
+            problems.append("data.chat_template applies to causal_lm; leave it auto for classification")
         if self.data.group_by_length and self.task == "image_classification":
             problems.append("data.group_by_length applies to text tasks (images are all the same size)")
         if self.objective != "sft":

@@ -64,11 +64,13 @@ def _causal_folder(spec: TrainSpec) -> Path:
     return folder
 
 
-def _chat(model: Any, folder: Path, device: str) -> Any:
+def _chat(model: Any, folder: Path, device: str, template: str = "auto") -> Any:
+    """A chat model; ``template`` is the chat template a tuned run trained with (data.chat_template), which
+    the Playground's "model" template then means."""
     from engine.inference.chat import ChatModel
     from engine.tasks import causal_lm
 
-    return ChatModel(model.to(device), causal_lm.load_tokenizer(folder), device)
+    return ChatModel(model.to(device), causal_lm.load_tokenizer(folder, template), device)
 
 
 def _from_run(run_dir: Path, device: str) -> tuple[str, Any, dict[str, Any]]:
@@ -85,7 +87,8 @@ def _from_run(run_dir: Path, device: str) -> tuple[str, Any, dict[str, Any]]:
         folder = Path(data.info.get("model_dir") or _causal_folder(source.spec))
         model = src.load_model(source, data)
         model.config.use_cache = True
-        return "chat", _chat(model, folder, device), info
+        template = source.spec.data.chat_template
+        return "chat", _chat(model, folder, device, template), {**info, "chat_template": template}
     if source.spec.task not in CLASSIFIER_TASKS:
         raise JobFailed(f"{run_dir.name} is an {source.spec.task.replace('_', ' ')} model; the Playground takes "
                         "text for now", "Pick a text classifier or a language model.")

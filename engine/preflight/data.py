@@ -18,6 +18,7 @@ from engine.api.train_spec import TrainSpec
 
 THUMB_PX = 64
 CELL_CHARS = 300  # a preview cell; the full text stays in the file
+EXAMPLE_CHARS = 4000  # the rendered example row; a longer one is cut
 
 
 def _issue(issue: Any, field: str) -> dict[str, Any]:
@@ -133,7 +134,63 @@ def _chat(spec: TrainSpec, n: int) -> dict[str, Any]:
         response = " ".join(m["content"] for m in messages if m.get("role") == "assistant")
         shown.append({"line": str(line), "prompt": prompt[:CELL_CHARS], "response": response[:CELL_CHARS]})
     return {"kind": "chat", "columns": ["line", "prompt", "response"], "rows": shown, "class_counts": {},
-            "n_train": n_train, "n_val": n_val, "issues": issues}
+            "n_train": n_train, "n_val": n_val, "issues": issues, **template_example(spec, rows)}
+
+
+def _ready_model_folder(spec: TrainSpec) -> Path | None:
+    """The causal LM's folder when it is at hand: nothing is downloaded or converted for a preview."""
+    from engine.tasks import builtin_models, hub_models
+    from engine.tasks import causal_lm as lm
+
+    m = spec.model
+    if m.hub:
+        return hub_models.cached_folder(m.hub, m.revision)
+    if m.path and not m.builtin:
+        folder = Path(m.path).expanduser()
+    elif (m.builtin or lm.BUILTIN_MODEL) == lm.BUILTIN_MODEL:
+        return lm.ensure_tiny_llama()  # a second or two, once
+    else:
+        folder = builtin_models.folder_of(m.builtin or "")
+    return folder if (folder / "config.json").is_file() else None
+
+
+def template_example(spec: TrainSpec, rows: list) -> dict[str, Any]:
+    """Whether the model has a chat template of its own, the template a fine-tune renders with, and the
+    first row of the training file as the model will read it, with the learned characters as spans.
+
+    ``model_chat_template`` is None and ``rendered_example`` too while the model is not at hand (a Hub
+    model not downloaded yet, a built-in one not prepared yet); ``example_error`` says why a row cannot
+    be rendered."""
+    from engine.tasks import causal_lm as lm
+    from engine.tasks import chat_templates
+    from engine.tasks.base import InputError
+
+    chosen = spec.data.chat_template
+    answer: dict[str, Any] = {"model_chat_template": None, "chat_template": chosen,
+                              "chat_template_used": chosen if chosen != "auto" else None,
+                              "rendered_example": None, "example_error": None}
+    folder = _ready_model_folder(spec)
+    if folder is None:
+        return answer
+    try:
+        tokenizer = lm.load_tokenizer(folder, chosen)
+    except InputError as exc:
+        answer["example_error"] = str(exc)
+        return answer
+    answer["model_chat_template"] = tokenizer.model_has_chat_template
+    answer["chat_template_used"] = chat_templates.used_name(tokenizer.model_has_chat_template, chosen)
+    if not rows:
+        return answer
+    line, messages = rows[0]
+    try:
+        text, spans = lm.render(tokenizer, messages)
+    except Exception as exc:  # noqa: BLE001 - a chat template may raise anything (jinja, its own checks)
+        answer["example_error"] = f"the chat template rejected line {line} ({exc})"
+        return answer
+    cut = text[:EXAMPLE_CHARS]
+    learned = [[a, min(b, len(cut))] for a, b in spans if a < len(cut)]
+    answer["rendered_example"] = {"line": line, "text": cut, "learned": learned, "cut": len(text) > len(cut)}
+    return answer
 
 
 def _preferences(spec: TrainSpec, n: int) -> dict[str, Any]:

@@ -10,8 +10,9 @@ files written before SmolLM2 was built in keep their meaning); the wizard names 
 
 Data: JSONL, one object a line, either ``{"prompt": ..., "response": ...}`` or
 ``{"messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}``.
-Rows are rendered with the tokenizer's chat template when it has one; otherwise
-with this fallback template (``<bos>`` and ``<eos>`` are the tokenizer's own tokens,
+Rows are rendered with the chat template ``data.chat_template`` names (auto: the
+tokenizer's own; engine/tasks/chat_templates.py); a tokenizer without one uses
+this fallback template (``<bos>`` and ``<eos>`` are the tokenizer's own tokens,
 left out when it has none; turns are separated by a blank line)::
 
     <bos>### System:
@@ -42,8 +43,9 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.tasks import builtin_models, packing
+from engine.tasks import builtin_models, chat_templates, packing
 from engine.tasks.base import InputError, Issue, TaskData, build_once
+from engine.tasks.chat_templates import CHAT_TEMPLATE as CHAT_TEMPLATE  # re-exported
 from engine.training.speed import attention_kwargs
 
 if TYPE_CHECKING:
@@ -198,16 +200,22 @@ def _render_empty(tokenizer: Any) -> str:
         return ""
 
 
+def render(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+    """The text a row becomes, and the character spans the model learns (each assistant content and its
+    end token): with the tokenizer's chat template (``data.chat_template`` applied at loading), else the
+    fallback."""
+    if getattr(tokenizer, "chat_template", None):
+        return _template_text(tokenizer, messages)
+    return _fallback_text(tokenizer, messages)
+
+
 def encode(tokenizer: Any, messages: list[dict[str, str]], max_length: int) -> dict[str, Any]:
     """input_ids and labels (-100 outside the assistant spans), cut to ``max_length``.
 
     Also returns ``prompt_tokens`` (tokens before the first response token) and
     ``full_length`` (before cutting).
     """
-    if getattr(tokenizer, "chat_template", None):
-        text, spans = _template_text(tokenizer, messages)
-    else:
-        text, spans = _fallback_text(tokenizer, messages)
+    text, spans = render(tokenizer, messages)
     try:
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
@@ -262,19 +270,6 @@ class Collator:
 
 
 # ---------------------------------------------------------------- model folder
-
-
-# The fallback template as a Jinja chat template (HF renders with trim_blocks, so the
-# newlines are string expressions, never literal text after a block tag).
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for m in messages %}"
-    "{% if not loop.first %}{{ '\\n\\n' }}{% endif %}"
-    "{{ '### ' + m['role'] | capitalize + ':\\n' + m['content'] }}"
-    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{% if messages %}{{ '\\n\\n' }}{% endif %}{{ '### Assistant:\\n' }}{% endif %}"
-)
 
 
 @contextlib.contextmanager
@@ -392,11 +387,15 @@ def check_model_folder(folder: Path) -> list[Issue]:
     return issues
 
 
-def load_tokenizer(folder: Path) -> Any:
+def load_tokenizer(folder: Path, template: str = "auto") -> Any:
+    """The folder's tokenizer, with the chat template ``template`` (data.chat_template) in place of its own
+    unless that is auto."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        tokenizer.model_has_chat_template = chat_templates.has_template(tokenizer)
+        return chat_templates.apply(tokenizer, template)
     except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError, ...
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise InputError([Issue(f"could not load the tokenizer ({first})",
@@ -467,7 +466,7 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
         issues += folder_issues
         if not folder_issues:
             try:
-                tokenizer = load_tokenizer(folder)
+                tokenizer = load_tokenizer(folder, spec.data.chat_template)
             except InputError as exc:
                 issues += exc.issues
     train_path, val_path, data_issues = resolve_data_files(spec)
@@ -506,7 +505,8 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
         "train_tokens": sum(len(r["input_ids"]) for r in train),
         "target_tokens": sum(sum(lab != IGNORE for lab in r["labels"]) for r in train),
         "truncated_rows": int(cut_train + cut_val),
-        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "chat_template": tokenizer.model_has_chat_template,  # the model's own
+        "chat_template_name": chat_templates.used_name(tokenizer.model_has_chat_template, spec.data.chat_template),
         "max_length": spec.data.max_length,
     }
     train_set: Any = TokenRows(train)

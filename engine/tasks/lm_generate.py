@@ -1,9 +1,10 @@
 """Answers a causal LM fine-tune generates for its first validation prompts, at each evaluation.
 
 Each validation row is split at its last assistant turn: the messages before it are the prompt and
-that turn's content is the reference answer. The prompt is rendered with the tokenizer's chat
-template and ``add_generation_prompt=True``; a tokenizer without a template renders
-``causal_lm.CHAT_TEMPLATE``, which gives the same text as the fallback encoding the model trained on.
+that turn's content is the reference answer. The prompt is rendered with the template the run trains
+with (``data.chat_template``: the model's own, or the one chosen) and ``add_generation_prompt=True``; a
+tokenizer without a template renders ``chat_templates.CHAT_TEMPLATE``, which gives the same text as the
+fallback encoding the model trained on.
 Prompts longer than ``data.max_length`` tokens keep their end (where the answer starts).
 
 Decoding is greedy, at most ``generate_eval.max_new_tokens`` new tokens, with the KV cache on (the
@@ -27,7 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.tasks.causal_lm import CHAT_TEMPLATE, load_tokenizer
+from engine.tasks import chat_templates
+from engine.tasks.causal_lm import load_tokenizer
 from engine.training import dist
 from engine.training.checkpoint import unwrap
 
@@ -54,8 +56,9 @@ def shown_prompt(prompt: list[dict[str, str]]) -> str:
 
 
 def render_prompt(tokenizer: Any, prompt: list[dict[str, str]]) -> str:
-    template = None if getattr(tokenizer, "chat_template", None) else CHAT_TEMPLATE
-    return tokenizer.apply_chat_template(prompt, chat_template=template, tokenize=False, add_generation_prompt=True)
+    """The prompt as training rendered it: the tokenizer's template (the run's choice, applied when it was
+    loaded), else the fallback."""
+    return chat_templates.render_prompt(tokenizer, prompt, "auto")
 
 
 def clip(text: str, limit: int = SAMPLE_CHARS) -> str:
@@ -81,7 +84,7 @@ class AnswerEval:
         self.batch_size = 1 if prompt_tuning else spec.batch_size
         self.use_cache = not prompt_tuning
         self.lockstep = sharded(spec, world)
-        self.tokenizer = tok = load_tokenizer(Path(data.info["model_dir"]))
+        self.tokenizer = tok = load_tokenizer(Path(data.info["model_dir"]), spec.data.chat_template)
         self.pad_id = data.info.get("pad_id", tok.pad_token_id if tok.pad_token_id is not None else 0)
         self.rows: list[dict[str, Any]] = []  # prompt (shown), reference, ids
         for messages in data.val_messages or []:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.tasks import causal_lm as lm
+from engine.tasks import chat_templates
 from engine.tasks import preference_data as pdata
 from engine.tasks import preference_loss as ploss
 from engine.tasks.base import InputError, Issue, TaskData
@@ -62,7 +63,7 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
         issues += folder_issues
         if not folder_issues:
             try:
-                tokenizer = lm.load_tokenizer(folder)
+                tokenizer = lm.load_tokenizer(folder, spec.data.chat_template)
             except InputError as exc:
                 issues += exc.issues
     train_path, val_path, found = pdata.resolve_files(spec)
@@ -115,7 +116,8 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
                             for r in train),
         "target_tokens": sum(len(r[f"{a}_ids"]) for r in train for a in answers),
         "truncated_rows": int(cut_train + cut_val),
-        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "chat_template": tokenizer.model_has_chat_template,  # the model's own
+        "chat_template_name": chat_templates.used_name(tokenizer.model_has_chat_template, spec.data.chat_template),
         "max_length": max_length,
     }
     if objective == "kto":

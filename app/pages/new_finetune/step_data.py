@@ -28,6 +28,7 @@ from app.models.spec_tools import (
     launch_spec,
     route_issue,
 )
+from app.pages.new_finetune.chat_template_box import ChatTemplateBox
 from app.pages.new_finetune.column_field import ColumnField
 from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
@@ -170,6 +171,9 @@ class DataStep(Step):
         box.addWidget(self.general_message)
         left.addWidget(frame)
 
+        self.template_box = ChatTemplateBox()  # causal LM: the chat template and a rendered row
+        left.addWidget(self.template_box)
+
         self.augment_card, box = card()
         box.addWidget(label("Augmentation", "h2"))
         box.addWidget(label("Random changes to training images, so the model learns the "
@@ -246,6 +250,7 @@ class DataStep(Step):
             spin.valueChanged.connect(self.emit_changed)
         for check in (self.crop_check, self.flip_check, self.normalize_check):
             check.toggled.connect(self.emit_changed)
+        self.template_box.changed.connect(self.emit_changed)
         self._on_mode()
 
     # -- form ---------------------------------------------------------------------------
@@ -270,6 +275,7 @@ class DataStep(Step):
         self._form.setRowVisible(self.max_length_label, not images)
         self._form.setRowVisible(self.image_size_label, images)
         self.augment_card.setVisible(images)
+        self.template_box.setVisible(task == "causal_lm")
         self.path_help.setText({
             "text_classification": "A CSV, TSV or JSONL file with a text column and a label column.",
             "image_classification": "A folder with one subfolder of PNG or JPEG images per class.",
@@ -318,6 +324,7 @@ class DataStep(Step):
         self.text_column_edit.setText(data.get("text_column") or "text")
         self.label_column_edit.setText(data.get("label_column") or "label")
         self.max_length_spin.setValue(int(data.get("max_length") or 128))
+        self.template_box.set_value(data.get("chat_template"))
         self.image_size_spin.setValue(int(data.get("image_size") or 32))
         self.val_fraction_spin.setValue(float(data.get("val_fraction") or 0.2))
         augment = data.get("augment") or {}
@@ -337,6 +344,10 @@ class DataStep(Step):
         if task == "text_classification":
             data.update(text_column=self.text_column_edit.text().strip(),
                         label_column=self.label_column_edit.text().strip())
+        if task == "causal_lm":
+            data["chat_template"] = self.template_box.value()
+        else:
+            data.pop("chat_template", None)
         if task == "image_classification":
             data["image_size"] = self.image_size_spin.value()
             data["augment"] = {
@@ -388,6 +399,7 @@ class DataStep(Step):
         self._issues = []
         self.issues.set_issues([])
         self.preview.clear()
+        self.template_box.clear()
         show_text(self.note, "")
         if self.missing_path():
             self.inspector.cancel()
@@ -412,6 +424,8 @@ class DataStep(Step):
         if not self._issues:
             show_text(self.note, self.note.text() or "No problems found in the data.")
         self.preview.show_reply(reply)
+        if self._task == "causal_lm":
+            self.template_box.show_reply(reply)
         self.changed.emit()
 
     def _offer_columns(self, reply: dict[str, Any]) -> bool:
