@@ -1,4 +1,4 @@
-"""Welcome: what Ember Studio does, three ways to start, the tour, and the latest runs.
+"""Welcome: what Ember Studio does, four ways to start, the tour, and the latest runs.
 
 The page is the first thing a newcomer sees, so every way forward is one click:
 the built-in path needs no download and no choices, the own-data path lands on
@@ -13,6 +13,7 @@ from typing import Any
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QGridLayout,
     QHBoxLayout,
     QListWidget,
     QListWidgetItem,
@@ -25,6 +26,7 @@ from app import format as fmt
 from app.engine_process import EngineProcess
 from app.jobs_model import Lookup, is_system, run_title, state_dot
 from app.models.navigation import Navigator
+from app.models.spec_tools import FIRST_CHAT
 from app.style import icon, set_role
 from app.widgets.common import card, label, scrolling_body
 from app.widgets.empty_state import empty_state
@@ -56,12 +58,16 @@ class WelcomePage(QWidget):
             "packages them to run anywhere. Every step runs in a background engine, so closing the "
             "window never stops a job. Pick a starting point below.", "muted", wrap=True))
 
-        row = QHBoxLayout()
+        row = QGridLayout()  # two by two: four side by side would not fit a 1024-px window
         row.setSpacing(12)
         self.builtin_button = self._start_card(
             row, "Fine-tune the built-in text model", "new_finetune",
             "Teach a small text model to sort support tickets: no download, a few minutes on a CPU.",
             self.start_builtin, primary=True)
+        self.chat_button = self._start_card(
+            row, "Tune and chat with a language model", "new_finetune",
+            "Teach the built-in SmolLM2 chat model to answer in a word, then try it beside the original in "
+            "the Playground: no download, a few minutes on a CPU.", self.start_chat)
         self.own_data_button = self._start_card(
             row, "Fine-tune on my data", "runs",
             "Bring a CSV, JSONL file or image folder; Ember checks it before anything starts.",
@@ -101,10 +107,10 @@ class WelcomePage(QWidget):
             signal.connect(self._fill)
         self._fill()
 
-    def _start_card(self, row: QHBoxLayout, title: str, icon_name: str, text: str, slot,
+    def _start_card(self, row: QGridLayout, title: str, icon_name: str, text: str, slot,
                     primary: bool = False) -> QPushButton:
         frame, box = card()
-        box.setContentsMargins(12, 14, 12, 14)  # three side by side still fit a 1024-px window
+        box.setContentsMargins(12, 14, 12, 14)
         button = QPushButton(icon(icon_name, ink="primary-text" if primary else "subtle"), title)
         button.setIconSize(QSize(22, 22))
         button.setMinimumHeight(52)
@@ -115,14 +121,19 @@ class WelcomePage(QWidget):
         box.addWidget(button)
         box.addWidget(label(text, "muted", wrap=True))
         box.addStretch(1)
-        row.addWidget(frame, 1)
+        n = row.count()
+        row.addWidget(frame, n // 2, n % 2)
         return button
 
-    # -- the three ways to start --------------------------------------------------------
+    # -- the four ways to start ---------------------------------------------------------
 
     def start_builtin(self) -> None:
         """The wizard on its first step, reset to the built-in text model, tickets and LoRA."""
         self.nav.show("new_finetune", start_over="text_classification")
+
+    def start_chat(self) -> None:
+        """The wizard on its first step with SmolLM2, the short-answers data and LoRA, sized for a CPU."""
+        self.nav.show("new_finetune", start_over="causal_lm", preset=FIRST_CHAT)
 
     def start_own_data(self) -> None:
         """The wizard on its Data step, "My data" chosen and the file field focused."""

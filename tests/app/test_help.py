@@ -257,7 +257,7 @@ def item_rect(window, key: str) -> QRect:
 def welcome_cards(window) -> list[QRect]:
     page = window.page("welcome")
     cards = [button.parentWidget() for button in
-             (page.builtin_button, page.own_data_button, page.open_run_button)]
+             (page.builtin_button, page.chat_button, page.own_data_button, page.open_run_button)]
     return [QRect(card.mapTo(window, QPoint(0, 0)), card.size()) for card in cards]
 
 

@@ -37,6 +37,16 @@ def test_welcome_buttons_and_recent_runs(qtbot, make_window, gui_home):
     assert (spec.task, spec.method.kind) == ("text_classification", "lora")
     assert (spec.model_name(), spec.data_name()) == ("minilm", "support-tickets")
 
+    # Tune and chat: step 1 with SmolLM2, the short-answers data and LoRA, sized for a CPU.
+    window.show_page("welcome")
+    qtbot.mouseClick(welcome.chat_button, Qt.MouseButton.LeftButton)
+    assert window.stack.currentWidget() is wizard and wizard.current_step() == 0
+    spec = TrainSpec.model_validate(wizard.spec_for_launch())
+    assert (spec.task, spec.method.kind, spec.objective) == ("causal_lm", "lora", "sft")
+    assert (spec.model_name(), spec.data_name()) == ("smollm2-135m-instruct", "short-answers")
+    assert (spec.max_steps, spec.batch_size, spec.data.max_length, spec.optim.lr) == (40, 8, 48, 0.003)
+    assert spec.generate_eval.prompts == 30
+
     # My data: the Data step, "My data" chosen, the file field focused.
     window.show_page("welcome")
     qtbot.mouseClick(welcome.own_data_button, Qt.MouseButton.LeftButton)

@@ -121,23 +121,24 @@ class NewFinetunePage(QWidget):
         self._update_buttons()
 
     def navigate(self, spec: dict[str, Any] | None = None, name: str = "", start_over: str | None = None,
-                 own_data: bool = False) -> None:
-        """Opened from another page: filled in with ``spec``, started over on a task, or on "My data"."""
+                 own_data: bool = False, preset: dict[str, Any] | None = None) -> None:
+        """Opened from another page: filled in with ``spec``, started over on a task (with a ``preset`` laid
+        over its defaults, still on step 1), or on "My data"."""
         if start_over:
-            self.start_over(start_over)
+            self.start_over(start_over, preset)
         if own_data:
             self.open_own_data()
         if spec is not None:
             self.load_spec(spec, name)
 
-    def start_over(self, task: str = "text_classification") -> None:
+    def start_over(self, task: str = "text_classification", preset: dict[str, Any] | None = None) -> None:
         """Every step back to ``task``'s defaults (built-in model and data, LoRA), on step 1.
 
         What a fresh wizard shows, learning rate rule included (load_spec would keep a
         loaded spec's rate fixed); Welcome's built-in start uses it.
         """
-        self._base = defaults_for(task)
-        self._auto_lr = self._base["optim"]["lr"]
+        self._base = deep_merge(defaults_for(task), preset or {})
+        self._auto_lr = None if (preset or {}).get("optim", {}).get("lr") else self._base["optim"]["lr"]
         self._load_all(self._base)
         self.review_step.set_name(None)
         self.refresh()
