@@ -26,6 +26,7 @@ from app import format as fmt
 from app.style import ThemeColours, colour
 from engine.api.job_terms import (
     ACTIVE_STATES,
+    EVALUATE,
     EXPORT,
     FINAL_STATES,
     FINETUNE,
@@ -113,6 +114,7 @@ VARIANT_WORDS = {
     QAT: "QAT int8",
     PRUNE: "pruned",
     EXPORT: "export",
+    EVALUATE: "evaluation",
 }
 _MAX_PARENT_DEPTH = 8  # an export of a variant of a fine-tune is 2; a loop in bad records ends here
 

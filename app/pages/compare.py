@@ -7,7 +7,9 @@ then draws train loss, eval loss and the task's metric against step, one
 colour per run, a summary row per run and the specs side by side.
 
 A second tab, Variants (``app/pages/variants``), shows one parent run and its
-compressed variants measured side by side (``show_variants``).
+compressed variants measured side by side (``show_variants``); a third, Evaluations
+(``app/pages/evaluations``), the evaluate.model scores of a run, its variants and its
+base model in one table (``show_evaluations``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from app import format as fmt
 from app.engine_process import EngineProcess
 from app.jobs_model import best_text, display_name, peak_text, summary
 from app.models.navigation import Navigator
+from app.pages.evaluations import EvaluationsView
 from app.pages.variants import VariantsView
 from app.widgets.common import label
 from app.widgets.empty_state import empty_state
@@ -159,6 +162,9 @@ class ComparePage(QWidget):
         self.tabs.addTab(runs_tab, "Runs")
         self.tabs.addTab(self.variants, "Variants")
         self.tabs.setTabToolTip(1, "A parent run and its compressed variants: accuracy, latency, size")
+        self.evaluations = EvaluationsView(engine, self.nav)
+        self.tabs.addTab(self.evaluations, "Evaluations")
+        self.tabs.setTabToolTip(2, "The base model, a run and its variants scored on the same data and benchmarks")
         outer.addWidget(self.tabs, 1)
 
         self.jobs = engine.jobs  # the window's JobsState: every record, kept current
@@ -172,12 +178,16 @@ class ComparePage(QWidget):
 
     # -- which runs -------------------------------------------------------------------------
 
-    def navigate(self, run_ids: list[str] | None = None, variants_of: str | None = None) -> None:
-        """Opened from another page: compare ``run_ids``, or show the variants of ``variants_of``."""
+    def navigate(self, run_ids: list[str] | None = None, variants_of: str | None = None,
+                 evaluations_of: str | None = None) -> None:
+        """Opened from another page: compare ``run_ids``, show the variants of ``variants_of``, or the
+        evaluations of ``evaluations_of``."""
         if run_ids is not None:
             self.set_runs(run_ids)
         if variants_of:
             self.show_variants(variants_of)
+        if evaluations_of:
+            self.show_evaluations(evaluations_of)
 
     def run_ids(self) -> list[str]:
         return list(self._ids)
@@ -186,6 +196,11 @@ class ComparePage(QWidget):
         """Open the Variants tab on ``parent_id`` and its compressed variants."""
         self.tabs.setCurrentWidget(self.variants)
         self.variants.show_parent(parent_id)
+
+    def show_evaluations(self, run_id: str) -> None:
+        """Open the Evaluations tab on ``run_id``'s family: base model, the run, its variants."""
+        self.tabs.setCurrentWidget(self.evaluations)
+        self.evaluations.show_run(run_id)
 
     def set_runs(self, ids: list[str]) -> None:
         """Compare exactly ``ids`` (in this order)."""

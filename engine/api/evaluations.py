@@ -8,6 +8,7 @@ finished evaluation that ran that task. Stdlib only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,15 @@ class Row:
         """Whether a finished (or running) evaluation of this model scored ``data_key``."""
         return any(e.get("data_key") == data_key and e.get("state") in (SUCCEEDED, *ACTIVE_STATES)
                    for e in self.evaluations)
+
+
+def job_name(model: dict[str, Any]) -> str:
+    """A name for the evaluation of ``model``: none for a run (the Runs page says "evaluation of <run>"),
+    else the model's name, e.g. ``tiny-llama-eval``."""
+    if model.get("run"):
+        return ""
+    text = str(model.get("builtin") or model.get("hub") or model.get("path") or "model").rstrip("/")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text.rsplit("/", 1)[-1]).strip("-.")[:80] + "-eval"
 
 
 def lm_column(entry: dict[str, Any]) -> str:

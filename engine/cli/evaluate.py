@@ -94,7 +94,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return 2
     with ensure_engine() as c:
         job = c.call("jobs.start", kind=EVALUATE, spec=checked.model_dump(mode="json", exclude_none=True),
-                     name=args.name or "")
+                     name=args.name or table.job_name(checked.model.model_dump(exclude_none=True)))
         display = display_for(sys.stdout, as_json=args.json, quiet=args.quiet)
         display.started(job)
         code = exit_code(follow(c, job, display))
