@@ -11,13 +11,11 @@ Other pages open it on a run with ``nav.show("playground", run_id=...)``. docs/p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
-    QFileDialog,
     QHBoxLayout,
     QPushButton,
     QScrollArea,
@@ -30,11 +28,10 @@ from PySide6.QtWidgets import (
 from app.engine_process import EngineProcess
 from app.models.navigation import Navigator
 from app.pages.playground import choices as ch
+from app.pages.playground.chat_panel import ChatPanel
 from app.pages.playground.classify import ClassifyView
-from app.pages.playground.conversation import ChatColumn
 from app.pages.playground.loaded import LoadedModels
 from app.pages.playground.picker import ModelPicker
-from app.pages.playground.prompt import PromptBox
 from app.pages.playground.settings_form import SettingsForm
 from app.widgets.common import card, label, show_text
 from engine.api.job_terms import SUCCEEDED
@@ -54,7 +51,6 @@ class PlaygroundPage(QWidget):
         self._hub: list[ch.Choice] = []
         self._pending_ref: dict[str, Any] | None = None  # navigate() before the lists were read
         self._b_by_user = False  # the second model was picked by hand: keep it when the first changes
-        self._sent_settings: dict[str, Any] = {}
         self._variants_of: str | None = None
 
         outer = QVBoxLayout(self)
@@ -71,11 +67,11 @@ class PlaygroundPage(QWidget):
         self.side_check.toggled.connect(self._side_toggled)
         self.new_button = QPushButton("New chat")
         self.new_button.setToolTip("Clear the conversation (an answer still coming is stopped)")
-        self.new_button.clicked.connect(self.new_chat)
+        self.new_button.clicked.connect(lambda: self.chat.new_chat())
         self.export_button = QPushButton("Export…")
         self.export_button.setToolTip("Save the conversation as JSON Lines: one line per conversation with its "
                                       "messages, model and settings")
-        self.export_button.clicked.connect(self.export_clicked)
+        self.export_button.clicked.connect(lambda: self.chat.export_clicked())
         for widget in (self.side_check, self.new_button, self.export_button):
             header.addWidget(widget, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addLayout(header)
@@ -101,42 +97,19 @@ class PlaygroundPage(QWidget):
         self.picker_b.changed.connect(self._picked_b)
         self.picker_b.chosen.connect(lambda _choice: setattr(self, "_b_by_user", True))
 
-        self.column_a = ChatColumn(self._client, "A")
-        self.column_b = ChatColumn(self._client, "B")
-        chats = QWidget()
-        row = QHBoxLayout(chats)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.column_a, 1)
-        row.addWidget(self.column_b, 1)
-        for col in (self.column_a, self.column_b):
-            col.busy_changed.connect(self._update)
-            col.answered.connect(lambda _done: self.loaded.reload())
+        self.settings = SettingsForm()
+        self.chat = ChatPanel(self._client, self.settings)
+        self.chat.state_changed.connect(self._update)
+        self.chat.answered.connect(self._answered)
+        # What tests and scripts reach for, by their plain names.
+        self.column_a, self.column_b, self.prompt = self.chat.column_a, self.chat.column_b, self.chat.prompt
+        self.prompt_row, self.send_button, self.stop_button = (self.chat.prompt_row, self.chat.send_button,
+                                                                self.chat.stop_button)
         self.classify_view = ClassifyView(self._client)
         self.stack = QStackedWidget()
-        self.stack.addWidget(chats)
+        self.stack.addWidget(self.chat)
         self.stack.addWidget(self.classify_view)
         column.addWidget(self.stack, 1)
-
-        self.prompt_row = QWidget()
-        prompt = QHBoxLayout(self.prompt_row)
-        prompt.setContentsMargins(0, 0, 0, 0)
-        self.prompt = PromptBox()
-        self.prompt.submitted.connect(self.send)
-        self.prompt.textChanged.connect(self._update)
-        prompt.addWidget(self.prompt, 1)
-        buttons = QVBoxLayout()
-        self.send_button = QPushButton("Send")
-        self.send_button.setProperty("role", "primary")
-        self.send_button.setToolTip("Send the prompt (Enter)")
-        self.send_button.clicked.connect(self.send)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setToolTip("End the answer now; what came so far stays")
-        self.stop_button.clicked.connect(self.stop)
-        buttons.addWidget(self.send_button)
-        buttons.addWidget(self.stop_button)
-        buttons.addStretch(1)
-        prompt.addLayout(buttons)
-        column.addWidget(self.prompt_row)
         self.message = label("", "error", wrap=True)
         self.message.hide()
         column.addWidget(self.message)
@@ -149,8 +122,7 @@ class PlaygroundPage(QWidget):
         side.setSpacing(12)
         self.settings_card, box = card()
         box.addWidget(label("Settings", "h2"))
-        self.settings = SettingsForm()
-        self.settings.changed.connect(self._update)
+        self.settings.changed.connect(self.chat.update_buttons)
         box.addWidget(self.settings)
         side.addWidget(self.settings_card)
         frame, box = card()
@@ -183,7 +155,6 @@ class PlaygroundPage(QWidget):
         for signal in (self.jobs.job_changed, self.jobs.job_removed):
             signal.connect(lambda *_: self._rebuild_timer.start())
         self._client.connected.connect(lambda *_: self.read_cache())
-        self._client.disconnected.connect(self._update)
         self.rebuild()
         if self._client.is_connected:
             self.read_cache()
@@ -210,7 +181,7 @@ class PlaygroundPage(QWidget):
             ref, self._pending_ref = self._pending_ref, None
             self._open(ref)
         self._refresh_variants()
-        self._update()
+        self.chat.update_buttons()
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)
@@ -226,11 +197,15 @@ class PlaygroundPage(QWidget):
         ref = model or ({"run": run_id} if run_id else None)
         if side_by_side is not None:
             self.side_check.setChecked(side_by_side and not self._is_classifier())
-        if ref is not None:
-            if not self._open(ref) and not self.jobs.loaded:
-                self._pending_ref = ref  # the jobs are not read yet: open it once they are
+        if ref is not None and ref.get("run") and not self.jobs.loaded:
+            self._pending_ref = ref  # the jobs are not read yet: open it once they are
+        elif ref is not None:
+            self._open(ref)
 
     def _open(self, ref: dict[str, Any]) -> bool:
+        if not self.picker_a.select(ref) and ref.get("run"):
+            self._rebuild_timer.stop()
+            self.rebuild()  # a run that finished a moment ago may not be listed yet
         if self.picker_a.select(ref):
             show_text(self.message, "")
             return True
@@ -250,20 +225,17 @@ class PlaygroundPage(QWidget):
         self.column_a.set_model(choice.ref if choice else None, choice.title if choice else "")
         classify = self._is_classifier()
         self.stack.setCurrentWidget(self.classify_view if classify else self.stack.widget(0))
-        self.prompt_row.setVisible(not classify)
         self.settings_card.setVisible(not classify)
-        self.side_check.setEnabled(not classify)
-        self.new_button.setEnabled(not classify)
         if classify:
             self._refresh_variants()
         elif self.side_check.isChecked() and not self._b_by_user:
             self._default_b()
         self._show_side_by_side(self.side_check.isChecked())
-        self._update()
+        self.chat.update_buttons()
 
     def _picked_b(self, choice: ch.Choice | None) -> None:
         self.column_b.set_model(choice.ref if choice else None, choice.title if choice else "")
-        self._update()
+        self.chat.update_buttons()
 
     def _default_b(self) -> None:
         """Beside a fine-tune, the model it started from; beside anything else, another built-in."""
@@ -283,17 +255,11 @@ class PlaygroundPage(QWidget):
         if on and not self._b_by_user:
             self._default_b()
         self._show_side_by_side(on)
-        self._update()
+        self.chat.update_buttons()
 
     def _show_side_by_side(self, on: bool) -> None:
-        on = on and not self._is_classifier()
-        self.picker_b_box.setVisible(on)
-        self.column_b.setVisible(on)
-
-    def columns(self) -> list[ChatColumn]:
-        """The chat columns in use: the first, and the second side by side."""
-        both = self.side_check.isChecked() and not self._is_classifier()
-        return [self.column_a, self.column_b] if both else [self.column_a]
+        self.picker_b_box.setVisible(on and not self._is_classifier())
+        self.chat.set_side_by_side(on)
 
     # -- the classifier's variants -------------------------------------------------------------
 
@@ -322,75 +288,24 @@ class PlaygroundPage(QWidget):
 
         self._client.request("compress.variants", {"id": root["id"]}, got, lambda _err: None)
 
-    # -- chatting -------------------------------------------------------------------------------
+    # -- chatting (chat_panel.py) ---------------------------------------------------------------
 
     def busy(self) -> bool:
-        return self.column_a.busy or self.column_b.busy
+        return self.chat.busy()
 
     def send(self) -> None:
-        text = self.prompt.toPlainText().strip()
-        if not text or self.busy() or self._is_classifier():
-            return
-        try:
-            settings = self.settings.settings()
-        except ValueError as err:
-            show_text(self.message, str(err))
-            return
-        missing = [c for c in self.columns() if c.ref is None]
-        if missing:
-            show_text(self.message, "Pick a model to talk to first.")
-            return
-        show_text(self.message, "")
-        self._sent_settings = settings
-        self.prompt.clear()
-        for col in self.columns():
-            col.ask(text, settings)
-        self._update()
+        self.chat.send()
 
-    def stop(self) -> None:
-        for col in (self.column_a, self.column_b):
-            col.stop()
-
-    def new_chat(self) -> None:
-        for col in (self.column_a, self.column_b):
-            col.clear()
-        show_text(self.message, "")
-        self._update()
-
-    # -- export ---------------------------------------------------------------------------------
-
-    def conversation_lines(self) -> list[str]:
-        settings = self._sent_settings or self.settings.values()
-        return [ch.conversation_line(col.messages, col.ref, settings, col.model_title)
-                for col in self.columns() if col.messages and col.ref]
-
-    def export_clicked(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export the conversation", "conversation.jsonl",
-                                              "JSON Lines (*.jsonl);;All files (*)",
-                                              options=QFileDialog.Option.DontUseNativeDialog)
-        if path:
-            self.export(path)
-
-    def export(self, path: str) -> None:
-        """Write the conversations to ``path``: one JSON line per conversation (a column)."""
-        try:
-            Path(path).write_text("".join(line + "\n" for line in self.conversation_lines()), encoding="utf-8")
-        except OSError as err:
-            show_text(self.message, f"Could not write {path}: {err.strerror or err}. Pick another folder.")
-            return
-        show_text(self.message, "")
+    def _answered(self, *_args: Any) -> None:
+        self.loaded.reload()  # an answer ended: its worker's memory has changed
 
     # -- buttons --------------------------------------------------------------------------------
 
     def _update(self, *_args: Any) -> None:
-        connected = self._client.is_connected
         busy = self.busy()
-        ready = all(c.ref is not None for c in self.columns())
-        problem = self.settings.problem()
-        self.send_button.setEnabled(connected and not busy and ready and not problem
-                                    and bool(self.prompt.toPlainText().strip()))
-        self.stop_button.setEnabled(busy)
-        self.export_button.setEnabled(any(c.messages for c in self.columns()) and not self._is_classifier())
-        self.side_check.setEnabled(not self._is_classifier() and not busy)
+        classify = self._is_classifier()
+        self.export_button.setEnabled(self.chat.has_conversation() and not classify)
+        self.new_button.setEnabled(not classify)
+        self.side_check.setEnabled(not classify and not busy)
         self.picker_a.setEnabled(not busy)
         self.picker_b.setEnabled(not busy)
