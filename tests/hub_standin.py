@@ -7,7 +7,9 @@ It answers the requests huggingface_hub 2.4 makes for models, in the shapes it p
 - ``GET /api/models/{repo_id}/tree/{rev}``: the file listing snapshot_download reads (oid, size, lfs);
 - ``GET /api/models?search=TEXT&limit=N``: search;
 - ``HEAD`` and ``GET /{repo_id}/resolve/{rev}/{path}``: files, with ETag (X-Linked-Etag for LFS files),
-  X-Repo-Commit, Content-Length, Accept-Ranges and ``Range: bytes=N-`` answered with 206.
+  X-Repo-Commit, Content-Length, Accept-Ranges and ``Range: bytes=N-`` answered with 206;
+- datasets (``add_dataset``) the same way under ``/api/datasets/{repo_id}...`` (info, revision, tree, search)
+  and ``/datasets/{repo_id}/resolve/{rev}/{path}``, as huggingface_hub asks for ``repo_type="dataset"``.
 
 Errors carry the ``X-Error-Code`` header huggingface_hub turns into exceptions: ``RepoNotFound`` (404),
 ``RevisionNotFound`` (404) and ``GatedRepo`` (401 without a token, 403 with a token that was not granted).
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf", ".onnx")
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf", ".onnx", ".parquet", ".arrow")
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -46,6 +48,7 @@ class Repo:
     downloads: int = 0
     likes: int = 0
     license: str | None = "apache-2.0"
+    repo_type: str = "model"  # or "dataset"
     sha: str = ""
 
     def __post_init__(self) -> None:
@@ -69,16 +72,19 @@ class Repo:
         return entry
 
     def info(self) -> dict[str, Any]:
-        return {
-            "_id": self.sha[:24], "id": self.repo_id, "modelId": self.repo_id, "author": self.repo_id.split("/")[0],
+        doc = {
+            "_id": self.sha[:24], "id": self.repo_id, "author": self.repo_id.split("/")[0],
             "sha": self.sha, "private": False, "disabled": False, "gated": self.gated,
-            "downloads": self.downloads, "likes": self.likes, "library_name": "transformers",
-            "pipeline_tag": "text-generation", "tags": ["transformers", "safetensors"],
+            "downloads": self.downloads, "likes": self.likes,
             "lastModified": "2026-01-02T03:04:05.000Z", "createdAt": "2026-01-01T00:00:00.000Z",
             "cardData": {"license": self.license} if self.license else {},
             "usedStorage": sum(len(d) for d in self.files.values()),
             "siblings": [self.sibling(p) for p in sorted(self.files)],
         }
+        if self.repo_type == "dataset":
+            return doc | {"tags": ["size_categories:n<1K"], "description": ""}
+        return doc | {"modelId": self.repo_id, "library_name": "transformers", "pipeline_tag": "text-generation",
+                      "tags": ["transformers", "safetensors"]}
 
     def sibling(self, path: str) -> dict[str, Any]:
         entry = self.tree_entry(path)
@@ -93,6 +99,7 @@ class HubStandin:
 
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
+        self.datasets: dict[str, Repo] = {}
         self.requests: list[dict[str, Any]] = []
         self._drops: set[tuple[str, str]] = set()
         self.throttle_bps: float | None = None  # file bodies sent at about this rate (to stop a download midway)
@@ -118,6 +125,11 @@ class HubStandin:
     def add_repo(self, repo_id: str, files: dict[str, bytes], **kw: Any) -> Repo:
         repo = Repo(repo_id, dict(files), **kw)
         self.repos[repo_id] = repo
+        return repo
+
+    def add_dataset(self, repo_id: str, files: dict[str, bytes], **kw: Any) -> Repo:
+        repo = Repo(repo_id, dict(files), repo_type="dataset", **kw)
+        self.datasets[repo_id] = repo
         return repo
 
     def add_folder(self, repo_id: str, folder: Path, **kw: Any) -> Repo:
@@ -159,11 +171,17 @@ class HubStandin:
             self.requests.append({"method": h.command, "path": path, "query": parts.query,
                                   "range": h.headers.get("Range"), "token": bool(token)})
         if path == "/api/models":
-            return self._search(h, parse_qs(parts.query))
+            return self._search(h, parse_qs(parts.query), self.repos)
         if path.startswith("/api/models/"):
-            return self._api(h, path[len("/api/models/"):])
+            return self._api(h, path[len("/api/models/"):], self.repos)
+        if path == "/api/datasets":
+            return self._search(h, parse_qs(parts.query), self.datasets)
+        if path.startswith("/api/datasets/"):
+            return self._api(h, path[len("/api/datasets/"):], self.datasets)
+        if path.startswith("/datasets/") and "/resolve/" in path:
+            return self._file(h, path[len("/datasets/"):], token, head, self.datasets)
         if "/resolve/" in path:
-            return self._file(h, path.lstrip("/"), token, head)
+            return self._file(h, path.lstrip("/"), token, head, self.repos)
         self._error(h, 404, "EntryNotFound", "Not found")
 
     def _send_json(self, h: BaseHTTPRequestHandler, doc: Any, status: int = 200) -> None:
@@ -189,17 +207,17 @@ class HubStandin:
         if h.command != "HEAD":
             h.wfile.write(body)
 
-    def _repo_and_rest(self, path: str) -> tuple[Repo | None, str]:
-        for repo_id in sorted(self.repos, key=len, reverse=True):
+    def _repo_and_rest(self, path: str, repos: dict[str, Repo]) -> tuple[Repo | None, str]:
+        for repo_id in sorted(repos, key=len, reverse=True):
             if path == repo_id or path.startswith(repo_id + "/"):
-                return self.repos[repo_id], path[len(repo_id):].lstrip("/")
+                return repos[repo_id], path[len(repo_id):].lstrip("/")
         return None, path
 
     def _revision_ok(self, repo: Repo, rev: str) -> bool:
         return rev in ("main", repo.sha)
 
-    def _api(self, h: BaseHTTPRequestHandler, rest: str) -> None:
-        repo, tail = self._repo_and_rest(rest)
+    def _api(self, h: BaseHTTPRequestHandler, rest: str, repos: dict[str, Repo]) -> None:
+        repo, tail = self._repo_and_rest(rest, repos)
         if repo is None:
             return self._error(h, 404, "RepoNotFound", "Repository not found")
         if tail == "":
@@ -214,20 +232,22 @@ class HubStandin:
             return self._send_json(h, [repo.tree_entry(p) for p in sorted(repo.files)])
         self._error(h, 404, "EntryNotFound", "Not found")
 
-    def _search(self, h: BaseHTTPRequestHandler, query: dict[str, list[str]]) -> None:
+    def _search(self, h: BaseHTTPRequestHandler, query: dict[str, list[str]], repos: dict[str, Repo]) -> None:
         text = (query.get("search") or [""])[0].lower()
         limit = int((query.get("limit") or ["20"])[0])
-        found = [r for r in self.repos.values() if text in r.repo_id.lower()]
+        found = [r for r in repos.values() if text in r.repo_id.lower()]
         found.sort(key=lambda r: -r.downloads)
         docs = []
         for r in found[:limit]:
             info = r.info()
             docs.append({k: info[k] for k in ("_id", "id", "downloads", "likes", "gated", "cardData",
-                                               "usedStorage", "library_name", "pipeline_tag", "private")})
+                                               "usedStorage", "library_name", "pipeline_tag", "private")
+                         if k in info})
         self._send_json(h, docs)
 
-    def _file(self, h: BaseHTTPRequestHandler, path: str, token: str | None, head: bool) -> None:
-        repo, tail = self._repo_and_rest(path)
+    def _file(self, h: BaseHTTPRequestHandler, path: str, token: str | None, head: bool,
+              repos: dict[str, Repo]) -> None:
+        repo, tail = self._repo_and_rest(path, repos)
         if repo is None:
             return self._error(h, 404, "RepoNotFound", "Repository not found")
         _, _, rest = tail.partition("resolve/")
@@ -237,10 +257,11 @@ class HubStandin:
         if repo.gated and token not in repo.granted:
             page = f"{self.url}/{repo.repo_id}"
             if token is None:
-                return self._error(h, 401, "GatedRepo", f"Access to model {repo.repo_id} is restricted. You must "
-                                   "have access to it and be authenticated to access it. Please log in.", repo.sha)
-            return self._error(h, 403, "GatedRepo", f"Access to model {repo.repo_id} is restricted and you are not "
-                               f"in the authorized list. Visit {page} to ask for access.", repo.sha)
+                return self._error(h, 401, "GatedRepo", f"Access to {repo.repo_type} {repo.repo_id} is restricted. "
+                                   "You must have access to it and be authenticated to access it. Please log in.",
+                                   repo.sha)
+            return self._error(h, 403, "GatedRepo", f"Access to {repo.repo_type} {repo.repo_id} is restricted and "
+                               f"you are not in the authorized list. Visit {page} to ask for access.", repo.sha)
         if name not in repo.files:
             return self._error(h, 404, "EntryNotFound", f"{name} does not exist", repo.sha)
         data = repo.files[name]

@@ -46,12 +46,14 @@ RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class ModelDownloadSpec(Spec):
-    """model.download: a model from the Hugging Face Hub into the Hugging Face cache (docs/hub.md)."""
+    """model.download: a model (or a dataset) from the Hugging Face Hub into the Hugging Face cache (docs/hub.md)."""
 
     repo_id: str = Field(..., min_length=1, max_length=200, pattern=HUB_ID,
                          description="the model's id on the Hub, owner/name (e.g. Qwen/Qwen2.5-0.5B-Instruct)")
     revision: str | None = Field(None, max_length=200, pattern=HUB_REVISION,
                                  description="a branch, tag or commit; None = main")
+    repo_type: Literal["model", "dataset"] = Field("model", description="model, or dataset for a dataset repo "
+                                                   "(a fine-tune's data.hub)")
 
 
 class EvalSpec(Spec):

@@ -44,6 +44,8 @@ class _Part(BaseModel):
 # branch, tag or commit.
 HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$"
 HUB_REVISION = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
+# A dataset's split name, or the path of a data file in its repo.
+HUB_SPLIT = r"^[A-Za-z0-9_][A-Za-z0-9._/ =-]{0,299}$"
 
 
 class ModelSpec(_Part):
@@ -84,6 +86,22 @@ class AugmentSpec(_Part):
 class DataSpec(_Part):
     builtin: str | None = Field(None, description="a built-in dataset name; None means `path`")
     path: str | None = Field(None, description="CSV/JSONL file (text, causal LM) or image folder (one subfolder per class)")
+    hub: str | None = Field(None, max_length=200, pattern=HUB_ID,
+                            description="text_classification, causal_lm: a Hugging Face Hub dataset id (owner/name), "
+                                        "read from the Hugging Face cache, downloaded into it first when missing "
+                                        "(docs/hub.md)")
+    revision: str | None = Field(None, max_length=200, pattern=HUB_REVISION,
+                                 description="with hub: a branch, tag or commit of the dataset; None = main")
+    split: str = Field("train", min_length=1, max_length=300, pattern=HUB_SPLIT,
+                       description="with hub: the training split (train, ...), or the path of a data file in the "
+                                   "dataset (CSV, TSV, JSONL, JSON or Parquet)")
+    val_split: str | None = Field(None, min_length=1, max_length=300, pattern=HUB_SPLIT,
+                                  description="with hub: the validation split or file; None: the dataset's validation "
+                                              "split when it has one, else val_fraction of the training rows")
+    columns: dict[Literal["prompt", "response", "messages"], str] = Field(
+        default_factory=dict, max_length=3,
+        description="causal_lm with hub: the dataset's column for each field a row needs, where the names differ "
+                    "(e.g. {prompt: question, response: answer})")
     val_path: str | None = Field(None, description="a separate validation file or folder")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="held out for validation when there is no val_path")
     text_column: str = "text"
@@ -102,6 +120,25 @@ class DataSpec(_Part):
         "auto", description="causal_lm: how a conversation becomes text, in training, in the evaluation's "
                             "answers and in the Playground; auto: the model's own chat template (plain when it "
                             "has none); chatml, llama3, plain: that template instead (docs/recipes.md)")
+
+    @model_validator(mode="after")
+    def _one_dataset(self) -> DataSpec:
+        problems = []
+        if self.hub and (self.path or self.builtin):
+            problems.append("data.hub, data.path and data.builtin each name a dataset: set only one")
+        if self.hub and self.val_path:
+            problems.append("with data.hub, the validation rows come from data.val_split (a split or a file of the "
+                            "dataset): remove data.val_path")
+        if not self.hub and (self.revision or self.val_split or self.columns or self.split != "train"):
+            problems.append("data.revision, data.split, data.val_split and data.columns apply to data.hub: set "
+                            "data.hub or remove them")
+        if any(".." in (s or "").split("/") for s in (self.split, self.val_split)):
+            problems.append("data.split and data.val_split name a split or a file inside the dataset (no '..')")
+        if any(not 0 < len(c) <= 200 for c in self.columns.values()):
+            problems.append("data.columns: each column name has 1 to 200 characters")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class MethodSpec(_Part):
@@ -260,6 +297,12 @@ class TrainSpec(_Part):
             problems.append("prompt tuning applies to text models; use full or lora for images")
         if self.data.packing and self.task != "causal_lm":
             problems.append("data.packing applies to causal_lm; use data.group_by_length for text classification")
+        if self.data.hub and self.task == "image_classification":
+            problems.append("data.hub applies to text_classification and causal_lm; image data comes from a folder "
+                            "(data.path)")
+        if self.data.columns and self.task != "causal_lm":
+            problems.append("data.columns applies to causal_lm; text classification names data.text_column and "
+                            "data.label_column")
         if self.data.chat_template != "auto" and self.task != "causal_lm":
             problems.append("data.chat_template applies to causal_lm; leave it auto for classification")
         if self.data.group_by_length and self.task == "image_classification":
@@ -283,7 +326,7 @@ class TrainSpec(_Part):
 
     def data_name(self) -> str:
         default = BUILTIN_PREFERENCE_DATA if self.objective != "sft" else BUILTIN_DATA[self.task]
-        return self.data.builtin or self.data.path or default
+        return self.data.builtin or self.data.hub or self.data.path or default
 
 
 def _objective_problems(spec: TrainSpec) -> list[str]:
@@ -295,6 +338,9 @@ def _objective_problems(spec: TrainSpec) -> list[str]:
                         "causal_lm, or objective sft")
     if spec.distill is not None:
         problems.append(f"{what} does not work with distill (distil with objective sft)")
+    if spec.data.hub:
+        problems.append(f"{what} reads preference rows from data.path or the built-in data; data.hub takes "
+                        "prompt/response or messages rows (objective sft)")
     if spec.data.packing:
         problems.append(f"{what} does not work with data.packing (each chosen and rejected answer is its own "
                         "row): turn data.packing off")

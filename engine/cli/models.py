@@ -92,7 +92,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             freed = c.call("models.delete", **params)["freed_bytes"]
             out(f"deleted {args.repo_id}" + (f" at {args.revision}" if args.revision else "") + f": {size(freed)} freed")
         else:
-            spec = {"repo_id": args.repo_id, **({"revision": args.revision} if args.revision else {})}
+            spec = {"repo_id": args.repo_id, **({"revision": args.revision} if args.revision else {}),
+                    **({"repo_type": "dataset"} if args.dataset else {})}
             job = c.call("jobs.start", kind=MODEL_DOWNLOAD, spec=spec, name=f"download {args.repo_id}")
             display = display_for(sys.stdout, as_json=args.json, quiet=args.quiet)
             display.started(job)
@@ -125,6 +126,7 @@ def add_parser(sub: Any) -> None:
     d = ms.add_parser("download", help="download a model into the cache, with progress (resumable)")
     d.add_argument("repo_id", help="OWNER/NAME, as on the model's page")
     d.add_argument("--revision", help="a branch, tag or commit (default: main)")
+    d.add_argument("--dataset", action="store_true", help="REPO_ID is a dataset (a fine-tune's data.hub)")
     d.add_argument("--detach", action="store_true", help="return once the download job is started")
     view = d.add_mutually_exclusive_group()
     view.add_argument("--json", action="store_true", help="one JSON object a line, as `ember run --json`")

@@ -25,7 +25,15 @@ def _issue(issue: Any, field: str) -> dict[str, Any]:
     return {**asdict(issue), "field": field}
 
 
+def _named(issue: Any, default: str) -> str:
+    """The data field an issue names first ("data.split: ..."), else ``default``."""
+    head = issue.message.split(":", 1)[0]
+    return head if head.startswith("data.") and " " not in head else default
+
+
 def _field_of(issue: Any, spec: TrainSpec) -> str:
+    if spec.data.hub:  # the rows of a Hub dataset: under its id, or the field the issue names
+        return _named(issue, "data.hub")
     val = spec.data.val_path
     if val and issue.file and Path(issue.file).expanduser() == Path(val).expanduser():
         return "data.val_path"
@@ -43,11 +51,11 @@ def _text(spec: TrainSpec, n: int) -> dict[str, Any]:
 
     src = tc.sources(spec)
     # An issue with a file is the dataset's (an archive that cannot be unpacked); else a built-in name's.
-    issues = [_issue(i, _field_of(i, spec) if i.file else "data.builtin" if "dataset" in i.message else "model")
-              for i in src.issues]
+    issues = [_issue(i, _named(i, _field_of(i, spec) if i.file else "data.builtin" if "dataset" in i.message
+                               else "model")) for i in src.issues]
     # The file's own columns, so the form offers them (and a guess) instead of a free-text name.
-    profile = column_profile(src.train) if src.train and spec.data.path else []
-    found_columns = {"file_columns": profile, "column_guess": guess_columns(profile)}
+    profile = column_profile(src.train) if src.train and (spec.data.path or spec.data.hub) else []
+    found_columns = {"file_columns": profile, "column_guess": guess_columns(profile), **_hub(spec)}
     if not src.train:
         return {"kind": "table", "columns": [], "rows": [], "class_counts": {}, "n_train": 0, "n_val": 0,
                 "issues": issues, **found_columns}
@@ -115,15 +123,15 @@ def _chat(spec: TrainSpec, n: int) -> dict[str, Any]:
     from engine.tasks import causal_lm as lm
 
     train_path, val_path, found = lm.resolve_data_files(spec)
-    issues = [_issue(i, "data.builtin") for i in found]
+    issues = [_issue(i, _named(i, "data.builtin")) for i in found]
     rows: list = []
     n_val = 0
     if train_path is not None:
         rows, bad = lm.read_rows(train_path)
-        issues += [_issue(i, "data.path") for i in bad]
+        issues += [_issue(i, "data.hub" if spec.data.hub else "data.path") for i in bad]
         if val_path is not None:
             val_rows, val_bad = lm.read_rows(val_path)
-            issues += [_issue(i, "data.val_path") for i in val_bad]
+            issues += [_issue(i, "data.hub" if spec.data.hub else "data.val_path") for i in val_bad]
             n_val = len(val_rows)
     n_train = len(rows)
     if val_path is None:
@@ -134,7 +142,16 @@ def _chat(spec: TrainSpec, n: int) -> dict[str, Any]:
         response = " ".join(m["content"] for m in messages if m.get("role") == "assistant")
         shown.append({"line": str(line), "prompt": prompt[:CELL_CHARS], "response": response[:CELL_CHARS]})
     return {"kind": "chat", "columns": ["line", "prompt", "response"], "rows": shown, "class_counts": {},
-            "n_train": n_train, "n_val": n_val, "issues": issues, **template_example(spec, rows)}
+            "n_train": n_train, "n_val": n_val, "issues": issues, **template_example(spec, rows), **_hub(spec)}
+
+
+def _hub(spec: TrainSpec) -> dict[str, Any]:
+    """``hub``: a Hub dataset's state for the form (cached, splits, columns); nothing for other data."""
+    if not spec.data.hub:
+        return {}
+    from engine.tasks import hub_data
+
+    return {"hub": hub_data.summary(spec)}
 
 
 def _ready_model_folder(spec: TrainSpec) -> Path | None:

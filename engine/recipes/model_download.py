@@ -1,4 +1,4 @@
-"""model.download: a model from the Hugging Face Hub into the Hugging Face cache.
+"""model.download: a model (or with ``repo_type: dataset`` a dataset) from the Hugging Face Hub into the cache.
 
 Files go to the standard cache (``$HF_HOME/hub``, or ``HF_HUB_CACHE``), where every Hugging Face
 library and a fine-tune's ``model.hub`` find them. ``progress`` events carry bytes done and total,
@@ -20,18 +20,19 @@ from engine.training.context import JobContext, run_job
 
 def main(ctx: JobContext, spec: ModelDownloadSpec) -> str | None:
     rev = spec.revision or "main"
-    ctx.log(f"downloading {spec.repo_id} ({rev}) from {hub_models.hub_endpoint()} into {hub_models.cache_dir()}")
+    what = "dataset " if spec.repo_type == "dataset" else ""
+    ctx.log(f"downloading {what}{spec.repo_id} ({rev}) from {hub_models.hub_endpoint()} into {hub_models.cache_dir()}")
     folder = hub_models.download(spec.repo_id, spec.revision, report=lambda fields: ctx.emit("progress", **fields),
-                                 should_stop=lambda: ctx.stop_requested, log=ctx.log)
+                                 should_stop=lambda: ctx.stop_requested, log=ctx.log, repo_type=spec.repo_type)
     if folder is None:
         ctx.log("stopped on request; run the download again to continue where it stopped")
         return "stopped"
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     size = sum(p.stat().st_size for p in files)
     result = {"repo_id": spec.repo_id, "revision": rev, "commit": folder.name, "path": str(folder),
-              "files": len(files), "size_bytes": size}
+              "files": len(files), "size_bytes": size, "repo_type": spec.repo_type}
     ctx.write_result(result)
-    ctx.emit("artifact", type="model", path=str(folder))
+    ctx.emit("artifact", type=spec.repo_type, path=str(folder))
     ctx.log(f"{spec.repo_id} is cached: {len(files)} files, {size:,} bytes in {folder}")
     return None
 

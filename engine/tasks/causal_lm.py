@@ -408,6 +408,11 @@ def load_tokenizer(folder: Path, template: str = "auto") -> Any:
 
 def resolve_data_files(spec: TrainSpec) -> tuple[Path | None, Path | None, list[Issue]]:
     d = spec.data
+    if d.hub:  # a Hub dataset's files from the cache (engine/tasks/hub_data.py); none while not downloaded
+        from engine.tasks import hub_data
+
+        found = hub_data.files_for(spec)
+        return found.train, found.val, found.issues
     if d.builtin is not None or d.path is None:
         name = d.builtin or BUILTIN_DATA
         if name not in DATASETS:

@@ -1,4 +1,4 @@
-"""Download a model from the Hugging Face Hub into the standard cache, resumably, with progress.
+"""Download a model (or a dataset) from the Hugging Face Hub into the standard cache, resumably, with progress.
 
 huggingface_hub's own downloader writes each file to a temporary name and deletes it when the
 transfer fails, so a stopped or broken download starts again from zero. Here each file is fetched
@@ -193,8 +193,9 @@ def fetch_file(plan: Plan, part: Path, meter: Meter, should_stop: Callable[[], b
 
 
 def download(repo_id: str, revision: str | None, report: Progress | None = None,
-             should_stop: Callable[[], bool] = lambda: False, log: Callable[[str], None] = lambda _m: None) -> Path:
-    """Download the model into the Hugging Face cache and return its snapshot folder.
+             should_stop: Callable[[], bool] = lambda: False, log: Callable[[str], None] = lambda _m: None,
+             repo_type: str = "model") -> Path:
+    """Download the repo (``repo_type`` model or dataset) into the Hugging Face cache and return its snapshot folder.
 
     Raises Stopped when ``should_stop`` turned true (the partial file is kept), and huggingface_hub's
     errors (GatedRepoError, RepositoryNotFoundError, connection errors) as they come.
@@ -214,14 +215,14 @@ def download(repo_id: str, revision: str | None, report: Progress | None = None,
         enable_progress_bars,
     )
 
-    info = HfApi().model_info(repo_id, revision=revision, files_metadata=True,
-                              timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, files_metadata=True,
+                             timeout=constants.HF_HUB_ETAG_TIMEOUT)
     commit = info.sha
-    storage = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+    storage = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
     blobs = storage / "blobs"
     plans = []
     for sibling in info.siblings or []:
-        url = hf_hub_url(repo_id, sibling.rfilename, revision=commit)
+        url = hf_hub_url(repo_id, sibling.rfilename, repo_type=repo_type, revision=commit)
         meta = get_hf_file_metadata(url, timeout=constants.HF_HUB_ETAG_TIMEOUT)
         plans.append(Plan(sibling.rfilename, meta.location, meta.etag or "", meta.size or sibling.size))
     total = sum(p.size or 0 for p in plans)
@@ -261,7 +262,7 @@ def download(repo_id: str, revision: str | None, report: Progress | None = None,
     quiet = are_progress_bars_disabled()
     disable_progress_bars()  # every blob is here: this only writes the snapshot's links, refs and listing
     try:
-        folder = snapshot_download(repo_id, revision=revision)
+        folder = snapshot_download(repo_id, repo_type=repo_type, revision=revision)
     finally:
         if not quiet:
             enable_progress_bars()

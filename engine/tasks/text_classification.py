@@ -3,7 +3,8 @@
 Data: a CSV (header row) or JSONL (one object a line) file with a text and a label
 column (``data.text_column``, ``data.label_column``); validation comes from
 ``data.val_path`` or a seeded, stratified ``data.val_fraction`` split. Built in:
-``support-tickets`` (engine/resources/datasets/support_tickets).
+``support-tickets`` (engine/resources/datasets/support_tickets). ``data.hub`` reads a Hugging Face
+Hub dataset's split instead (CSV, TSV, JSONL, JSON or Parquet; engine/tasks/hub_data.py).
 
 Model: any Hugging Face model folder on disk through AutoModelForSequenceClassification
 (never downloaded); built in: ``minilm``, the all-MiniLM-L6-v2 folder shipped by the
@@ -77,7 +78,13 @@ class Sources:
 def sources(spec: TrainSpec) -> Sources:
     src = Sources(text_column=spec.data.text_column, label_column=spec.data.label_column)
     d = spec.data
-    if d.builtin or not d.path:
+    if d.hub:  # a Hub dataset's files from the cache (engine/tasks/hub_data.py); none while not downloaded
+        from engine.tasks import hub_data
+
+        found = hub_data.files_for(spec)
+        src.train, src.val = str(found.train or ""), str(found.val) if found.val else None
+        src.issues += found.issues
+    elif d.builtin or not d.path:
         name = d.builtin or "support-tickets"
         if name not in BUILTIN_DATASETS:
             src.issues.append(Issue(f"unknown built-in dataset '{name}' for text classification",
