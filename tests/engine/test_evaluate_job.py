@@ -1,6 +1,7 @@
 """evaluate.model through the real engine: a LoRA fine-tune of the built-in tiny Llama scored on its validation
 data and on two lm-eval tasks defined by local YAML files (offline), its base model beside it through
-`ember evaluate`, the results listed together (evaluations.list), and bad input failing with a fix."""
+`ember evaluate`, the results listed together (evaluations.list); a text classifier scored on its validation
+data; bad input failing with a fix."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from engine.cli.main import main as cli
 from engine.evaluate.generation import METRICS
 from engine.tasks import causal_lm as lm
 from tests.conftest import ROOT, wait_for
+from tests.fixtures.trained_runs import SPECS
 
 pytestmark = pytest.mark.slow
 
@@ -93,18 +95,32 @@ def test_a_run_and_its_base_model_are_evaluated_on_its_validation_data_and_local
     assert any(line.startswith("llm ") for line in out.splitlines())
 
 
-def test_bad_input_fails_before_the_model_loads_with_a_fix(engine_proc, tmp_path):
+def test_a_classifier_scores_as_its_own_evaluation_did_and_bad_input_fails_before_the_model_loads(
+        engine_with_runs, tmp_path):
+    eng, ids = engine_with_runs("text")
+    text = ids["text"]
     missing = tmp_path / "nowhere.jsonl"
-    with engine_proc.client(timeout=60) as c:
+    with eng.client(timeout=60) as c:
         with pytest.raises(RpcError) as err:  # the spec itself: a base model has no validation data
             c.call("jobs.start", kind=EVALUATE, spec={"model": {"builtin": "tiny-llama"}})
         assert "has no validation data of its own" in json.dumps(err.value.data)
-        no_file = c.call("jobs.start", kind=EVALUATE, spec={"model": {"builtin": "tiny-llama"}, "data": str(missing)})
+        classify = c.call("jobs.start", kind=EVALUATE, spec={"model": {"run": text}, "limit": 0, "batch_size": 16})
         typo = c.call("jobs.start", kind=EVALUATE, spec={
             "model": {"builtin": "tiny-llama"}, "generation": False,
             "lm_eval": {"tasks": ["ember_short_qaa"], "include_path": str(TASKS_DIR)}})
-        no_file, typo = finished(c, no_file["id"], 120), finished(c, typo["id"], 120)
+        no_file = c.call("jobs.start", kind=EVALUATE, spec={"model": {"builtin": "tiny-llama"}, "data": str(missing)})
+        classify, typo, no_file = (finished(c, j["id"], 240) for j in (classify, typo, no_file))
         logs = c.call("jobs.logs", id=typo["id"])["lines"]
+        own = {r["name"]: r["value"] for r in c.call("jobs.metrics", id=text, kind="eval")["metrics"]
+               if r["step"] == SPECS["text"]["max_steps"]}
+
+    # Every validation row of the fine-tune, scored as its last evaluation scored them.
+    assert classify["state"] == "succeeded", classify.get("error")
+    scored = classify["result"]["classification"]
+    assert classify["result"]["data"]["source"] == "validation" and scored["rows"] == classify["result"]["data"]["rows"]
+    assert scored["metrics"]["accuracy"] == pytest.approx(own["accuracy"], abs=1e-9)
+    assert scored["metrics"]["macro_f1"] == pytest.approx(own["macro_f1"], abs=1e-9)
+    assert sum(map(sum, scored["confusion"])) == scored["rows"]
 
     assert no_file["state"] == "failed"
     assert no_file["error"]["message"] == f"Data file {missing} not found"
