@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.models.field_labels import field_message, label_for, on_screen
 from app.widgets.common import label
@@ -115,6 +115,17 @@ def with_message(widget: QWidget, message: FieldMessage) -> QWidget:
     column.setSpacing(2)
     column.addWidget(widget)
     column.addWidget(message)
+    return box
+
+
+def indented(widget: QWidget, width: int = 280) -> QWidget:
+    """A control under a radio button, indented like the button's text and no wider than ``width``."""
+    box = QWidget()
+    row = QHBoxLayout(box)
+    row.setContentsMargins(24, 0, 0, 0)
+    widget.setMinimumWidth(width)
+    row.addWidget(widget)
+    row.addStretch(1)
     return box
 
 

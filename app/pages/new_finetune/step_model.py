@@ -30,7 +30,14 @@ from app.models.spec_tools import (
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import FactsView, card, label
 from app.widgets.hub_picker import HubPicker
-from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
+from app.widgets.wizard_parts import (
+    Step,
+    error_text,
+    indented,
+    show_text,
+    step_header,
+    with_message,
+)
 from engine.api.train_spec import BUILTIN_MODEL_CHOICES, BUILTIN_MODELS
 
 BUILTIN_TEXT = {
@@ -88,8 +95,7 @@ class ModelStep(Step):
         self.builtin_combo = QComboBox()
         self.builtin_combo.setAccessibleName("Built-in model")
         self.builtin_combo.setToolTip("Job file: model.builtin.")
-        self.builtin_combo.setContentsMargins(24, 0, 0, 0)
-        box.addWidget(self.builtin_combo)
+        box.addWidget(indented(self.builtin_combo))
         self.builtin_note = label("", "muted", wrap=True)
         self.builtin_note.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.builtin_note)
