@@ -171,7 +171,7 @@ class ModelStep(Step):
         form.addRow(self.arch_label, with_message(self.arch_combo, self.message_for("model.arch")))
         self.path_help = label("", "muted", wrap=True)
         form.addRow("", self.path_help)
-        box.addWidget(self.custom_box)
+        box.insertWidget(box.indexOf(self.custom_radio) + 1, self.custom_box)  # under its own radio button
         box.addWidget(self.general_message)
         outer.addWidget(frame)
 
