@@ -4,7 +4,8 @@ Search asks the engine (``models.search``) a moment after the last key press; th
 model's downloads, licence and whether it is gated, and a click puts its id in the field. Offline the
 engine answers within seconds and the picker says so: an id typed by hand still works for a model
 already in the cache. Download starts a ``model.download`` job and follows its ``progress`` events
-(bytes, speed, ETA) to the end. Used by the New fine-tune Model step and the Models page.
+(bytes, speed, ETA) to the end. Used by the New fine-tune Model step and the Models page; with
+``repo_type="dataset"`` (no search) by the Data step, for a fine-tune's ``data.hub``.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ class HubPicker(QWidget):
     changed = Signal()  # the id or the revision was edited
     downloaded = Signal(dict)  # a download job succeeded: its result {repo_id, path, ...}
 
-    def __init__(self, client: Any, parent: QWidget | None = None, search: bool = True):
+    def __init__(self, client: Any, parent: QWidget | None = None, search: bool = True, repo_type: str = "model"):
         super().__init__(parent)
         self._client = client
-        self._search_on = search
+        self.repo_type = repo_type
+        dataset = repo_type == "dataset"
+        self._search_on = search and not dataset  # models.search looks for models
         self._generation = 0
         self._filling = False
         self.job_id: str | None = None
@@ -59,14 +62,17 @@ class HubPicker(QWidget):
         form = QFormLayout()
         form.setContentsMargins(0, 0, 0, 0)
         self.id_edit = QLineEdit()
-        self.id_edit.setPlaceholderText("owner/name, or words to search for")
-        self.id_edit.setToolTip("The model's id on the Hugging Face Hub, as on its page (e.g. "
+        self.id_edit.setPlaceholderText("owner/name" if dataset else "owner/name, or words to search for")
+        self.id_edit.setToolTip("The dataset's id on the Hugging Face Hub, as on its page (e.g. stanfordnlp/imdb). "
+                                "Job file: data.hub." if dataset else
+                                "The model's id on the Hugging Face Hub, as on its page (e.g. "
                                 "Qwen/Qwen2.5-0.5B-Instruct); type words to search. Job file: model.hub.")
-        self.id_edit.setAccessibleName("Hugging Face model id")
-        form.addRow(label("Hub model"), self.id_edit)
+        self.id_edit.setAccessibleName(f"Hugging Face {repo_type} id")
+        form.addRow(label(f"Hub {repo_type}"), self.id_edit)
         self.rev_edit = QLineEdit()
         self.rev_edit.setPlaceholderText("main")
-        self.rev_edit.setToolTip("A branch, tag or commit of the model; empty = main. Job file: model.revision.")
+        self.rev_edit.setToolTip(f"A branch, tag or commit of the {repo_type}; empty = main. Job file: "
+                                 f"{'data' if dataset else 'model'}.revision.")
         self.rev_edit.setAccessibleName("Revision")
         form.addRow(label("Revision"), self.rev_edit)
         outer.addLayout(form)
@@ -92,7 +98,7 @@ class HubPicker(QWidget):
 
         row = QHBoxLayout()
         self.download_button = QPushButton("Download")
-        self.download_button.setToolTip("Download the model into the Hugging Face cache now (a fine-tune "
+        self.download_button.setToolTip(f"Download the {repo_type} into the Hugging Face cache now (a fine-tune "
                                         "also downloads it as it starts)")
         self.download_button.clicked.connect(self.download)
         row.addWidget(self.download_button)
@@ -198,6 +204,8 @@ class HubPicker(QWidget):
         spec: dict[str, Any] = {"repo_id": self.repo_id()}
         if self.revision():
             spec["revision"] = self.revision()
+        if self.repo_type != "model":
+            spec["repo_type"] = self.repo_type
         self.download_button.setEnabled(False)
         self.progress.setValue(0)
         self.progress.show()

@@ -54,7 +54,7 @@ METHODS: dict[str, str] = {
     "data.preview": "{spec, n?} -> {samples: [{label, png_base64}], issues}: augmented training images of an image spec.",
     "data.inspect": "{spec, n?} -> {kind, columns, rows, thumbnails, class_counts, n_train, n_val, issues, "
                     "file_columns?, column_guess?, model_chat_template?, chat_template_used?, "
-                    "rendered_example?}: what the wizard shows of a dataset.",
+                    "rendered_example?, hub?}: what the wizard shows of a dataset.",
     "models.inspect": "{spec} -> {ok, issues, facts}: the spec's model, measured on the meta device (no weights loaded).",
     "estimate.fit": "{spec} -> {devices, verdict, reason, suggestions, params, throughput, notes}: "
                     "peak memory per device before launch.",

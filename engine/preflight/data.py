@@ -164,11 +164,23 @@ def _ready_model_folder(spec: TrainSpec) -> Path | None:
         return hub_models.cached_folder(m.hub, m.revision)
     if m.path and not m.builtin:
         folder = Path(m.path).expanduser()
-    elif (m.builtin or lm.BUILTIN_MODEL) == lm.BUILTIN_MODEL:
-        return lm.ensure_tiny_llama()  # a second or two, once
-    else:
-        folder = builtin_models.folder_of(m.builtin or "")
+    else:  # a built-in model is written by its first use (the wizard's checks, a fine-tune), not by a preview
+        folder = builtin_models.folder_of(m.builtin or lm.BUILTIN_MODEL)
     return folder if (folder / "config.json").is_file() else None
+
+
+def _render_first(folder: Path, chosen: str, first: tuple[int, list] | None) -> tuple[Any, Any]:
+    """(the template's holder, the first row's (text, learned spans) or None): from the folder's files, which
+    is fast; with the real tokenizer when they do not render (it imports torch: seconds)."""
+    from engine.tasks import causal_lm as lm
+    from engine.tasks.template_preview import FolderTemplate
+
+    try:
+        holder: Any = FolderTemplate(folder, chosen)
+        return holder, lm.render(holder, first[1]) if first else None
+    except Exception:  # noqa: BLE001 - an unusual folder or template: the tokenizer itself decides
+        holder = lm.load_tokenizer(folder, chosen)
+        return holder, lm.render(holder, first[1]) if first else None
 
 
 def template_example(spec: TrainSpec, rows: list) -> dict[str, Any]:
@@ -178,7 +190,6 @@ def template_example(spec: TrainSpec, rows: list) -> dict[str, Any]:
     ``model_chat_template`` is None and ``rendered_example`` too while the model is not at hand (a Hub
     model not downloaded yet, a built-in one not prepared yet); ``example_error`` says why a row cannot
     be rendered."""
-    from engine.tasks import causal_lm as lm
     from engine.tasks import chat_templates
     from engine.tasks.base import InputError
 
@@ -189,21 +200,20 @@ def template_example(spec: TrainSpec, rows: list) -> dict[str, Any]:
     folder = _ready_model_folder(spec)
     if folder is None:
         return answer
+    first = rows[0] if rows else None
     try:
-        tokenizer = lm.load_tokenizer(folder, chosen)
+        tokenizer, rendered = _render_first(folder, chosen, first)
     except InputError as exc:
         answer["example_error"] = str(exc)
         return answer
+    except Exception as exc:  # noqa: BLE001 - a chat template may raise anything (jinja, its own checks)
+        answer["example_error"] = f"the chat template rejected line {first[0] if first else '?'} ({exc})"
+        return answer
     answer["model_chat_template"] = tokenizer.model_has_chat_template
     answer["chat_template_used"] = chat_templates.used_name(tokenizer.model_has_chat_template, chosen)
-    if not rows:
+    if first is None or rendered is None:
         return answer
-    line, messages = rows[0]
-    try:
-        text, spans = lm.render(tokenizer, messages)
-    except Exception as exc:  # noqa: BLE001 - a chat template may raise anything (jinja, its own checks)
-        answer["example_error"] = f"the chat template rejected line {line} ({exc})"
-        return answer
+    line, (text, spans) = first[0], rendered
     cut = text[:EXAMPLE_CHARS]
     learned = [[a, min(b, len(cut))] for a, b in spans if a < len(cut)]
     answer["rendered_example"] = {"line": line, "text": cut, "learned": learned, "cut": len(text) > len(cut)}

@@ -334,4 +334,15 @@ def summary(spec: TrainSpec) -> dict[str, Any]:
     found = files_for(spec)
     out.update(commit=folder.name, splits={name: files for name, files in found.splits.items()},
                val_split=val_split_name(spec, found.splits), columns=found.columns)
+    if spec.task == "causal_lm":
+        out["column_guess"] = guess_chat_columns(found.columns)
     return out
+
+
+def guess_chat_columns(columns: list[str]) -> dict[str, str]:
+    """The likely column for each field of a causal LM row (offered by the form, never applied unasked)."""
+    guess = {key: next((n for n in names if n in columns), None)
+             for key, names in (("prompt", PROMPT_NAMES), ("response", RESPONSE_NAMES), ("messages", MESSAGE_NAMES))}
+    if guess["messages"] and not (guess["prompt"] and guess["response"]):
+        return {"messages": guess["messages"]}
+    return {k: v for k, v in guess.items() if v and k != "messages"}

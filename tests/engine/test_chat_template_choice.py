@@ -128,3 +128,17 @@ def test_data_inspect_shows_whether_the_model_has_a_template_and_a_rendered_row(
     reply = inspect_data(TrainSpec(task="causal_lm", model={"hub": "acme/not-here"},
                                    data={"builtin": "tiny-instructions"}))
     assert reply["model_chat_template"] is None and reply["rendered_example"] is None and reply["rows"]
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_the_previews_template_renders_what_the_tokenizer_renders(tmp_path, own):
+    from engine.tasks.template_preview import FolderTemplate
+
+    folder = lm.make_tiny_model_folder(tmp_path / "m", chat_template=own)
+    rows = [ROW, [{"role": "system", "content": "Be brief."}, *ROW, {"role": "user", "content": "And France?"},
+                  {"role": "assistant", "content": "Paris."}]]
+    for name in chat_templates.CHOICES:
+        quick, real = FolderTemplate(folder, name), lm.load_tokenizer(folder, name)
+        assert quick.model_has_chat_template is real.model_has_chat_template is own
+        for messages in rows:
+            assert lm.render(quick, messages) == lm.render(real, messages)

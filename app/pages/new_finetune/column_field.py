@@ -59,5 +59,7 @@ class ColumnField(QComboBox):
 
 
 def _describe(column: dict[str, Any]) -> str:
+    if "distinct" not in column:  # a name only (a Hub dataset's columns)
+        return ""
     return (f"{column.get('distinct', 0):,} different values, {column.get('mean_chars', 0):g} characters "
             f"on average, in the first {column.get('filled', 0):,} rows")

@@ -31,10 +31,18 @@ from app.models.spec_tools import (
 from app.pages.new_finetune.chat_template_box import ChatTemplateBox
 from app.pages.new_finetune.column_field import ColumnField
 from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
+from app.pages.new_finetune.hub_data_box import HubDataBox
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow
-from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
+from app.widgets.wizard_parts import (
+    Step,
+    error_text,
+    indented,
+    show_text,
+    step_header,
+    with_message,
+)
 from engine.api.train_spec import BUILTIN_DATA_CHOICES, BUILTIN_PREFERENCE_DATA
 
 BUILTIN_TEXT = {
@@ -50,8 +58,10 @@ PREFERENCE_TEXT = ("Questions with a chosen answer (correct, polite) and a rejec
 PREFERENCE_HELP = ('A JSONL file: one {"prompt", "chosen", "rejected"} per line (KTO: {"prompt", '
                    '"completion", "label": true or false}, or the same pairs).')
 INSPECT_MS = 400
-FIELDS = ("data.text_column", "data.label_column", "data.val_path", "data.max_length",
-          "data.image_size", "data.min_per_class", "data.path")
+FIELDS = ("data.text_column", "data.label_column", "data.columns", "data.val_split", "data.split", "data.val_path",
+          "data.max_length", "data.image_size", "data.min_per_class", "data.hub", "data.path")
+# causal_lm with a Hub dataset: the field of a row each column fills (data.columns)
+CHAT_FIELDS = ("prompt", "response", "messages")
 
 
 def _spin(lo: int, hi: int, value: int, step: int = 1) -> QSpinBox:
@@ -99,9 +109,9 @@ class DataStep(Step):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(14)
-        outer.addWidget(step_header("Which data?", "Use the built-in dataset, or your own file or "
-                                    "folder. Ember reads it now and lists any problem with the "
-                                    "file and line, before anything starts."))
+        outer.addWidget(step_header("Which data?", "Use the built-in dataset, your own file or "
+                                    "folder, or a dataset from the Hugging Face Hub. Ember reads it now and "
+                                    "lists any problem with the file and line, before anything starts."))
         # The form beside its preview on a wide window, the preview under it on a narrow one.
         columns = Reflow(spacing=14, wide=860)
         left = QVBoxLayout()
@@ -111,14 +121,16 @@ class DataStep(Step):
         self.group = QButtonGroup(self)
         self.builtin_radio = QRadioButton("Built-in")
         self.custom_radio = QRadioButton("My data")
+        self.hub_radio = QRadioButton("From the Hugging Face Hub")
         self.group.addButton(self.builtin_radio)
         self.group.addButton(self.custom_radio)
+        self.group.addButton(self.hub_radio)
         self.builtin_radio.setChecked(True)
         box.addWidget(self.builtin_radio)
         self.builtin_combo = QComboBox()  # where a task has several built-in datasets
         self.builtin_combo.setAccessibleName("Built-in dataset")
         self.builtin_combo.setToolTip("Job file: data.builtin.")
-        box.addWidget(self.builtin_combo)
+        box.addWidget(indented(self.builtin_combo))
         self.builtin_note = label("", "muted", wrap=True)
         self.builtin_note.setContentsMargins(24, 0, 0, 0)
         box.addWidget(self.builtin_note)
@@ -138,20 +150,39 @@ class DataStep(Step):
         row.addWidget(self.browse_button)
         self.path_label = label("File")
         custom.addRow(self.path_label, with_message(path_row, self.message_for("data.path")))
-        # Drop-downs of the file's columns once it is read; any name can still be typed.
-        self.text_column_edit = ColumnField("text")
-        self.label_column_edit = ColumnField("label")
-        self.text_column_label, self.label_column_label = label("Text column"), label("Label column")
-        custom.addRow(self.text_column_label,
-                      with_message(self.text_column_edit, self.message_for("data.text_column")))
-        custom.addRow(self.label_column_label,
-                      with_message(self.label_column_edit, self.message_for("data.label_column")))
-        self.columns_note = label("", "muted", wrap=True)
-        self.columns_note.hide()
-        custom.addRow("", self.columns_note)
         self.path_help = label("", "muted", wrap=True)
         custom.addRow("", self.path_help)
         box.addWidget(self.custom_box)
+        box.addWidget(self.hub_radio)
+        self.hub_box = HubDataBox(client, self.message_for)  # a dataset id, Download, its splits
+        box.addWidget(self.hub_box)
+
+        # Drop-downs of the file's (or Hub dataset's) columns once it is read; any name can still be typed.
+        self.columns_box = QWidget()
+        cols = QFormLayout(self.columns_box)
+        cols.setContentsMargins(24, 0, 0, 0)
+        self._columns_form = cols
+        self.text_column_edit = ColumnField("text")
+        self.label_column_edit = ColumnField("label")
+        self.text_column_label, self.label_column_label = label("Text column"), label("Label column")
+        cols.addRow(self.text_column_label,
+                    with_message(self.text_column_edit, self.message_for("data.text_column")))
+        cols.addRow(self.label_column_label,
+                    with_message(self.label_column_edit, self.message_for("data.label_column")))
+        # A causal LM's rows from a Hub dataset whose columns are not named prompt/response or messages.
+        self.chat_column_edits = {f: ColumnField(f if f != "messages" else "") for f in CHAT_FIELDS}
+        self.chat_column_labels = {f: label(f"{f.capitalize()} column") for f in CHAT_FIELDS}
+        for f in CHAT_FIELDS:
+            edit = self.chat_column_edits[f]
+            edit.setToolTip(f"The dataset's column that holds each row's {f}"
+                            + (" (a list of role/content turns; it takes the place of prompt and response)"
+                               if f == "messages" else "") + f". Job file: data.columns.{f}.")
+            shown = with_message(edit, self.message_for("data.columns")) if f == "prompt" else edit
+            cols.addRow(self.chat_column_labels[f], shown)
+        self.columns_note = label("", "muted", wrap=True)
+        self.columns_note.hide()
+        cols.addRow("", self.columns_note)
+        box.addWidget(self.columns_box)
 
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
@@ -222,6 +253,8 @@ class DataStep(Step):
         # What each field means, and its key in the job file (app/glossary.py).
         self.builtin_radio.setToolTip("The dataset that ships with Ember Studio for this task. Job file: data.builtin.")
         self.custom_radio.setToolTip("Your own file or folder. Job file: data.path.")
+        self.hub_radio.setToolTip("A dataset on the Hugging Face Hub, downloaded into the Hugging Face cache "
+                                  "(CSV, TSV, JSONL, JSON or Parquet files). Job file: data.hub.")
         self.path_edit.setToolTip("The data file (CSV, TSV, JSONL) or image folder, on the machine that trains. "
                                   "Job file: data.path.")
         self.text_column_edit.setToolTip(field_tooltip("text column", "data.text_column"))
@@ -243,8 +276,10 @@ class DataStep(Step):
                                                 self._on_check, self._on_error)
         self.group.buttonToggled.connect(lambda _b, on: on and self._on_mode())
         self.builtin_combo.currentTextChanged.connect(lambda _t: (self.set_task(self._task), self.emit_changed()))
-        for edit in (self.path_edit, self.text_column_edit, self.label_column_edit):
+        for edit in (self.path_edit, self.text_column_edit, self.label_column_edit, *self.chat_column_edits.values()):
             edit.textChanged.connect(self.emit_changed)
+        self.hub_box.changed.connect(self.emit_changed)
+        self.hub_box.downloaded.connect(self._look_again)
         for spin in (self.max_length_spin, self.image_size_spin, self.val_fraction_spin,
                      self.crop_scale_spin, self.jitter_spin):
             spin.valueChanged.connect(self.emit_changed)
@@ -270,8 +305,12 @@ class DataStep(Step):
         several = BUILTIN_DATA_NOTES.get(self.builtin_combo.currentText(), "") if len(choices) > 1 else ""
         self.builtin_note.setText(PREFERENCE_TEXT if preferences else several or BUILTIN_TEXT[task])
         self.path_label.setText("Folder" if images else "File")
-        self._custom_form.setRowVisible(self.text_column_label, text)
-        self._custom_form.setRowVisible(self.label_column_label, text)
+        self.hub_radio.setVisible(not images and not preferences)  # image folders and preference rows: files
+        if self.hub_radio.isChecked() and self.hub_radio.isHidden():
+            self.builtin_radio.setChecked(True)
+        self._columns_form.setRowVisible(self.text_column_label, text)
+        self._columns_form.setRowVisible(self.label_column_label, text)
+        self._show_chat_columns()
         self._form.setRowVisible(self.max_length_label, not images)
         self._form.setRowVisible(self.image_size_label, images)
         self.augment_card.setVisible(images)
@@ -295,8 +334,22 @@ class DataStep(Step):
 
     def _on_mode(self) -> None:
         self.custom_box.setEnabled(self.custom_radio.isChecked())
+        self.hub_box.setEnabled(self.hub_radio.isChecked())
+        self.columns_box.setEnabled(not self.builtin_radio.isChecked())
         self.builtin_combo.setEnabled(self.builtin_radio.isChecked())
+        self._show_chat_columns()
         self.emit_changed()
+
+    def _show_chat_columns(self) -> None:
+        """The causal LM's column mapping: only for a Hub dataset."""
+        shown = self._task == "causal_lm" and self.hub_radio.isChecked()
+        for f in CHAT_FIELDS:
+            self._columns_form.setRowVisible(self.chat_column_labels[f], shown)
+
+    def _look_again(self) -> None:
+        """The Hub dataset is downloaded now: read it (the spec did not change)."""
+        self._inspected_key = None
+        self.spec_changed(self._spec)
 
     def _browse(self) -> None:
         options = QFileDialog.Option.DontUseNativeDialog
@@ -315,11 +368,16 @@ class DataStep(Step):
         data = spec.get("data") or {}
         self._objective = spec.get("objective") or "sft"
         self.set_task(spec.get("task", self._task))
-        custom = bool(data.get("path"))
-        (self.custom_radio if custom else self.builtin_radio).setChecked(True)
+        custom, hub = bool(data.get("path")), bool(data.get("hub"))
+        (self.hub_radio if hub else self.custom_radio if custom else self.builtin_radio).setChecked(True)
         if data.get("builtin") in builtin_choices(self._task, self._objective):
             self.builtin_combo.setCurrentText(data["builtin"])
         self.custom_box.setEnabled(custom)
+        self.hub_box.setEnabled(hub)
+        self.hub_box.load(data)
+        mapping = data.get("columns") or {}
+        for f, edit in self.chat_column_edits.items():
+            edit.setText(mapping.get(f) or edit.default)
         self.path_edit.setText(data.get("path") or "")
         self.text_column_edit.setText(data.get("text_column") or "text")
         self.label_column_edit.setText(data.get("label_column") or "label")
@@ -337,8 +395,16 @@ class DataStep(Step):
     def write(self, spec: dict[str, Any]) -> None:
         data = spec.setdefault("data", {})
         task = spec["task"]
+        # Only the chosen source's fields: a job file names one dataset.
+        data.update(hub=None, revision=None, split="train", val_split=None, columns={})
         if self.builtin_radio.isChecked():
             data.update(builtin=self.builtin_name(task, spec.get("objective") or "sft"), path=None, val_path=None)
+        elif self.hub_radio.isChecked():
+            data.update(builtin=None, path=None, val_path=None)
+            self.hub_box.write(data)
+            if task == "causal_lm":
+                data["columns"] = {f: e.text().strip() for f, e in self.chat_column_edits.items()
+                                   if e.text().strip() and e.text().strip() != f}
         else:
             data.update(builtin=None, path=self.path_edit.text().strip() or None)
         if task == "text_classification":
@@ -362,15 +428,20 @@ class DataStep(Step):
         data["val_fraction"] = round(self.val_fraction_spin.value(), 2)
 
     def missing_path(self) -> bool:
-        return self.custom_radio.isChecked() and not self.path_edit.text().strip()
+        return (self.custom_radio.isChecked() and not self.path_edit.text().strip()) or \
+            (self.hub_radio.isChecked() and not self.hub_box.repo_id())
 
     def show_errors(self, errors: dict[str, list[str]]) -> None:
         errors = {k: list(v) for k, v in errors.items()}
-        if self.missing_path():
+        if self.missing_path() and self.hub_radio.isChecked():
+            errors.setdefault("data.hub", []).append("Type the dataset's id, owner/name as on its page (or pick "
+                                                     "Built-in).")
+        elif self.missing_path():
             what = "folder" if self._task == "image_classification" else "file"
             errors.setdefault("data.path", []).append(f"Choose the data {what} (or pick Built-in).")
         # What the engine found in the files goes under the field to change (the path by default).
-        default = "data.path" if self.custom_radio.isChecked() else "data"
+        default = ("data.path" if self.custom_radio.isChecked() else "data.hub" if self.hub_radio.isChecked()
+                   else "data")
         for issue in self._issues:
             field = issue_field(issue, FIELDS, default)
             if field == "data.min_per_class":
@@ -381,7 +452,8 @@ class DataStep(Step):
     def blocking(self) -> list[str]:
         problems = [f"Data: {i.get('message')}" for i in self._issues]
         if self.missing_path():
-            problems.append("Data: choose the data file or folder")
+            problems.append("Data: type the Hub dataset's id" if self.hub_radio.isChecked()
+                            else "Data: choose the data file or folder")
         return problems
 
     def busy(self) -> bool:
@@ -424,14 +496,17 @@ class DataStep(Step):
         if not self._issues:
             show_text(self.note, self.note.text() or "No problems found in the data.")
         self.preview.show_reply(reply)
+        self.hub_box.show_facts(reply.get("hub") if self.hub_radio.isChecked() else None)
         if self._task == "causal_lm":
             self.template_box.show_reply(reply)
         self.changed.emit()
 
     def _offer_columns(self, reply: dict[str, Any]) -> bool:
         """Fill the column drop-downs from the file; True when a guess replaced a default name."""
+        if self._task == "causal_lm" and self.hub_radio.isChecked():
+            return self._offer_chat_columns(reply.get("hub") or {})
         columns = list(reply.get("file_columns") or [])
-        if not columns or self._task != "text_classification" or not self.custom_radio.isChecked():
+        if not columns or self._task != "text_classification" or self.builtin_radio.isChecked():
             return False
         guess = reply.get("column_guess") or {}
         changed = self.text_column_edit.set_columns(columns, guess.get("text_column"))
@@ -440,8 +515,23 @@ class DataStep(Step):
                    (("text column", self.text_column_edit), ("label column", self.label_column_edit))
                    if field.guessed and field.text() == field.guessed]
         show_text(self.columns_note,
-                  f"Chosen from the file's columns: {' and '.join(guessed)} (the longest text; the fewest "
+                  f"Chosen from the {'dataset' if self.hub_radio.isChecked() else 'file'}'s columns: "
+                  f"{' and '.join(guessed)} (the longest text; the fewest "
                   "different values). Pick another if that is wrong." if guessed else "")
+        return changed
+
+    def _offer_chat_columns(self, facts: dict[str, Any]) -> bool:
+        """A causal LM's Hub dataset: its columns in the mapping drop-downs, the likely ones chosen."""
+        names = [str(c) for c in facts.get("columns") or []]
+        if not names:
+            return False
+        guess = facts.get("column_guess") or {}
+        changed = False
+        for f, edit in self.chat_column_edits.items():
+            changed = edit.set_columns([{"name": n} for n in names], guess.get(f)) or changed
+        guessed = [f"{f} '{e.guessed}'" for f, e in self.chat_column_edits.items() if e.guessed and e.text() == e.guessed]
+        show_text(self.columns_note, f"Chosen from the dataset's columns: {', '.join(guessed)}. Pick others if "
+                                     "that is wrong." if guessed else "")
         return changed
 
     def _on_error(self, err: Any) -> None:
