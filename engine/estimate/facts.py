@@ -172,7 +172,7 @@ def _weights_bytes(folder: Path) -> int:
 
 def _text_labels(spec: TrainSpec) -> int:
     """Classes in the training file when it is a built-in one (cheap); 2 otherwise (the head is tiny)."""
-    if spec.data.path and not spec.data.builtin:
+    if (spec.data.path or spec.data.hub) and not spec.data.builtin:
         return 2
     from engine.tasks import text_classification as tc
 
