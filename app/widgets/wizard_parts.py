@@ -118,6 +118,18 @@ def with_message(widget: QWidget, message: FieldMessage) -> QWidget:
     return box
 
 
+def show_builtins(radio: Any, combo: Any, choices: tuple[str, ...]) -> None:
+    """A step's Built-in radio and its combo for ``choices``: the name on the radio when there is one, else
+    the combo (refilled only when the choices change, so the user's pick stays)."""
+    radio.setText("Built-in" if len(choices) > 1 else f"Built-in: {choices[0]}")
+    if [combo.itemText(i) for i in range(combo.count())] != list(choices):
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItems(list(choices))
+        combo.blockSignals(False)
+    combo.setVisible(len(choices) > 1)
+
+
 def indented(widget: QWidget, width: int = 280) -> QWidget:
     """A control under a radio button, indented like the button's text and no wider than ``width``."""
     box = QWidget()

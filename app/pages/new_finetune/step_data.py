@@ -39,6 +39,7 @@ from app.widgets.wizard_parts import (
     Step,
     error_text,
     indented,
+    show_builtins,
     show_text,
     step_header,
     with_message,
@@ -295,13 +296,7 @@ class DataStep(Step):
         images, text = task == "image_classification", task == "text_classification"
         preferences = task == "causal_lm" and self._objective != "sft"
         choices = builtin_choices(task, self._objective)
-        self.builtin_radio.setText("Built-in" if len(choices) > 1 else f"Built-in: {choices[0]}")
-        if [self.builtin_combo.itemText(i) for i in range(self.builtin_combo.count())] != list(choices):
-            self.builtin_combo.blockSignals(True)
-            self.builtin_combo.clear()
-            self.builtin_combo.addItems(list(choices))
-            self.builtin_combo.blockSignals(False)
-        self.builtin_combo.setVisible(len(choices) > 1)
+        show_builtins(self.builtin_radio, self.builtin_combo, choices)
         several = BUILTIN_DATA_NOTES.get(self.builtin_combo.currentText(), "") if len(choices) > 1 else ""
         self.builtin_note.setText(PREFERENCE_TEXT if preferences else several or BUILTIN_TEXT[task])
         self.path_label.setText("Folder" if images else "File")

@@ -34,6 +34,7 @@ from app.widgets.wizard_parts import (
     Step,
     error_text,
     indented,
+    show_builtins,
     show_text,
     step_header,
     with_message,
@@ -207,14 +208,7 @@ class ModelStep(Step):
 
     def set_task(self, task: str) -> None:
         self._task = task
-        choices = BUILTIN_MODEL_CHOICES[task]
-        self.builtin_radio.setText("Built-in" if len(choices) > 1 else f"Built-in: {BUILTIN_MODELS[task]}")
-        if [self.builtin_combo.itemText(i) for i in range(self.builtin_combo.count())] != list(choices):
-            self.builtin_combo.blockSignals(True)
-            self.builtin_combo.clear()
-            self.builtin_combo.addItems(list(choices))
-            self.builtin_combo.blockSignals(False)
-        self.builtin_combo.setVisible(len(choices) > 1)
+        show_builtins(self.builtin_radio, self.builtin_combo, BUILTIN_MODEL_CHOICES[task])
         self._builtin_note()
         images = task == "image_classification"
         self.hub_radio.setVisible(not images)  # the Hub's models here are text models
