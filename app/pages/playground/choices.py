@@ -101,7 +101,7 @@ def job_choice(job: dict[str, Any], lookup: Lookup | None = None) -> Choice | No
     kind = TASK_KINDS[str(info.get("task"))]
     group = FINETUNES if job.get("kind") == FINETUNE else VARIANTS
     what = ", ".join(str(info[k]) for k in ("model", "method") if info.get(k))
-    title = run_title(job, lookup) + (f"  ({what})" if what else "")
+    title = run_title(job, lookup) + (f" ({what})" if what else "")
     detail = f"{job['id']}: {str(info.get('task')).replace('_', ' ')}" + (f", {what}" if what else "")
     return Choice({"run": str(job["id"])}, title, group, kind, base_ref(job, lookup), detail)
 

@@ -61,7 +61,6 @@ class ResultCard(QFrame):
         self.error = label("", "error", wrap=True)
         self.error.hide()
         box.addWidget(self.error)
-        box.addStretch(1)
         self.bars: dict[str, QProgressBar] = {}
         self.percents: dict[str, str] = {}  # class -> the text shown beside its bar
 
@@ -97,7 +96,7 @@ class ResultCard(QFrame):
             self.bars[name] = bar
             self.percents[name] = value.text()
         seconds = result.get("seconds")
-        self.note.setText(f"{1000 * float(seconds):.1f} ms" if isinstance(seconds, (int, float)) else "")
+        self.note.setText(f"Answered in {1000 * float(seconds):.1f} ms" if isinstance(seconds, (int, float)) else "")
 
     def show_error(self, message: str, hint: str) -> None:
         self._clear_rows()
@@ -177,6 +176,9 @@ class ClassifyView(QWidget):
             self.cards.append(result)
         for column in range(COLUMNS):
             self.results_grid.setColumnStretch(column, 1 if column < columns else 0)
+        rows = (len(self.models) + columns - 1) // columns
+        for row in range(rows + 1):  # the cards as tall as they need, the room left below them
+            self.results_grid.setRowStretch(row, 1 if row == rows else 0)
         n = len(self.models)
         self.models_note.setText("" if n < 2 else f"{n} models side by side: the fine-tune and its variants.")
         self._update()

@@ -18,7 +18,7 @@ from app.pages.playground.stream import AnswerStream
 from app.style import colour
 from app.widgets.common import label, show_text
 
-STOPPED = {"user": "stopped", "stop_sequence": "stop sequence", "eos": "end of answer", "length": "max new tokens"}
+STOPPED = {"user": "Stop", "stop_sequence": "stop sequence", "eos": "end of answer", "length": "max new tokens"}
 
 
 def figures_text(done: dict[str, Any]) -> str:
@@ -189,9 +189,8 @@ class ChatColumn(QWidget):
         self._pending = None
         self.messages.append({"role": "assistant", "content": done.get("text", "")})
         self.last_figures = done
-        figures = figures_text(done)
-        self.view.add_note(figures)
-        show_text(self.status, figures)
+        self.view.add_note(figures_text(done))  # under the answer, where it stays with the conversation
+        show_text(self.status, "")
         warnings = [str(w) for w in done.get("warnings") or [] if w]
         show_text(self.warning, "\n".join(f"Warning: {w}" for w in warnings))
         self.busy_changed.emit(False)

@@ -7,6 +7,7 @@ answer, on a timer while shown) and after an unload.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QTimer
@@ -24,22 +25,26 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.widgets.common import label, show_text
 
-COLUMNS = ("Model", "State", "Memory")
+COLUMNS = ("Model", "Memory")
 POLL_MS = 5000
+ROW_HEIGHT, MAX_ROWS = 28, 5  # the list grows with its rows up to this many, then scrolls
 
 
 def state_text(worker: dict[str, Any]) -> str:
+    """'ready, chat', 'answering, classifier', 'loading'."""
     state = str(worker.get("state") or "")
-    if state == "ready":
-        state = "answering" if worker.get("busy") else "ready"
+    if state == "ready" and worker.get("busy"):
+        state = "answering"
     kind = {"chat": "chat", "classify": "classifier"}.get(str(worker.get("kind") or ""), "")
-    return f"{state} ({kind})" if kind else state
+    return f"{state}, {kind}" if kind else state
 
 
 class LoadedModels(QWidget):
-    def __init__(self, client: Any, parent: QWidget | None = None):
+    def __init__(self, client: Any, title_for: Callable[[dict[str, Any]], str] | None = None,
+                 parent: QWidget | None = None):
         super().__init__(parent)
         self._client = client
+        self._title_for = title_for  # a worker's model as the pickers name it (a run's name, not its id)
         self.workers: list[dict[str, Any]] = []
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
@@ -54,9 +59,8 @@ class LoadedModels(QWidget):
         self.table.setShowGrid(False)
         head = self.table.horizontalHeader()
         head.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in (1, 2):
-            head.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.setFixedHeight(110)
+        head.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
         self.table.itemSelectionChanged.connect(self._update)
         box.addWidget(self.table)
         self.note = label("", "muted", wrap=True)
@@ -102,19 +106,27 @@ class LoadedModels(QWidget):
         self.workers = list(workers)
         self.table.setRowCount(len(self.workers))
         for r, worker in enumerate(self.workers):
-            cells = (str(worker.get("label") or ""), state_text(worker),
+            name = self.title(worker)
+            state = state_text(worker)
+            cells = (name if state.startswith("ready") else f"{name} ({state})",
                      fmt.size(worker.get("rss")) if worker.get("rss") else "—")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(f"{text} (process {worker.get('pid')})" if c == 0 else text)
+                item.setToolTip(f"{name}: {state}, process {worker.get('pid')}")
                 self.table.setItem(r, c, item)
             if worker.get("label") == keep:
                 self.table.selectRow(r)
+        rows = min(max(len(self.workers), 1), MAX_ROWS)
+        self.table.setFixedHeight(self.table.horizontalHeader().sizeHint().height() + rows * ROW_HEIGHT + 4)
         total = sum(int(w.get("rss") or 0) for w in self.workers)
         self.note.setText("No model loaded: the first question to a model loads it." if not self.workers else
                           f"{len(self.workers)} loaded, {fmt.size(total)} in all. An unused model is unloaded "
                           "after a while.")
         self._update()
+
+    def title(self, worker: dict[str, Any]) -> str:
+        found = self._title_for(worker.get("model") or {}) if self._title_for else ""
+        return found or str(worker.get("label") or "")
 
     def selected(self) -> dict[str, Any] | None:
         rows = {i.row() for i in self.table.selectedItems()}

@@ -127,7 +127,7 @@ class PlaygroundPage(QWidget):
         side.addWidget(self.settings_card)
         frame, box = card()
         box.addWidget(label("Loaded models", "h2"))
-        self.loaded = LoadedModels(self._client)
+        self.loaded = LoadedModels(self._client, self.title_for)
         box.addWidget(self.loaded)
         side.addWidget(frame)
         side.addStretch(1)
@@ -172,6 +172,14 @@ class PlaygroundPage(QWidget):
 
     def all_choices(self) -> list[ch.Choice]:
         return ch.job_choices(self.jobs.all(), self.jobs.get) + ch.builtin_choices() + self._hub
+
+    def title_for(self, ref: dict[str, Any]) -> str:
+        """What the pickers call the model ``ref`` names ('' when they do not list it)."""
+        try:
+            key = ch.ref_key(ref)
+        except ValueError:
+            return ""
+        return next((c.title for c in self.picker_a.choices() + self.picker_b.choices() if c.key == key), "")
 
     def rebuild(self) -> None:
         choices = self.all_choices()
@@ -226,6 +234,8 @@ class PlaygroundPage(QWidget):
         classify = self._is_classifier()
         self.stack.setCurrentWidget(self.classify_view if classify else self.stack.widget(0))
         self.settings_card.setVisible(not classify)
+        for widget in (self.side_check, self.new_button, self.export_button):
+            widget.setVisible(not classify)  # chat only
         if classify:
             self._refresh_variants()
         elif self.side_check.isChecked() and not self._b_by_user:

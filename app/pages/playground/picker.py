@@ -73,7 +73,7 @@ class ModelPicker(QWidget):
             header.setFont(font)
             model.appendRow(header)
             for choice in members:
-                item = QStandardItem("   " + choice.title)
+                item = QStandardItem(choice.title)
                 item.setData(choice, CHOICE_ROLE)
                 item.setToolTip(choice.detail or choice.title)
                 model.appendRow(item)
