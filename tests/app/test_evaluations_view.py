@@ -57,8 +57,8 @@ def test_evaluate_scores_the_run_and_its_missing_base_model_side_by_side(qtbot, 
     for job in results.values():
         assert job["state"] == "succeeded" and job["kind"] == EVALUATE
     headers = [view.table.horizontalHeaderItem(c).text() for c in range(view.table.columnCount())]
-    assert headers == ["Model", "Exact match", "Token F1", "ROUGE-L", "BLEU", "chrF", "ember_pick_word acc",
-                       "ember_pick_word acc_norm"]
+    assert headers == ["Model", "Exact match", "Token F1", "ROUGE-L", "BLEU", "chrF", "ember_pick_word\nacc",
+                       "ember_pick_word\nacc_norm"]
     assert view.data_combo.currentText() == "validation data of llm"
     for r, row in enumerate(view.rows()):
         result = results[row.role]["result"]
@@ -69,4 +69,4 @@ def test_evaluate_scores_the_run_and_its_missing_base_model_side_by_side(qtbot, 
         assert shown[:5] == scores
         assert shown[5].startswith(f"{picks['acc']['value']:.3f}") and picks["acc"]["docs"] == 2
         assert result["generation"]["rows"] == 3
-    assert view.table.item(0, 0).text() == "tiny-llama (base model)" and view.table.item(1, 0).text() == "llm"
+    assert view.table.item(0, 0).text() == "tiny-llama (base model)" and view.table.item(1, 0).text() == "llm (fine-tune)"

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs_model import display_name
+from app.jobs_model import display_name, variant_word
 from app.models.navigation import Navigator
 from app.pages.evaluations.dialog import EvaluateDialog
 from app.widgets.common import label
@@ -64,6 +64,7 @@ class EvaluationsView(QWidget):
         top.addWidget(label("Data"))
         self.data_combo = QComboBox()
         self.data_combo.setMinimumWidth(180)
+        self.data_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.data_combo.setToolTip("Answer scores are compared only on the same rows")
         self.data_combo.activated.connect(lambda _i: self._render())
         top.addWidget(self.data_combo)
@@ -205,10 +206,12 @@ class EvaluationsView(QWidget):
         self.columns, self._rows = ev.build(self.reply or {}, self.data_key())
         self.table.clear()
         self.table.setColumnCount(1 + len(self.columns))
-        self.table.setHorizontalHeaderLabels(["Model"] + [ev.heading(c) for c in self.columns])
+        # An lm-eval column's task above its metric: the headings stay narrow.
+        self.table.setHorizontalHeaderLabels(["Model"] + [ev.heading(c).replace(" ", "\n", 1) if c in self._lm_columns()
+                                                          else ev.heading(c) for c in self.columns])
         self.table.setRowCount(len(self._rows))
         for r, row in enumerate(self._rows):
-            name = QTableWidgetItem(row.label + (" · evaluating…" if row.active else ""))
+            name = QTableWidgetItem(self._row_label(row) + (" · evaluating…" if row.active else ""))
             name.setToolTip(f"{ev.ROLE_WORDS.get(row.role, row.role)}: {row.model}")
             self.table.setItem(r, 0, name)
             for c, column in enumerate(self.columns, start=1):
@@ -231,6 +234,18 @@ class EvaluationsView(QWidget):
         self.note.setText("Scores are on 0..1, higher is better; each lm-eval column is the newest result of "
                           "that task (± its standard error). Hover a cell for the evaluation it came from.")
         self._update_actions()
+
+    def _lm_columns(self) -> set[str]:
+        return set(self.columns) - set(ev.GENERATION_METRICS) - set(ev.CLASSIFIER_METRICS)
+
+    def _row_label(self, row: ev.Row) -> str:
+        """The model's name and what it is: 'tickets (fine-tune)', 'tickets-int8 (int8)'."""
+        if row.role == "base":
+            return row.label  # already says "(base model)"
+        job = next((item.get("job") for item in (self.reply or {}).get("rows") or []
+                    if item.get("model") == row.model), None) or {}
+        word = variant_word(job) if row.role == "variant" else None
+        return f"{row.label} ({word or ev.ROLE_WORDS.get(row.role, row.role)})"
 
     def selected_row(self) -> ev.Row | None:
         rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
