@@ -180,7 +180,8 @@ class ClassifyView(QWidget):
         for row in range(rows + 1):  # the cards as tall as they need, the room left below them
             self.results_grid.setRowStretch(row, 1 if row == rows else 0)
         n = len(self.models)
-        self.models_note.setText("" if n < 2 else f"{n} models side by side: the fine-tune and its variants.")
+        variants = "its variant" if n == 2 else f"its {n - 1} variants"
+        self.models_note.setText("" if n < 2 else f"{n} models side by side: the fine-tune and {variants}.")
         self._update()
 
     def classify(self) -> None:
