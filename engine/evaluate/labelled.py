@@ -27,9 +27,11 @@ def read_labelled(path: Path, text_column: str, label_column: str) -> tuple[list
     if rows.issues:
         shown = "; ".join(f"line {i.line}: {i.message}" if i.line else i.message for i in rows.issues[:SHOWN_ISSUES])
         more = f" (and {len(rows.issues) - SHOWN_ISSUES} more)" if len(rows.issues) > SHOWN_ISSUES else ""
-        raise JobFailed(f"Cannot use {path}: {shown}{more}", rows.issues[0].hint +
-                        f" (the text column is {text_column!r} and the label column {label_column!r}: set "
-                        "text_column and label_column when the file names them otherwise)")
+        columns = any(i.message.startswith("no column") for i in rows.issues)
+        hint = (f"The text column read is {text_column!r} and the label column {label_column!r}: set text_column "
+                "and label_column (ember evaluate --text-column, --label-column) to the file's own names."
+                if columns else rows.issues[0].hint)
+        raise JobFailed(f"Cannot use {path}: {shown}{more}", hint)
     return rows.texts, rows.labels
 
 
