@@ -65,6 +65,7 @@ class EvaluationsView(QWidget):
         self.data_combo = QComboBox()
         self.data_combo.setMinimumWidth(180)
         self.data_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.data_combo.setMaximumWidth(320)  # a long file name must not widen the window past 1024 px
         self.data_combo.setToolTip("Answer scores are compared only on the same rows")
         self.data_combo.activated.connect(lambda _i: self._render())
         top.addWidget(self.data_combo)
