@@ -110,7 +110,7 @@ class MonitorPage(QWidget):
         self.try_button.clicked.connect(lambda: self.nav.try_in_playground(run_id=self._job_id))
         self.try_button.hide()  # shown for a finished run of a text model
         header.addWidget(self.run_combo, 0, Qt.AlignmentFlag.AlignBottom)
-        for button in (self.stop_button, self.cancel_button, self.resume_button, self.try_button):
+        for button in (self.stop_button, self.cancel_button, self.resume_button):
             header.addWidget(button, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addLayout(header)
 
@@ -130,6 +130,7 @@ class MonitorPage(QWidget):
         status.addWidget(self.step_label)
         status.addSpacing(12)
         status.addWidget(self.eta_label)
+        status.addWidget(self.try_button)  # beside "ran …": the header has no room left in a narrow window
         self.facts_label = label("", "muted", wrap=True)
         self.facts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # What the speed options became (run_info "speed") and the latest utilisation figures.
