@@ -30,7 +30,8 @@ def runs_state(runs, job_id: str) -> str | None:
 def test_every_sidebar_page_exists_and_is_not_blank(qtbot, make_window):
     window = make_window()
     assert [window.sidebar.item(i).text() for i in range(window.sidebar.count())] == [
-        "Welcome", "Runs", "New fine-tune", "Monitor", "Compress", "Compare", "Export", "Hosts", "Settings"]
+        "Welcome", "Runs", "New fine-tune", "Monitor", "Compress", "Compare", "Playground", "Export", "Models", "Hosts",
+        "Settings"]
     for row, entry in enumerate(PAGES):
         window.sidebar.setCurrentRow(row)
         page = window.stack.currentWidget()
