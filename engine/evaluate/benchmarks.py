@@ -95,7 +95,12 @@ def set_environment(local: bool, run_dir: Path) -> None:
 
 def task_manager(include_path: Path | None, local: bool) -> Any:
     """lm-eval's TaskManager; local tasks only index ``include_path`` (lm-eval's catalogue takes seconds)."""
-    from lm_eval.tasks import TaskManager
+    try:
+        from lm_eval.tasks import TaskManager
+    except ImportError as exc:  # the one-folder build leaves lm-eval out (docs/packaging.md)
+        raise JobFailed(f"lm-eval is not installed here ({exc})",
+                        "Install Ember Studio with pip (pip install -c constraints.txt .) to run lm-eval tasks; "
+                        "the answer scores need no lm-eval.") from exc
 
     return TaskManager(include_path=str(include_path) if include_path else None, include_defaults=not local)
 
