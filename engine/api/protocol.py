@@ -102,7 +102,8 @@ METHODS: dict[str, str] = {
                        "streams on topic playground/<request> as {status}, {text} chunks, then {done, stats} or "
                        "{error, hint} (docs/playground.md).",
     "playground.stop": "{request} -> {ok}: end an answer early (its done event says stopped: user).",
-    "playground.predict": "{model, text} -> {label, labels, probs, seconds, model}: a classifier's probabilities.",
+    "playground.predict": "{model, text | image} -> {label, labels, probs, seconds, model}: a classifier's "
+                          "probabilities for a text, or an image file.",
     "playground.workers": "{} -> {workers: [{model, label, pid, state, kind, rss, busy, idle_s, info}]}: the "
                           "loaded models.",
     "playground.unload": "{model} -> {ok}: stop a model's worker and free its memory.",

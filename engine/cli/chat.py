@@ -112,7 +112,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     with ensure_engine() as client:
         client.timeout = 900.0
-        result = client.call("playground.predict", model=model_ref(args.model), text=args.text)
+        if (args.text is None) == (args.image is None):
+            print("error: give a text or --image FILE (one of them)", file=sys.stderr)
+            return 2
+        given = {"image": os.path.abspath(args.image)} if args.image else {"text": args.text}
+        result = client.call("playground.predict", model=model_ref(args.model), **given)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -137,8 +141,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--seed", type=int, help="the same seed gives the same answer")
     c.add_argument("--json", action="store_true", help="one JSON object per answer: text and speed figures")
     c.set_defaults(fn=cmd_chat)
-    p = sub.add_parser("predict", help="a classifier's label and the probability of every class for a text")
-    p.add_argument("model", help="a finished text-classification job (or variant) id")
-    p.add_argument("text")
+    p = sub.add_parser("predict", help="a classifier's label and every class's probability for a text or image")
+    p.add_argument("model", help="a finished classification job (or variant) id")
+    p.add_argument("text", nargs="?", help="the text, for a text classifier")
+    p.add_argument("--image", help="an image file, for an image classifier")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_predict)

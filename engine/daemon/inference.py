@@ -256,11 +256,11 @@ class WorkerPool:
         if worker.alive():
             worker.send(msg)
 
-    async def predict(self, ref: ModelRef, text: str) -> dict[str, Any]:
+    async def predict(self, ref: ModelRef, text: str | None, image: str | None = None) -> dict[str, Any]:
         worker = await self.worker(ref)
         await self._wait_ready(worker)
         rid, done = self._open(worker)
-        worker.send({"op": "predict", "rid": rid, "text": text})
+        worker.send({"op": "predict", "rid": rid, "text": text, "image": image})
         result = await done
         return {**result, "model": worker.label, "kind": worker.kind}
 

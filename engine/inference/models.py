@@ -17,7 +17,7 @@ from engine.api.train_spec import TrainSpec
 from engine.tasks.base import InputError, TaskData
 from engine.training.context import JobFailed
 
-CLASSIFIER_TASKS = ("text_classification",)
+CLASSIFIER_TASKS = ("text_classification", "image_classification")
 
 
 @dataclass
@@ -29,23 +29,53 @@ class Classifier:
     labels: list[str]
     max_length: int = 128
     runner: Any = None  # an ONNX Runtime session (engine.evaluate.runners.OrtRunner) for ONNX variants
+    image: Any = None  # an image classifier: (side in pixels, the validation transform); None: text
 
-    def predict(self, text: str) -> dict[str, Any]:
+    def _image_logits(self, path: Path) -> Any:
+        """The run's own validation preprocessing: decoded, resized to its image size, normalised."""
+        import numpy as np
+
+        from engine.tasks.image_classification import open_rgb
+        from engine.training.context import JobFailed
+
+        size, transform = self.image
+        try:
+            pixels = transform(open_rgb(path, size)).unsqueeze(0)
+        except (OSError, ValueError) as exc:
+            raise JobFailed(f"Cannot read the image {path.name}: {exc}",
+                            "Pick a PNG, JPEG, BMP, GIF or WebP file.") from exc
+        if self.runner is not None:
+            return np.asarray(self.runner.run({"pixel_values": pixels.numpy()}))[0]
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(pixels)
+        return (out.logits if hasattr(out, "logits") else out)[0].float().numpy()
+
+    def predict(self, text: str | None = None, image: str | None = None) -> dict[str, Any]:
         import time
 
         import numpy as np
 
-        t0 = time.perf_counter()
-        enc = self.tokenizer([text], truncation=True, max_length=self.max_length, padding=True,
-                             return_tensors="np" if self.runner is not None else "pt")
-        if self.runner is not None:
-            logits = np.asarray(self.runner.run(dict(enc)))[0]
-        else:
-            import torch
+        from engine.training.context import JobFailed
 
-            with torch.inference_mode():
-                logits = self.model(**{k: v for k, v in enc.items() if k in ("input_ids", "attention_mask",
-                                                                             "token_type_ids")}).logits[0].float().numpy()
+        t0 = time.perf_counter()
+        if (image is None) != (self.image is None):
+            what = "an image" if self.image is not None else "text"
+            raise JobFailed(f"This classifier takes {what}", f"Send it {what} to classify.")
+        if self.image is not None:
+            logits = self._image_logits(Path(str(image)))
+        else:
+            enc = self.tokenizer([text or ""], truncation=True, max_length=self.max_length, padding=True,
+                                 return_tensors="np" if self.runner is not None else "pt")
+            if self.runner is not None:
+                logits = np.asarray(self.runner.run(dict(enc)))[0]
+            else:
+                import torch
+
+                with torch.inference_mode():
+                    inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+                    logits = self.model(**inputs).logits[0].float().numpy()
         probs = np.exp(logits - logits.max())
         probs = probs / probs.sum()
         order = np.argsort(-probs)
@@ -90,8 +120,10 @@ def _from_run(run_dir: Path, device: str) -> tuple[str, Any, dict[str, Any]]:
         template = source.spec.data.chat_template
         return "chat", _chat(model, folder, device, template), {**info, "chat_template": template}
     if source.spec.task not in CLASSIFIER_TASKS:
-        raise JobFailed(f"{run_dir.name} is an {source.spec.task.replace('_', ' ')} model; the Playground takes "
-                        "text for now", "Pick a text classifier or a language model.")
+        raise JobFailed(f"{run_dir.name} is an {source.spec.task.replace('_', ' ')} model",
+                        "Pick a classifier or a language model.")
+    if source.spec.task == "image_classification":
+        return "classify", _image_classifier(source, data, onnx, device), info
     from engine.tasks import text_classification as tc
     from engine.tasks.base import load_tokenizer
 
@@ -146,3 +178,17 @@ def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict
     except InputError as exc:
         raise JobFailed(str(exc), exc.hint) from exc
 
+
+
+def _image_classifier(source: Any, data: TaskData, onnx: bool, device: str) -> Classifier:
+    from engine.tasks.image_classification import build_transform
+    from engine.trainer import source as src
+
+    labels = list(data.info.get("label_names") or [])
+    image = (source.spec.data.image_size, build_transform(source.spec, train=False))
+    if onnx:
+        from engine.evaluate.runners import OrtRunner
+
+        runner = OrtRunner(source.weights_file(), "image_classification")
+        return Classifier(None, None, labels, runner=runner, image=image)
+    return Classifier(src.load_model(source, data).to(device), None, labels, image=image)

@@ -81,7 +81,9 @@ def _serve_one(kind: str, model: Any, msg: dict[str, Any], stops: set[str], curr
         if msg.get("op") == "predict":
             if kind != "classify":
                 raise JobFailed("This model generates text; it does not classify", "Send it a chat message.")
-            send({"event": "done", "rid": rid, "result": model.predict(str(msg.get("text", "")))})
+            image = msg.get("image")
+            result = model.predict(None if image else str(msg.get("text", "")), image)
+            send({"event": "done", "rid": rid, "result": result})
             return
         if kind != "chat":
             raise JobFailed("This model is a classifier; it does not chat", "Send it text to classify.")

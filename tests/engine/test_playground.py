@@ -178,3 +178,29 @@ def test_idle_workers_are_stopped(ember_home, monkeypatch):
             wait_for(lambda: not _alive(pid), 10, what="the worker process to exit")
     finally:
         eng.stop()
+
+
+def test_an_image_classifier_takes_an_image_file_prepared_as_its_validation_data(engine_with_runs, tmp_path):
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    index = next(i for i, t in enumerate(digits.target) if t == 3)
+    path = tmp_path / "three.png"
+    Image.fromarray((digits.images[index] * 255 / 16).astype("uint8")).resize((32, 32)).save(path)
+    eng, ids = engine_with_runs("digits")
+    with eng.client() as c:
+        c.timeout = 180
+        result = c.call("playground.predict", model={"run": ids["digits"]}, image=str(path))
+        assert result["kind"] == "classify" and len(result["labels"]) == len(result["probs"]) == 10
+        assert abs(sum(result["probs"]) - 1) < 1e-5
+        assert result["probs"][result["labels"].index(result["label"])] == max(result["probs"])
+        with pytest.raises(RpcError) as err:
+            c.call("playground.predict", model={"run": ids["digits"]}, text="three")
+        assert "takes an image" in err.value.message
+        with pytest.raises(RpcError) as err:
+            c.call("playground.predict", model={"run": ids["digits"]}, image=str(tmp_path / "none.png"))
+        assert "Cannot read the image none.png" in err.value.message
+        with pytest.raises(RpcError) as err:
+            c.call("playground.predict", model={"run": ids["digits"]})
+        assert "send text or image" in json.dumps(err.value.data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from engine.api.playground import GenerateSettings, Message, ModelRef
 from engine.daemon.handlers.params import NoParams, Params
@@ -26,7 +26,15 @@ class Stop(Params):
 
 class Predict(Params):
     model: ModelRef
-    text: str = Field(max_length=200_000)
+    text: str | None = Field(None, max_length=200_000, description="for a text classifier")
+    image: str | None = Field(None, min_length=1, max_length=4096, description="an image file, for an image "
+                              "classifier (a path on the engine's machine)")
+
+    @model_validator(mode="after")
+    def _one(self) -> Predict:
+        if (self.text is None) == (self.image is None):
+            raise ValueError("send text or image (one of them)")
+        return self
 
 
 class Unload(Params):
@@ -54,7 +62,7 @@ class PlaygroundHandlers:
         return {"ok": self.engine.inference.stop(p.request)}
 
     async def predict(self, _s: Client, p: Predict) -> Any:
-        return await self.engine.inference.predict(p.model, p.text)
+        return await self.engine.inference.predict(p.model, p.text, p.image)
 
     async def workers(self, _s: Client, _p: NoParams) -> Any:
         return {"workers": self.engine.inference.list()}
