@@ -14,12 +14,13 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.api.job_terms import FINETUNE, SUCCEEDED
 
-# The tasks whose finished runs the Playground opens: it chats with a language model, classifies text.
-PLAYGROUND_TASKS = ("causal_lm", "text_classification")
+# The tasks whose finished runs the Playground opens: it chats with a language model, classifies a text
+# or an image.
+PLAYGROUND_TASKS = ("causal_lm", "text_classification", "image_classification")
 
 
 def playground_can_open(job: dict[str, Any], task: str | None) -> bool:
-    """Whether the Playground takes this run: a finished fine-tune or compression variant of a text model
+    """Whether the Playground takes this run: a finished fine-tune or compression variant of such a model
     (``task`` is the run's task, a variant's from the fine-tune it was made from)."""
     kind = str(job.get("kind") or "")
     return job.get("state") == SUCCEEDED and (kind == FINETUNE or kind.startswith("compress.")) \

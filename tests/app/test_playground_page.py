@@ -178,6 +178,40 @@ def test_a_classifier_shows_every_class_for_the_run_opened_from_runs_and_monitor
     assert page.picker_a.current().ref == {"run": run}
 
 
+def test_an_image_classifier_takes_a_chosen_or_dropped_image(qtbot, make_window, engine_with_runs, tmp_path):
+    from PIL import Image
+    from PySide6.QtCore import QMimeData, QPoint, QUrl
+    from PySide6.QtGui import QDropEvent
+
+    path = tmp_path / "digit.png"
+    Image.new("RGB", (32, 32), (255, 255, 255)).save(path)
+    eng, ids = engine_with_runs("digits")
+    run = ids["digits"]
+    window = make_window(page="runs")
+    wait_connected(qtbot, window)
+    window.nav.try_in_playground(run_id=run)
+    page = window.page("playground")
+    qtbot.waitUntil(lambda: page.picker_a.current() is not None and page.picker_a.current().ref == {"run": run},
+                    timeout=10_000)
+    view = page.classify_view
+    assert page.stack.currentWidget() is view and view.images
+    assert view.image_row.isVisible() and not view.text_edit.isVisible()
+    assert view.title_label.text() == "Image to classify" and not view.classify_button.isEnabled()
+    (card,) = view.cards
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    view.dropEvent(QDropEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                              Qt.KeyboardModifier.NoModifier))  # a drop classifies at once
+    assert view.image_path == str(path) and not view.image_thumb.pixmap().isNull()
+    qtbot.waitUntil(lambda: bool(card.percents) or card.error.isVisible(), timeout=120_000)
+    assert not card.error.isVisible(), card.error.text()
+    shown = {name: float(text.rstrip("%")) for name, text in card.percents.items()}
+    assert len(shown) == 10 and abs(sum(shown.values()) - 100) <= 1
+    with eng.client(timeout=120) as c:
+        direct = c.call("playground.predict", model={"run": run}, image=str(path))
+    assert card.result["label"] == direct["label"] == max(shown, key=shown.get)
+
+
 def test_the_model_lists_come_from_the_jobs_the_builtins_and_the_cache():
     from app.pages.playground import choices as ch
 
@@ -199,7 +233,8 @@ def test_the_model_lists_come_from_the_jobs_the_builtins_and_the_cache():
     lookup = {j["id"]: j for j in jobs}.get
 
     found = {c.ref["run"]: c for c in ch.job_choices(jobs, lookup)}
-    assert list(found) == ["lm1", "lm0", "lm2", "tc1", "m1", "q1"]  # fine-tunes first, then variants
+    assert list(found) == ["lm1", "lm0", "lm2", "tc1", "img", "m1", "q1"]  # fine-tunes first, then variants
+    assert (found["img"].kind, found["img"].task) == (ch.CLASSIFY, "image_classification")  # takes an image
     assert [found[i].group for i in ("lm1", "q1")] == [ch.FINETUNES, ch.VARIANTS]
     assert (found["lm1"].kind, found["tc1"].kind, found["q1"].kind) == (ch.CHAT, ch.CLASSIFY, ch.CLASSIFY)
     assert found["lm1"].title == "answers-lora (smollm2-135m-instruct, lora)"

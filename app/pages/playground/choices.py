@@ -1,6 +1,6 @@
 """What the Playground can try, as plain data: the models a picker lists and the ModelRef each stands for.
 
-A choice is a finished fine-tune or compression variant of a text model (from the window's JobsState), a
+A choice is a finished fine-tune or compression variant of a language model or classifier (from the window's JobsState), a
 built-in chat model, a model in the Hugging Face cache (``models.list``) or a folder the user browsed to.
 Its ``ref`` is a ModelRef (engine/api/playground.py) as a dict, what ``playground.chat`` and
 ``playground.predict`` take; ``kind`` says whether the model chats or classifies, and ``base`` is the model
@@ -22,8 +22,8 @@ from engine.api.playground import ModelRef
 from engine.api.train_spec import BUILTIN_MODEL_CHOICES, BUILTIN_MODELS
 
 CHAT, CLASSIFY = "chat", "classify"
-# What the Playground does with each task it takes: chat with a language model, classify text.
-TASK_KINDS = {"causal_lm": CHAT, "text_classification": CLASSIFY}
+# What the Playground does with each task it takes: chat with a language model, classify a text or an image.
+TASK_KINDS = {"causal_lm": CHAT, "text_classification": CLASSIFY, "image_classification": CLASSIFY}
 assert set(TASK_KINDS) == set(PLAYGROUND_TASKS)
 FINETUNES, VARIANTS, BUILTINS, HUB, FOLDERS = (
     "Fine-tunes", "Compressed variants", "Built-in", "Hugging Face cache", "Folders")
@@ -40,6 +40,7 @@ class Choice:
     kind: str = CHAT  # CHAT or CLASSIFY
     base: dict[str, Any] | None = None  # the model a fine-tune started from (a chat model's ref), if known
     detail: str = ""  # the picker's tooltip: task, model, method
+    task: str = ""  # a run's task (image_classification: the classifier takes an image file)
 
     @property
     def key(self) -> str:
@@ -61,7 +62,7 @@ def ref_label(ref: dict[str, Any] | None) -> str:
 
 
 def can_try(job: dict[str, Any], lookup: Lookup | None = None) -> bool:
-    """A finished fine-tune or variant of a text model: something the Playground opens."""
+    """A finished fine-tune or variant of a language model or classifier: something the Playground opens."""
     return playground_can_open(job, run_summary(job, lookup).get("task"))
 
 
@@ -103,11 +104,11 @@ def job_choice(job: dict[str, Any], lookup: Lookup | None = None) -> Choice | No
     what = ", ".join(str(info[k]) for k in ("model", "method") if info.get(k))
     title = run_title(job, lookup) + (f" ({what})" if what else "")
     detail = f"{job['id']}: {str(info.get('task')).replace('_', ' ')}" + (f", {what}" if what else "")
-    return Choice({"run": str(job["id"])}, title, group, kind, base_ref(job, lookup), detail)
+    return Choice({"run": str(job["id"])}, title, group, kind, base_ref(job, lookup), detail, str(info.get("task")))
 
 
 def job_choices(jobs: Iterable[dict[str, Any]], lookup: Lookup | None = None) -> list[Choice]:
-    """The finished fine-tunes, then the finished variants, of text models (newest first, as given)."""
+    """The finished fine-tunes, then the finished variants, of language models and classifiers (newest first, as given)."""
     found = [c for c in (job_choice(job, lookup) for job in jobs) if c is not None]
     return [c for c in found if c.group == FINETUNES] + [c for c in found if c.group == VARIANTS]
 

@@ -1,4 +1,5 @@
-"""A classifier in the Playground: type a text, see every class's probability, for a fine-tune and its variants.
+"""A classifier in the Playground: type a text (or choose or drop an image, for an image classifier), see every
+class's probability, for a fine-tune and its variants.
 
 ``playground.predict`` answers ``{label, labels, probs, seconds, model}``. The view asks each model shown
 at once: the fine-tune and each of its finished compression variants (``compress.variants``), so a
@@ -10,10 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QPixmap
 from PySide6.QtWidgets import (
+    QFileDialog,
     QFrame,
     QGridLayout,
     QHBoxLayout,
+    QLabel,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -124,12 +128,31 @@ class ClassifyView(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.setSpacing(8)
         frame, inner = card()
-        inner.addWidget(label("Text to classify", "h2"))
+        self.title_label = label("Text to classify", "h2")
+        inner.addWidget(self.title_label)
         self.text_edit = QPlainTextEdit()
         self.text_edit.setPlaceholderText("Type or paste a text, e.g. a support ticket")
         self.text_edit.setAccessibleName("Text to classify")
         self.text_edit.setFixedHeight(80)
         inner.addWidget(self.text_edit)
+        # An image classifier takes a file instead: chosen, or dropped anywhere on the view.
+        self.image_row = QWidget()
+        image_box = QHBoxLayout(self.image_row)
+        image_box.setContentsMargins(0, 0, 0, 0)
+        self.image_button = QPushButton("Choose image…")
+        self.image_button.clicked.connect(self._choose_image)
+        self.image_thumb = QLabel()
+        self.image_thumb.setFixedSize(64, 64)
+        self.image_thumb.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.image_label = label("No image yet: choose one, or drop it here.", "muted", wrap=True)
+        image_box.addWidget(self.image_button)
+        image_box.addWidget(self.image_thumb)
+        image_box.addWidget(self.image_label, 1)
+        inner.addWidget(self.image_row)
+        self.image_row.setVisible(False)
+        self.image_path = ""
+        self.images = False
+        self.setAcceptDrops(True)
         row = QHBoxLayout()
         self.models_note = label("", "muted", wrap=True)
         row.addWidget(self.models_note, 1)
@@ -179,21 +202,51 @@ class ClassifyView(QWidget):
         rows = (len(self.models) + columns - 1) // columns
         for row in range(rows + 1):  # the cards as tall as they need, the room left below them
             self.results_grid.setRowStretch(row, 1 if row == rows else 0)
+        self.images = any(m.task == "image_classification" for m in self.models)
+        self.text_edit.setVisible(not self.images)
+        self.image_row.setVisible(self.images)
+        self.title_label.setText("Image to classify" if self.images else "Text to classify")
         n = len(self.models)
         variants = "its variant" if n == 2 else f"its {n - 1} variants"
         self.models_note.setText("" if n < 2 else f"{n} models side by side: the fine-tune and {variants}.")
         self._update()
 
+    def set_image(self, path: str) -> None:
+        self.image_path = path
+        picture = QPixmap(path)
+        self.image_thumb.setPixmap(picture.scaled(64, 64, Qt.AspectRatioMode.KeepAspectRatio,
+                                                  Qt.TransformationMode.SmoothTransformation)
+                                   if not picture.isNull() else QPixmap())
+        self.image_label.setText(path)
+        self._update()
+
+    def _choose_image(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose an image to classify", self.image_path,
+                                              "Images (*.png *.jpg *.jpeg *.bmp *.gif *.webp);;All files (*)",
+                                              options=QFileDialog.Option.DontUseNativeDialog)
+        if path:
+            self.set_image(path)
+
+    def dragEnterEvent(self, event: Any) -> None:  # noqa: N802 - Qt's naming
+        if self.images and event.mimeData().hasUrls() and event.mimeData().urls()[0].isLocalFile():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: Any) -> None:  # noqa: N802
+        self.set_image(event.mimeData().urls()[0].toLocalFile())
+        event.acceptProposedAction()
+        self.classify()
+
     def classify(self) -> None:
         text = self.text_edit.toPlainText().strip()
-        if not text or not self.cards:
+        given = {"image": self.image_path} if self.images else {"text": text}
+        if not (self.image_path if self.images else text) or not self.cards:
             return
         self._generation += 1
         generation = self._generation
         for result in self.cards:
             result.waiting()
             self._client.request(
-                "playground.predict", {"model": result.choice.ref, "text": text},
+                "playground.predict", {"model": result.choice.ref, **given},
                 lambda reply, c=result: generation == self._generation and c.show_result(reply),
                 lambda err, c=result: generation == self._generation and self._failed(c, err))
 
@@ -201,5 +254,5 @@ class ClassifyView(QWidget):
         result.show_error(err.message, err.hint)
 
     def _update(self, *_args: Any) -> None:
-        self.classify_button.setEnabled(bool(self.text_edit.toPlainText().strip()) and bool(self.cards)
-                                        and self._client.is_connected)
+        given = self.image_path if self.images else self.text_edit.toPlainText().strip()
+        self.classify_button.setEnabled(bool(given) and bool(self.cards) and self._client.is_connected)

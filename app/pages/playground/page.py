@@ -1,6 +1,6 @@
 """Playground: chat with a model (or two side by side), or classify text, before exporting it.
 
-The models come from the window's JobsState (finished fine-tunes and variants of text models), the
+The models come from the window's JobsState (finished fine-tunes and variants of language models and classifiers), the
 built-ins, ``models.list`` (the Hugging Face cache) and folders the user browses to (choices.py). A chat
 answer streams from ``playground.chat`` (stream.py); side by side, one prompt goes to both models at once
 and each column keeps its own conversation. A classifier shows every class's probability for the
@@ -220,7 +220,7 @@ class PlaygroundPage(QWidget):
         if ref.get("path"):
             self.picker_a.add_folder(str(ref["path"]))
             return True
-        show_text(self.message, f"{ch.ref_label(ref)} is not a finished text model the Playground can open.")
+        show_text(self.message, f"{ch.ref_label(ref)} is not a finished model the Playground can open.")
         return False
 
     # -- picking --------------------------------------------------------------------------------
