@@ -49,8 +49,8 @@ class Classifier:
         import torch
 
         with torch.inference_mode():
-            out = self.model(pixels)
-        return (out.logits if hasattr(out, "logits") else out)[0].float().numpy()
+            out = self.model(pixels.to(next(self.model.parameters()).device))
+        return (out.logits if hasattr(out, "logits") else out)[0].float().cpu().numpy()
 
     def predict(self, text: str | None = None, image: str | None = None) -> dict[str, Any]:
         import time
@@ -74,8 +74,10 @@ class Classifier:
                 import torch
 
                 with torch.inference_mode():
-                    inputs = {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-                    logits = self.model(**inputs).logits[0].float().numpy()
+                    device = next(self.model.parameters()).device  # a GPU when the worker has one
+                    inputs = {k: v.to(device) for k, v in enc.items()
+                              if k in ("input_ids", "attention_mask", "token_type_ids")}
+                    logits = self.model(**inputs).logits[0].float().cpu().numpy()
         probs = np.exp(logits - logits.max())
         probs = probs / probs.sum()
         order = np.argsort(-probs)

@@ -117,7 +117,7 @@ def _serve_one(kind: str, model: Any, msg: dict[str, Any], stops: set[str], curr
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.inference.worker")
     parser.add_argument("--ref", required=True, help="the model reference (JSON)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto", help="auto: the first CUDA GPU when there is one, else cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0: torch's default")
     args = parser.parse_args(argv)
     from engine.training.context import JobFailed
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         hf_logging.disable_progress_bar()  # "Loading weights" bars would fill the engine log
         if args.threads:
             torch.set_num_threads(args.threads)
+        if args.device == "auto":
+            args.device = "cuda" if torch.cuda.is_available() else "cpu"
         from engine.inference.models import open_model
 
         kind, model, info = open_model(json.loads(args.ref), args.device)
