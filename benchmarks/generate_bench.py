@@ -101,22 +101,13 @@ def main() -> int:
     os.environ.setdefault("EMBER_MODELS_DIR", str(Path.home() / ".cache" / "ember-bench-models"))
     from engine.api import paths
     from engine.api.train_spec import TrainSpec
-    from engine.cli.client import BlockingClient, spawn_engine
+    from engine.cli.client import ensure_engine
     from engine.tasks import causal_lm
 
     folder, issues = causal_lm.resolve_model_dir(TrainSpec(task="causal_lm", model={"builtin": args.model}))
     assert folder is not None and not issues, issues
-    engine = spawn_engine(paths.resolve())
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client = BlockingClient.connect(paths.resolve(), client="generate-bench", timeout=600)
-                break
-            except Exception:  # noqa: BLE001 - not up yet
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    with ensure_engine(paths.resolve(), timeout=30, client="generate-bench") as client:
+        client.timeout = 600
         ref = {"builtin": args.model}
         worker, direct = worker_side(client, ref, args.tokens), direct_side(folder, args.tokens)
         worker()  # load the worker (the Playground keeps it warm) and warm both sides up
@@ -142,13 +133,8 @@ def main() -> int:
         ttft = med["direct"]["ttft"] / med["worker"]["ttft"]
         print(f"ratio worker/direct tokens/s: {tps:.3f} (target >= {TARGET})")
         print(f"ratio direct/worker time to first token: {ttft:.3f}")
-        client.call("engine.shutdown")
+        client.call("engine.shutdown")  # the benchmark's own engine (its data folder is a temporary one)
         return 0 if tps >= TARGET else 1
-    finally:
-        try:
-            engine.wait(15)
-        except Exception:  # noqa: BLE001
-            engine.kill()
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ from typing import Any
 
 from engine.api.playground import TEMPLATE_NAMES
 from engine.api.protocol import INTERNAL_ERROR, RpcError
+from engine.api.train_spec import BUILTIN_MODEL_CHOICES
 from engine.cli.client import BlockingClient, ensure_engine
 
-BUILTINS = ("smollm2-135m-instruct", "tiny-llama", "minilm")
+BUILTINS = {name for names in BUILTIN_MODEL_CHOICES.values() for name in names}
 
 
 def model_ref(text: str) -> dict[str, Any]:

@@ -282,7 +282,8 @@ class WorkerPool:
         return True
 
     async def _stop(self, worker: Worker) -> None:
-        self.workers.pop(worker.key, None) if self.workers.get(worker.key) is worker else None
+        if self.workers.get(worker.key) is worker:
+            del self.workers[worker.key]
         if worker.alive():
             with contextlib.suppress(ProcessLookupError, OSError):
                 assert worker.proc.stdin is not None
