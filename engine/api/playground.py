@@ -6,10 +6,13 @@ and the inference worker (engine/inference), so every path validates the same wa
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# What a saved chat keeps of each answer (its done event's figures), shown again under it when reopened.
+ANSWER_FIGURES = ("new_tokens", "tokens_per_s", "ttft_s", "seconds", "stopped")
 TEMPLATE_NAMES = ("model", "chatml", "llama3", "plain")  # model: the model's own chat template
 
 
@@ -60,3 +63,44 @@ class GenerateSettings(_Part):
     stop: list[str] = Field(default_factory=list, max_length=16, description="text that ends the answer")
     seed: int | None = Field(None, ge=0, le=2**63 - 1, description="the same seed, prompt and settings give the "
                              "same answer; None: a new one each time")
+
+
+class ConversationSide(_Part):
+    """One model's side of a saved chat: the model, what the pickers called it, the turns, each answer's
+    figures (the done event's tokens, tokens/s, time to first token; None for a turn without them)."""
+
+    model: ModelRef
+    title: str = Field("", max_length=500)
+    messages: list[Message] = Field(default_factory=list, max_length=2000)
+    figures: list[dict[str, float | int | str | None] | None] = Field(default_factory=list, max_length=1000)
+
+
+class Conversation(_Part):
+    """A Playground chat as the engine keeps it (``conversations.*``, docs/playground.md): one side, or two
+    side by side, asked with one set of settings (the system prompt among them)."""
+
+    id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                           description="omit to save a new conversation; give it to replace a saved one")
+    title: str = Field("", max_length=200, description="'' : the first question, shortened")
+    sides: list[ConversationSide] = Field(min_length=1, max_length=2)
+    settings: GenerateSettings = Field(default_factory=GenerateSettings)
+
+    def shown_title(self) -> str:
+        if self.title.strip():
+            return self.title.strip()
+        first = next((m.content for side in self.sides for m in side.messages if m.role == "user"), "")
+        line = " ".join(first.split())
+        return (line[:77] + "…") if len(line) > 80 else (line or "Empty chat")
+
+
+def conversation_line(messages: list[dict[str, str]], ref: dict[str, Any], settings: dict[str, Any],
+                      title: str = "") -> str:
+    """One side of a chat as a JSONL line: {"messages": [system?, user, assistant, ...], "model", "settings",
+    "model_title"?}: what the Playground's Export and ``ember chats export`` write."""
+    system = settings.get("system")
+    full = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": m["role"], "content": m["content"]} for m in messages]
+    doc: dict[str, Any] = {"messages": full, "model": dict(ref), "settings": dict(settings)}
+    if title:
+        doc["model_title"] = title
+    return json.dumps(doc, ensure_ascii=False)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from engine.api.playground import TEMPLATE_NAMES
+from engine.api.playground import ANSWER_FIGURES, TEMPLATE_NAMES
 from engine.api.protocol import INTERNAL_ERROR, RpcError
 from engine.api.train_spec import BUILTIN_MODEL_CHOICES
 from engine.cli.client import BlockingClient, ensure_engine
@@ -92,6 +92,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     questions = [args.question] if args.question is not None else (line.rstrip("\n") for line in sys.stdin)
     messages: list[dict[str, str]] = []
+    figures: list[dict[str, Any] | None] = []
+    saved: str | None = None
     with ensure_engine() as client:
         client.timeout = 900.0  # the first request may wait for the model to load
         for question in questions:
@@ -100,6 +102,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": question})
             done = stream_answer(client, ref, messages, settings, echo, status)
             messages.append({"role": "assistant", "content": done["text"]})
+            figures.append({k: done.get(k) for k in ANSWER_FIGURES})
+            if args.save:  # after every answer, as the Playground does: a broken-off session keeps what it had
+                side = {"model": ref, "title": args.model, "messages": messages, "figures": figures}
+                saved = client.call("conversations.save", sides=[side], settings=settings,
+                                    **({"id": saved} if saved else {}))["id"]
             for warning in done.get("warnings") or []:
                 print(f"warning: {warning}", file=sys.stderr)
             if args.json:
@@ -107,6 +114,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             else:
                 print()
                 print(_speed(done), file=sys.stderr, flush=True)
+    if saved:
+        print(f"saved as {saved} (ember chats show {saved}; the Playground's Saved chats)", file=sys.stderr)
     return 0
 
 
@@ -141,6 +150,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--stop", action="append", help="text that ends the answer (repeatable)")
     c.add_argument("--seed", type=int, help="the same seed gives the same answer")
     c.add_argument("--json", action="store_true", help="one JSON object per answer: text and speed figures")
+    c.add_argument("--save", action="store_true", help="keep the conversation with the Playground's saved chats "
+                   "(ember chats)")
     c.set_defaults(fn=cmd_chat)
     p = sub.add_parser("predict", help="a classifier's label and every class's probability for a text or image")
     p.add_argument("model", help="a finished classification job (or variant) id")

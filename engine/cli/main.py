@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli import chat as cli_chat
 
     cli_chat.add_parser(sub)
+    from engine.cli import chats as cli_chats
+
+    cli_chats.add_parser(sub)
     from engine.cli import evaluate as cli_evaluate
 
     cli_evaluate.add_parser(sub)

@@ -112,6 +112,18 @@ MIGRATIONS: list[str] = [
         value TEXT NOT NULL
     );
     """,
+    # v5: the Playground's saved chats (docs/playground.md): the whole conversation as one JSON document.
+    """
+    CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        client TEXT NOT NULL DEFAULT '',
+        data TEXT NOT NULL
+    );
+    CREATE INDEX conversations_updated ON conversations(updated_at);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -412,6 +424,31 @@ class Store:
         host = dict(row)
         host["meta"] = json.loads(host["meta"] or "{}")
         return host
+
+    # ---- the Playground's conversations (data: engine.api.playground.Conversation as JSON)
+    def save_conversation(self, conv_id: str, title: str, client: str, data: dict[str, Any]) -> float:
+        now = time.time()
+        self.db.execute("INSERT INTO conversations (id, title, created_at, updated_at, client, data) "
+                        "VALUES (?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET title=excluded.title, "
+                        "updated_at=excluded.updated_at, data=excluded.data",
+                        (conv_id, title, now, now, client, json.dumps(data)))
+        return now
+
+    def list_conversations(self, limit: int, offset: int = 0) -> list[dict[str, Any]]:
+        """Newest first, each with its data."""
+        rows = self.db.execute("SELECT * FROM conversations ORDER BY updated_at DESC, id LIMIT ? OFFSET ?",
+                               (limit, offset)).fetchall()
+        return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+
+    def count_conversations(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM conversations").fetchone()[0])
+
+    def get_conversation(self, conv_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM conversations WHERE id=?", (conv_id,)).fetchone()
+        return {**dict(row), "data": json.loads(row["data"])} if row else None
+
+    def delete_conversation(self, conv_id: str) -> bool:
+        return self.db.execute("DELETE FROM conversations WHERE id=?", (conv_id,)).rowcount > 0
 
     def audit(self, client: str, action: str, target: str, params: dict[str, Any], ok: bool,
               error: str | None = None) -> None:

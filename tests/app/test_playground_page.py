@@ -12,6 +12,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
+from engine.api.playground import conversation_line
 from engine.cli.chat import stream_answer
 from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
@@ -115,13 +116,42 @@ def test_chat_streams_stops_side_by_side_exports_and_shows_errors(qtbot, make_wi
         assert line["messages"] == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": text}]
         assert line["settings"] == sent and line["settings"]["max_new_tokens"] == 12
 
+    # Saved chats: each chat is kept after every answer. After New chat, the side-by-side one opens again with
+    # both models, its settings and both answers with their figures, and a question goes on in it.
+    with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
+        def saved() -> list[dict]:
+            return c.call("conversations.list")["conversations"]
+
+        qtbot.waitUntil(lambda: [(r["title"], r["questions"]) for r in saved()] == [("Hello", 1), (QUESTION, 2)],
+                        timeout=10_000)
+        assert saved()[0]["models"] == ["tiny-llama", "other-llama (folder)"]
+        qtbot.mouseClick(page.new_button, Qt.MouseButton.LeftButton)
+        settings(page, temperature=0.2, seed=3, max_new_tokens=30)
+        page.show_saved()
+        dialog = page.saved_dialog
+        qtbot.waitUntil(lambda: dialog.table.rowCount() == 2, timeout=10_000)
+        assert dialog.table.item(0, 0).text() == "Hello" and dialog.open_button.isEnabled()
+        with qtbot.waitSignal(dialog.opened, timeout=10_000):
+            qtbot.mouseClick(dialog.open_button, Qt.MouseButton.LeftButton)
+        assert page.side_check.isChecked() and page.column_b.ref == {"path": str(other_llama)}
+        assert page.settings.values()["seed"] == 7 and page.settings.values()["max_new_tokens"] == 12
+        for column, text in zip((page.column_a, page.column_b), answers, strict=True):
+            assert column.messages == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": text}]
+            assert text in column.view.toPlainText() and "\n12 tokens · " in column.view.toPlainText()
+        ask(qtbot, page, "And you?")
+        qtbot.waitUntil(lambda: [r["questions"] for r in saved()] == [2, 2], timeout=10_000)
+        dialog.delete(saved()[1]["id"])
+        qtbot.waitUntil(lambda: len(saved()) == 1, timeout=10_000)
+
     # An error (a folder that is not there) shows its message and hint; the conversation before it stays.
     page.side_check.setChecked(False)
+    kept = list(col.messages)
     page.picker_a.add_folder(str(tmp_path / "no-such-model"))
     ask(qtbot, page, "Are you there?", timeout=60_000)
     assert col.error.isVisible() and "model folder not found" in col.error.text()
     assert "config.json" in col.error.text()  # the hint
-    assert col.messages == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": answers[0]}]
+    assert col.messages == kept and kept[:2] == [{"role": "user", "content": "Hello"},
+                                                 {"role": "assistant", "content": answers[0]}]
     assert answers[0] in col.view.toPlainText()
 
     # The loaded models, with their memory; Unload frees one.
@@ -252,8 +282,8 @@ def test_the_model_lists_come_from_the_jobs_the_builtins_and_the_cache():
     assert [c.ref for c in ch.hub_choices(cache)] == [{"hub": "acme/a"}, {"hub": "acme/b", "revision": "c2"}]
     assert ch.folder_choice("/models/my-llama/").title == "my-llama (folder)"
 
-    line = json.loads(ch.conversation_line([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
-                                           {"run": "lm1"}, {"system": "Be brief.", "temperature": 0.0}))
+    line = json.loads(conversation_line([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+                                        {"run": "lm1"}, {"system": "Be brief.", "temperature": 0.0}))
     assert line["messages"][0] == {"role": "system", "content": "Be brief."} and len(line["messages"]) == 3
     assert line["model"] == {"run": "lm1"} and line["settings"]["temperature"] == 0.0
 

@@ -143,9 +143,24 @@ def test_ember_chat_prints_the_answer_and_its_speed(engine_proc):
                          capture_output=True, text=True, env=env, timeout=180, check=True)
     doc = json.loads(out.stdout.strip().splitlines()[-1])
     assert doc["text"] == direct_greedy(QUESTION, 12)[0] and doc["new_tokens"] == 12
-    plain = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "tiny-llama", "Hi", "--max-new-tokens", "5"],
+    plain = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "tiny-llama", "--max-new-tokens", "5",
+                            "--save", "--system", "Be brief."], input="Hi\nAnd then?\n",
                            capture_output=True, text=True, env=env, timeout=180, check=True)
-    assert "5 tokens in" in plain.stderr and "tokens/s" in plain.stderr
+    assert plain.stderr.count("5 tokens in") == 2 and "tokens/s" in plain.stderr
+    saved = plain.stderr.split("saved as ")[1].split()[0]  # one chat, saved after each answer
+
+    def ember(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "engine.cli", "chats", *args], capture_output=True, text=True,
+                              env=env, timeout=60, check=True).stdout
+
+    (row,) = json.loads(ember("--json"))["conversations"]
+    assert (row["id"], row["title"], row["questions"], row["models"]) == (saved, "Hi", 2, ["tiny-llama"])
+    assert "[user] And then?" in ember("show", saved) and "[system] Be brief." in ember("show", saved)
+    (line,) = [json.loads(x) for x in ember("export", saved).splitlines()]  # as the Playground's Export writes it
+    assert [m["role"] for m in line["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert line["model"] == TINY and line["settings"]["max_new_tokens"] == 5
+    ember("delete", saved)
+    assert json.loads(ember("--json"))["total"] == 0
 
 
 def test_model_words_and_the_memory_check(tmp_path):

@@ -1,4 +1,5 @@
-"""The chat: one column, or two side by side, the prompt box with Send and Stop, and the JSONL export.
+"""The chat: one column, or two side by side, the prompt box with Send and Stop, the JSONL export, and the
+chat kept in the engine's store (``conversations.save``) after every answer, so Saved chats reopens it.
 
 One prompt goes to every column in use at once, each with its own model and its own conversation
 (conversation.py); the settings are the form's (settings_form.py) at the time of sending, and the export
@@ -7,22 +8,24 @@ writes those with each conversation.
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
-from app.pages.playground.choices import conversation_line
 from app.pages.playground.conversation import ChatColumn
 from app.pages.playground.prompt import PromptBox
 from app.pages.playground.settings_form import SettingsForm
 from app.widgets.common import label, show_text
+from engine.api.playground import conversation_line
 
 
 class ChatPanel(QWidget):
     state_changed = Signal()  # an answer started or ended, or the prompt changed: buttons may change
     answered = Signal(dict)  # a column's answer ended (the done event's figures)
+    saved = Signal(str)  # the chat was saved (its id)
 
     def __init__(self, client: Any, settings: SettingsForm, parent: QWidget | None = None):
         super().__init__(parent)
@@ -30,6 +33,7 @@ class ChatPanel(QWidget):
         self._settings = settings
         self._sent_settings: dict[str, Any] = {}  # what the conversation was asked with (exported with it)
         self.side_by_side = False
+        self.conversation_id: str | None = None  # made on the first save; New chat starts another
 
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
@@ -44,6 +48,7 @@ class ChatPanel(QWidget):
         for col in (self.column_a, self.column_b):
             col.busy_changed.connect(lambda _busy: self.update_buttons())
             col.answered.connect(self.answered.emit)
+            col.answered.connect(self._save_when_idle)
 
         self.prompt_row = QWidget()
         prompt = QHBoxLayout(self.prompt_row)
@@ -115,13 +120,44 @@ class ChatPanel(QWidget):
     def new_chat(self) -> None:
         for col in (self.column_a, self.column_b):
             col.clear()
+        self.conversation_id = None
         show_text(self.message, "")
+        self.update_buttons()
+
+    # -- saved chats ------------------------------------------------------------------------------
+
+    def _save_when_idle(self, *_args: Any) -> None:
+        if not self.busy():  # side by side: once both answers are in
+            self.save()
+
+    def save(self) -> None:
+        """Keep the chat in the engine's store (engine.api.playground.Conversation), replacing its last save."""
+        sides = [side for side in (col.side() for col in self.columns()) if side]
+        if not sides or not self._client.is_connected:
+            return
+        # The id is made here, before the first reply: two saves in flight still name one chat.
+        self.conversation_id = self.conversation_id or f"chat-{secrets.token_hex(6)}"
+        params = {"id": self.conversation_id, "sides": sides,
+                  "settings": self._sent_settings or self._settings.values()}
+        self._client.request("conversations.save", params, lambda reply: self.saved.emit(reply["id"]),
+                             lambda err: show_text(self.message, f"This chat could not be saved: {err}"))
+
+    def load(self, conversation: dict[str, Any]) -> None:
+        """Show a saved chat (conversations.get's ``conversation``) in the columns; asking again continues it.
+        The page has picked its models and shown its settings first."""
+        for col in (self.column_a, self.column_b):
+            col.clear()
+        show_text(self.message, "")
+        self.conversation_id = conversation.get("id")
+        self._sent_settings = dict(conversation.get("settings") or {})
+        for col, side in zip((self.column_a, self.column_b), conversation.get("sides") or [], strict=False):
+            col.load(side.get("messages") or [], side.get("figures") or [])
         self.update_buttons()
 
     # -- export ---------------------------------------------------------------------------------
 
     def conversation_lines(self) -> list[str]:
-        """One JSON line per column that has a conversation (choices.conversation_line)."""
+        """One JSON line per column that has a conversation (engine.api.playground.conversation_line)."""
         settings = self._sent_settings or self._settings.values()
         return [conversation_line(col.messages, col.ref, settings, col.model_title)
                 for col in self.columns() if col.messages and col.ref]

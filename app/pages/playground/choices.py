@@ -9,7 +9,6 @@ a fine-tune started from, which side by side puts beside it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -135,15 +134,3 @@ def hub_choices(reply: dict[str, Any]) -> list[Choice]:
 def folder_choice(path: str) -> Choice:
     ref = {"path": path}
     return Choice(ref, f"{ref_label(ref)} (folder)", FOLDERS, CHAT, detail=path)
-
-
-def conversation_line(messages: list[dict[str, str]], ref: dict[str, Any], settings: dict[str, Any],
-                      title: str = "") -> str:
-    """One conversation as a JSONL line: {"messages": [system?, user, assistant, ...], "model", "settings"}."""
-    system = settings.get("system")
-    full = ([{"role": "system", "content": system}] if system else []) + [
-        {"role": m["role"], "content": m["content"]} for m in messages]
-    doc: dict[str, Any] = {"messages": full, "model": dict(ref), "settings": dict(settings)}
-    if title:
-        doc["model_title"] = title
-    return json.dumps(doc, ensure_ascii=False)

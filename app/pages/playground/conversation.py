@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 from app.pages.playground.stream import AnswerStream
 from app.style import colour
 from app.widgets.common import label, show_text
+from engine.api.playground import ANSWER_FIGURES
 
 STOPPED = {"user": "Stop", "stop_sequence": "stop sequence", "eos": "end of answer", "length": "max new tokens"}
 
@@ -100,6 +101,7 @@ class ChatColumn(QWidget):
         super().__init__(parent)
         self.name = name  # "A" or "B": for accessible names
         self.messages: list[dict[str, str]] = []  # user and assistant turns (the system prompt is a setting)
+        self.figures: list[dict[str, Any] | None] = []  # each answer's figures, in order (kept with a saved chat)
         self.last_figures: dict[str, Any] = {}
         self.model_title = ""
         self.ref: dict[str, Any] | None = None
@@ -157,11 +159,34 @@ class ChatColumn(QWidget):
     def stop(self) -> None:
         self.stream.stop()
 
+    def load(self, messages: list[dict[str, str]], figures: list[dict[str, Any] | None]) -> None:
+        """Show a saved conversation, as it was when it was saved; the next question continues it."""
+        self.clear()
+        self.messages = [{"role": m["role"], "content": m["content"]} for m in messages if m["role"] != "system"]
+        self.figures = list(figures)
+        answers = iter(self.figures)
+        for message in self.messages:
+            if message["role"] == "user":
+                self.view.add_turn("You", message["content"])
+                continue
+            self.view.start_answer(self.model_title or "Model")
+            self.view.append_text(message["content"])
+            figure = next(answers, None)
+            if figure:
+                self.view.add_note(figures_text(figure))
+
+    def side(self) -> dict[str, Any] | None:
+        """This column's side of a saved chat (engine.api.playground.ConversationSide), None when empty."""
+        if not self.messages or self.ref is None:
+            return None
+        return {"model": self.ref, "title": self.model_title, "messages": list(self.messages),
+                "figures": list(self.figures)}
+
     def clear(self) -> None:
         """A new chat: forget the conversation (an answer still coming is stopped)."""
         was_busy = self.busy
         self.stream.abandon()
-        self.messages, self._pending, self.last_figures = [], None, {}
+        self.messages, self.figures, self._pending, self.last_figures = [], [], None, {}
         self.view.clear()
         for note in (self.status, self.warning, self.error):
             show_text(note, "")
@@ -188,6 +213,7 @@ class ChatColumn(QWidget):
     def _finished(self, done: dict[str, Any]) -> None:
         self._pending = None
         self.messages.append({"role": "assistant", "content": done.get("text", "")})
+        self.figures.append({k: done.get(k) for k in ANSWER_FIGURES})
         self.last_figures = done
         self.view.add_note(figures_text(done))  # under the answer, where it stays with the conversation
         show_text(self.status, "")

@@ -32,6 +32,7 @@ from app.pages.playground.chat_panel import ChatPanel
 from app.pages.playground.classify import ClassifyView
 from app.pages.playground.loaded import LoadedModels
 from app.pages.playground.picker import ModelPicker
+from app.pages.playground.saved import SavedChats
 from app.pages.playground.settings_form import SettingsForm
 from app.widgets.common import card, label, show_text
 from engine.api.job_terms import SUCCEEDED
@@ -72,7 +73,11 @@ class PlaygroundPage(QWidget):
         self.export_button.setToolTip("Save the conversation as JSON Lines: one line per conversation with its "
                                       "messages, model and settings")
         self.export_button.clicked.connect(lambda: self.chat.export_clicked())
-        for widget in (self.side_check, self.new_button, self.export_button):
+        self.saved_button = QPushButton("Saved chats…")
+        self.saved_button.setToolTip("Every chat is kept after each answer: open one again, or delete it")
+        self.saved_button.clicked.connect(self.show_saved)
+        self.saved_dialog: SavedChats | None = None
+        for widget in (self.side_check, self.new_button, self.saved_button, self.export_button):
             header.addWidget(widget, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addLayout(header)
 
@@ -234,7 +239,7 @@ class PlaygroundPage(QWidget):
         classify = self._is_classifier()
         self.stack.setCurrentWidget(self.classify_view if classify else self.stack.widget(0))
         self.settings_card.setVisible(not classify)
-        for widget in (self.side_check, self.new_button, self.export_button):
+        for widget in (self.side_check, self.new_button, self.saved_button, self.export_button):
             widget.setVisible(not classify)  # chat only
         if classify:
             self._refresh_variants()
@@ -309,12 +314,48 @@ class PlaygroundPage(QWidget):
     def _answered(self, *_args: Any) -> None:
         self.loaded.reload()  # an answer ended: its worker's memory has changed
 
+    # -- saved chats (saved.py; chat_panel.py saves) ----------------------------------------------
+
+    def show_saved(self) -> None:
+        if self.saved_dialog is None:
+            self.saved_dialog = SavedChats(self._client, self)
+            self.saved_dialog.opened.connect(self.open_conversation)
+        self.saved_dialog.reload()
+        self.saved_dialog.open()
+
+    def open_conversation(self, reply: dict[str, Any]) -> None:
+        """Show a saved chat (conversations.get's reply): its models picked, its settings, every turn."""
+        if self.busy():
+            self.chat.stop()
+        conversation = reply.get("conversation") or {}
+        sides = list(conversation.get("sides") or [])[:2]
+        if not sides:
+            return
+        self.side_check.setChecked(len(sides) == 2)
+        missing = []
+        for picker, column, side in zip((self.picker_a, self.picker_b), (self.column_a, self.column_b), sides,
+                                        strict=False):
+            ref = side.get("model") or {}
+            found = picker.select(ref) or (bool(ref.get("path")) and bool(picker.add_folder(str(ref["path"]))))
+            if not found:  # a run deleted since: the turns still show; a model must be picked to go on
+                missing.append(side.get("title") or ch.ref_label(ref))
+                column.set_model(None, "")
+            column.model_title = side.get("title") or column.model_title
+        if len(sides) == 2:
+            self._b_by_user = True  # keep the chat's second model
+        self.settings.set_settings(conversation.get("settings") or {})
+        self.chat.load(conversation)
+        show_text(self.message, "" if not missing else
+                  f"{', '.join(missing)} is no longer here: pick a model to go on with this chat.")
+        self._update()
+
     # -- buttons --------------------------------------------------------------------------------
 
     def _update(self, *_args: Any) -> None:
         busy = self.busy()
         classify = self._is_classifier()
         self.export_button.setEnabled(self.chat.has_conversation() and not classify)
+        self.saved_button.setEnabled(self._client.is_connected and not busy)
         self.new_button.setEnabled(not classify)
         self.side_check.setEnabled(not classify and not busy)
         self.picker_a.setEnabled(not busy)

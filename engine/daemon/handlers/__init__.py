@@ -1,7 +1,7 @@
 """Request handlers: one small method per protocol method, params validated by pydantic.
 
 Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models, playground,
-evaluations); their tables are joined here into the one dispatch table, which must name every method of
+evaluations, conversations); their tables are joined here into the one dispatch table, which must name every method of
 engine/api/protocol.py.
 """
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.api.protocol import METHOD_NOT_FOUND, METHODS, RpcError
 from engine.daemon.handlers.audit import AuditHandlers
+from engine.daemon.handlers.conversations import ConversationHandlers
 from engine.daemon.handlers.data import DataHandlers
 from engine.daemon.handlers.evaluations import EvaluationHandlers
 from engine.daemon.handlers.events import EventHandlers
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete", "engine.shutdown",
            "templates.save", "templates.delete", "hosts.add", "hosts.update", "hosts.remove", "hosts.trust",
            "hosts.forget_key", "hosts.prepare", "hosts.probe", "diag.burst",
-           "queue.move", "queue.configure", "jobs.prioritize", "models.delete", "hub.login", "hub.logout"}
+           "queue.move", "queue.configure", "jobs.prioritize", "models.delete", "hub.login", "hub.logout",
+           "conversations.delete"}
 
 
 class Handlers:
@@ -40,7 +42,7 @@ class Handlers:
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
                  QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng),
-                 EvaluationHandlers(eng))
+                 EvaluationHandlers(eng), ConversationHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:
             self.table.update(area.table())
