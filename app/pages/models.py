@@ -13,14 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QInputDialog,
     QLineEdit,
     QMessageBox,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QWidget,
 )
@@ -28,7 +25,7 @@ from PySide6.QtWidgets import (
 from app import format as fmt
 from app.engine_process import EngineProcess
 from app.models.navigation import Navigator
-from app.widgets.common import card, label, scrolling_body, show_text
+from app.widgets.common import card, label, row_table, scrolling_body, show_text
 from app.widgets.hub_picker import HubPicker
 
 COLUMNS = ("Model", "Size", "Last used", "Revisions", "Folder")
@@ -72,17 +69,7 @@ class ModelsPage(QWidget):
         box.addWidget(label("On this machine", "h2"))
         self.cache_note = label("", "muted", wrap=True)
         box.addWidget(self.cache_note)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setAccessibleName("Cached models")
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
-        head = self.table.horizontalHeader()
-        for column in range(len(COLUMNS) - 1):
-            head.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-        head.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)  # the folder takes the rest
+        self.table = row_table(COLUMNS, "Cached models", stretch=-1)  # the folder takes the rest
         self.table.itemSelectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
         row = QHBoxLayout()

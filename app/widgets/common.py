@@ -1,12 +1,22 @@
-"""Small building blocks every page uses: headings, cards and key/value facts."""
+"""Small building blocks every page uses: headings, cards, key/value facts and row-picked tables."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QScrollArea,
+    QTableWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.style import set_role
 
@@ -94,3 +104,21 @@ def call_window(widget: QWidget, name: str, *args: Any) -> Any:
     """``widget.window().<name>(*args)``: cross-page navigation; None outside a MainWindow (a page tested alone)."""
     target = getattr(widget.window(), name, None)
     return target(*args) if callable(target) else None
+
+
+def row_table(columns: Sequence[str], name: str, stretch: int = 0) -> QTableWidget:
+    """A read-only table picked a whole row at a time: column ``stretch`` (negative: from the end) takes the
+    spare width, the others fit their contents."""
+    table = QTableWidget(0, len(columns))
+    table.setHorizontalHeaderLabels(list(columns))
+    table.setAccessibleName(name)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.verticalHeader().hide()
+    head = table.horizontalHeader()
+    wide = stretch % len(columns)
+    for col in range(len(columns)):
+        head.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col == wide
+                                  else QHeaderView.ResizeMode.ResizeToContents)
+    return table

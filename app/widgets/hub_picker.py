@@ -15,21 +15,18 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLineEdit,
     QProgressBar,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app import format as fmt
-from app.widgets.common import label, show_text
+from app.widgets.common import label, row_table, show_text
 from engine.api.job_terms import FINAL_STATES, MODEL_DOWNLOAD, SUCCEEDED
 from engine.api.train_spec import HUB_ID, HUB_REVISION
 
@@ -80,17 +77,8 @@ class HubPicker(QWidget):
         self.search_note = label("", "muted", wrap=True)
         self.search_note.hide()
         outer.addWidget(self.search_note)
-        self.results = QTableWidget(0, len(COLUMNS))
-        self.results.setHorizontalHeaderLabels(COLUMNS)
-        self.results.setAccessibleName("Search results")
+        self.results = row_table(COLUMNS, "Search results")
         self.results.setToolTip("Models on the Hub whose id holds what you typed; click one to use it")
-        self.results.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.results.verticalHeader().hide()
-        head = self.results.horizontalHeader()
-        head.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for column in range(1, len(COLUMNS)):
-            head.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.results.setMaximumHeight(220)
         self.results.cellClicked.connect(lambda row, _col: self.choose(row))
         self.results.hide()

@@ -12,18 +12,15 @@ from typing import Any
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app import format as fmt
-from app.widgets.common import label, show_text
+from app.widgets.common import label, row_table, show_text
 
 COLUMNS = ("Model", "Memory")
 POLL_MS = 5000
@@ -49,17 +46,8 @@ class LoadedModels(QWidget):
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.setSpacing(6)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setAccessibleName("Loaded models")
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
+        self.table = row_table(COLUMNS, "Loaded models")
         self.table.setShowGrid(False)
-        head = self.table.horizontalHeader()
-        head.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        head.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().setDefaultSectionSize(ROW_HEIGHT)
         self.table.itemSelectionChanged.connect(self._update)
         box.addWidget(self.table)

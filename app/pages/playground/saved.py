@@ -8,20 +8,17 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QDialogButtonBox,
-    QHeaderView,
     QMessageBox,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app import format as fmt
-from app.widgets.common import label, show_text
+from app.widgets.common import label, row_table, show_text
 
 COLUMNS = ("Chat", "Models", "Questions", "Saved")
 LIST_LIMIT = 500
@@ -39,17 +36,7 @@ class SavedChats(QDialog):
         box = QVBoxLayout(self)
         box.addWidget(label("Every Playground chat is kept after each answer. Open one to read it again or go "
                             "on asking; ember chats lists them in a terminal.", "muted", wrap=True))
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setAccessibleName("Saved chats")
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
-        head = self.table.horizontalHeader()
-        head.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, len(COLUMNS)):
-            head.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        self.table = row_table(COLUMNS, "Saved chats")
         self.table.itemSelectionChanged.connect(self._update)
         self.table.cellDoubleClicked.connect(lambda *_: self.open_selected())
         box.addWidget(self.table, 1)
