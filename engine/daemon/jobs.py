@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from engine.api import events_file
 from engine.api.job_terms import FINETUNE, LIVE_STATES
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
@@ -269,6 +270,7 @@ class JobManager:
                      "hint": "See stdout.log in the run directory; if it was killed for memory, "
                              "try a smaller batch."}
         self.bus.flush()  # the job's own events go out before its final state
+        events_file.release_tail(follower.path)  # every process of the job has ended: no rank appends now
         peak = measured_peak(self.store, run_id) if job["kind"] == FINETUNE else None
         self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error,
                         measured_peak=peak)

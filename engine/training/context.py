@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.api import events_file
 from engine.api.specs import Spec, SpecError, validate_spec
 
 # Kept free in the run dir (``.reserve``) and given up when the disk fills, so the job can still
@@ -77,6 +78,8 @@ class JobContext:
         # and lines from several ranks never interleave.
         self._fd = os.open(self.run_dir / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._torn = False  # a write failed part-way: the next event starts on a fresh line
+        self._kept_to = 0  # the end of the space kept past events.jsonl's end (engine.api.events_file)
+        self._keep_tail()
         self._reserve = self.run_dir / ".reserve"
         with contextlib.suppress(OSError):
             if not self._reserve.exists():
@@ -101,6 +104,15 @@ class JobContext:
         if self._torn:
             raise OSError(errno.ENOSPC, f"only {written} of {len(raw)} bytes of an event were written",
                           str(self.run_dir / "events.jsonl"))
+        self._keep_tail()
+
+    def _keep_tail(self) -> None:
+        """Keep RESERVE_BYTES past the end of events.jsonl, topped up once half is used: the final
+        events of a job on a full disk go there (a full disk fails the top-up; what is left stays)."""
+        with contextlib.suppress(OSError):
+            size = os.fstat(self._fd).st_size
+            if self._kept_to - size < RESERVE_BYTES // 2 and events_file.keep_tail(self._fd, size, RESERVE_BYTES):
+                self._kept_to = size + RESERVE_BYTES
 
     def log(self, message: str) -> None:
         """A line for stdout.log, the job's human-readable log."""

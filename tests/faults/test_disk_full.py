@@ -1,6 +1,7 @@
 """A really full disk (a small tmpfs as EMBER_HOME, so the store sits on it too).
 
-The fine-tune fails with a message naming the disk and its free space (no traceback), the last
+The fine-tune fails with a message naming the disk and its free space (no traceback), written into the
+space it kept past the end of its events.jsonl (engine.api.events_file), the last
 good checkpoint and the store stay intact, the engine keeps answering while its own store cannot
 grow, and once the disk is grown (remount) one jobs.resume finishes the run.
 """
@@ -82,6 +83,9 @@ def test_a_full_disk_fails_the_run_cleanly_and_it_resumes_once_space_is_freed(em
             done = wait_final(c, job["id"])
             assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
             steps = loss_steps(c, job["id"])
+            # The space the job kept past the end of its events.jsonl (for its last events) is given back.
+            events = os.stat(run_dir / "events.jsonl")
+            assert events.st_blocks * 512 < events.st_size + 64 * 1024, (events.st_size, events.st_blocks)
         assert steps == list(range(1, 81))
         assert store_guard.check(ember_home.db) == "ok"
         fault_report("4 disk full", f"tmpfs EMBER_HOME filled ({filled // 1024} kB filler)",
