@@ -18,7 +18,8 @@ PRUNE = "compress.prune"
 EXPORT = "export.model"
 MODEL_DOWNLOAD = "model.download"
 EVALUATE = "evaluate.model"
-KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE)
+SERVE = "serve.model"
+KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE)
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
 SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs: not shown with the user's jobs by default
@@ -34,6 +35,7 @@ KIND_NOUNS = {
     EXPORT: "Export",
     MODEL_DOWNLOAD: "Model download",
     EVALUATE: "Evaluation",
+    SERVE: "Serving",
 }
 
 # -- states -------------------------------------------------------------------------------------

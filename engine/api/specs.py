@@ -25,6 +25,7 @@ from engine.api.job_terms import (
     PRUNE,
     QAT,
     QUANTIZE,
+    SERVE,
     SYSTEM_PROBE,
 )
 from engine.api.playground import ModelRef
@@ -249,6 +250,35 @@ class EvaluateSpec(Spec):
         return self
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class ServeSpec(Spec):
+    """serve.model: an OpenAI-compatible HTTP endpoint for a run, a variant or a base model (docs/serve.md)."""
+
+    model: ModelRef = Field(..., description="the model: run (a finished fine-tune or variant), builtin, path or hub")
+    bind: str = Field("127.0.0.1", min_length=1, max_length=255, description="the address to listen on")
+    port: int = Field(8000, ge=0, le=65535, description="0: any free port (the job reports the one it took)")
+    served_name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$",
+                                    description="the model's name in /v1/models and requests; None: the run's name, "
+                                                "the built-in's or the Hub id")
+    max_new_tokens: int = Field(512, ge=1, le=32768, description="a request's max_tokens when it sends none, and "
+                                                                 "the most it may ask for")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a CUDA GPU when there is one")
+
+    @property
+    def source_run(self) -> str | None:
+        return self.model.run
+
+    @model_validator(mode="after")
+    def _check(self) -> ServeSpec:
+        if self.bind not in LOOPBACK_HOSTS:
+            raise ValueError(f"bind {self.bind!r}: Ember serves on this machine's loopback address only "
+                             "(127.0.0.1, localhost or ::1), where no API key is needed; reach it from another "
+                             "machine through an SSH tunnel (ssh -L 8000:127.0.0.1:8000 this-machine)")
+        return self
+
+
 @dataclass(frozen=True)
 class JobKind:
     name: str
@@ -335,6 +365,15 @@ JOB_KINDS: dict[str, JobKind] = {
             "stored with the run and compared beside its parent and base model.",
             "engine.recipes.evaluate",
             EvaluateSpec,
+        ),
+        JobKind(
+            SERVE,
+            "Serve",
+            "Serve a run, a variant or a base model behind an OpenAI-compatible HTTP endpoint (/v1/models, "
+            "/v1/chat/completions and /v1/completions with streaming; /v1/classify for a classifier) until stopped, "
+            "with live request and token figures.",
+            "engine.recipes.serve",
+            ServeSpec,
         ),
     ]
 }

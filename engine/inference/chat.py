@@ -101,11 +101,24 @@ class ChatModel:
 
     def answer(self, messages: list[dict[str, str]], settings: GenerateSettings,
                on_text: Callable[[str], None] = lambda _t: None) -> Answer:
+        """The next assistant turn after ``messages``, in the chat template ``settings`` names."""
+        ids, warnings = self.prompt_ids([dict(m) for m in messages], settings)
+        return self.generate(ids, warnings, settings, on_text)
+
+    def complete(self, text: str, settings: GenerateSettings,
+                 on_text: Callable[[str], None] = lambda _t: None) -> Answer:
+        """What follows ``text`` as it is (no chat template): a completion."""
+        ids = self.tokenizer(text)["input_ids"]
+        room = max(1, self.context - settings.max_new_tokens)
+        warnings = [f"the prompt is {len(ids)} tokens; only its last {room} were used"] if len(ids) > room else []
+        return self.generate(ids[-room:], warnings, settings, on_text)
+
+    def generate(self, ids: list[int], warnings: list[str], settings: GenerateSettings,
+                 on_text: Callable[[str], None] = lambda _t: None) -> Answer:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         self.stop_event.clear()
-        ids, warnings = self.prompt_ids([dict(m) for m in messages], settings)
         answer = Answer(prompt_tokens=len(ids), warnings=warnings)
         t0 = time.perf_counter()
         streamer = _Streamer(self.tokenizer, answer, on_text, list(settings.stop), t0)

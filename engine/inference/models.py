@@ -155,6 +155,15 @@ def _hub_folder(repo: str, revision: str | None) -> Path:
                         f"`ember models download {repo}`), or copy its folder here and pick the folder.") from exc
 
 
+def pick_device(wanted: str) -> str:
+    """cuda or cpu for a spec's ``device`` (auto: a CUDA GPU when there is one)."""
+    import torch
+
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise JobFailed("device cuda was asked for, and torch sees no CUDA GPU here", "Use device auto or cpu.")
+    return "cuda" if wanted != "cpu" and torch.cuda.is_available() else "cpu"
+
+
 def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict[str, Any]]:
     """(``"chat"`` or ``"classify"``, the loaded model, facts to show) for a reference."""
     try:

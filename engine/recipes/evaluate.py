@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.api.specs import EvaluateSpec
+from engine.api.specs import EvaluateSpec, ServeSpec
 from engine.evaluate import benchmarks
 from engine.training.context import JobContext, JobFailed, run_job
 
@@ -153,15 +153,7 @@ def read_data(spec: EvaluateSpec, task: str, source: Any, runs: Path) -> Data | 
     return data
 
 
-def _device(wanted: str) -> str:
-    import torch
-
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise JobFailed("device cuda was asked for, and torch sees no CUDA GPU here", "Use device auto or cpu.")
-    return "cuda" if wanted != "cpu" and torch.cuda.is_available() else "cpu"
-
-
-def open_ref(spec: EvaluateSpec, runs: Path) -> dict[str, Any]:
+def open_ref(spec: EvaluateSpec | ServeSpec, runs: Path) -> dict[str, Any]:
     """What engine/inference/models.py opens: a run becomes its folder."""
     if spec.model.run:
         return {"run_dir": str(runs / spec.model.run)}
@@ -189,9 +181,9 @@ def main(ctx: JobContext, spec: EvaluateSpec) -> str | None:
         manager = benchmarks.task_manager(include, local)
         tasks = benchmarks.resolve(spec.lm_eval.tasks, manager, include)
 
-    from engine.inference.models import open_model
+    from engine.inference.models import open_model, pick_device
 
-    device = _device(spec.device)
+    device = pick_device(spec.device)
     progress(ctx, "load", 0.08, f"loading {spec.model.label()} on {device}")
     t0 = time.perf_counter()
     kind, loaded, info = open_model(open_ref(spec, runs), device)

@@ -1,0 +1,306 @@
+"""The OpenAI-compatible HTTP API over one loaded model (docs/serve.md).
+
+``GET /v1/models``; ``POST /v1/chat/completions`` and ``/v1/completions`` (``stream: true`` sends
+server-sent events, ``data: {...}`` lines ending with ``data: [DONE]``, and ``stream_options.include_usage``
+a last chunk with the token counts); ``POST /v1/classify`` for a classifier (every class's probability).
+Errors are OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
+
+The standard library's threading HTTP server: one thread per connection, so many clients can wait at once;
+the model answers one request at a time (a lock), the others queue, and the queue's length is in the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.api.playground import GenerateSettings
+
+MAX_BODY = 4 << 20  # a request larger than this is refused (413)
+FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop", "length": "length"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class Stats:
+    """What the job reports every few seconds: requests, tokens, time to first token, the queue."""
+
+    requests: int = 0
+    errors: int = 0
+    tokens: int = 0
+    active: int = 0
+    waiting: int = 0
+    ttft: deque = field(default_factory=lambda: deque(maxlen=200))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **delta: int) -> None:
+        with self.lock:
+            for name, value in delta.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            ttft = sorted(self.ttft)
+            return {"requests": self.requests, "errors": self.errors, "tokens": self.tokens, "active": self.active,
+                    "queue": self.waiting, "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None}
+
+
+class Service:
+    """The model behind the routes: a ChatModel (engine/inference/chat.py) or a Classifier."""
+
+    def __init__(self, kind: str, model: Any, name: str, max_new_tokens: int):
+        self.kind, self.model, self.name, self.max_new_tokens = kind, model, name, max_new_tokens
+        self.lock = threading.Lock()  # one generation at a time
+        self.stats = Stats()
+        self.created = int(time.time())
+
+    # -- requests into settings ---------------------------------------------------------------
+
+    def settings(self, body: dict[str, Any]) -> GenerateSettings:
+        if body.get("model") not in (None, self.name):
+            raise ApiError(404, f"The model {body.get('model')!r} does not exist here; this server serves "
+                                f"{self.name!r} (GET /v1/models)", "model", "model_not_found")
+        if int(body.get("n") or 1) != 1:
+            raise ApiError(400, "n must be 1: one answer per request", "n")
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
+        if not isinstance(max_tokens, int) or not 1 <= max_tokens <= self.max_new_tokens:
+            raise ApiError(400, f"max_tokens must be a whole number from 1 to {self.max_new_tokens} (the job's "
+                                "max_new_tokens)", "max_tokens")
+        stop = body.get("stop") or []
+        values = {"temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
+                  "top_k": body.get("top_k", 0), "max_new_tokens": max_tokens,
+                  "repetition_penalty": body.get("repetition_penalty", 1.0),
+                  "stop": [stop] if isinstance(stop, str) else stop, "seed": body.get("seed")}
+        try:
+            return GenerateSettings.model_validate({k: v for k, v in values.items() if v is not None})
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise ApiError(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}",
+                           str(first["loc"][0]) if first["loc"] else None) from None
+
+    @staticmethod
+    def messages(body: dict[str, Any]) -> list[dict[str, str]]:
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw:
+            raise ApiError(400, "messages must be a non-empty list of {role, content}", "messages")
+        out = []
+        for m in raw:
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            role = m.get("role") if isinstance(m, dict) else None
+            if role == "developer":
+                role = "system"
+            if role not in ("system", "user", "assistant") or not isinstance(content, str):
+                raise ApiError(400, "each message needs a role (system, user or assistant) and text content",
+                               "messages")
+            out.append({"role": role, "content": content})
+        return out
+
+    # -- answering --------------------------------------------------------------------------------
+
+    def run(self, chat: bool, body: dict[str, Any], on_text: Any) -> Any:
+        """Generate under the lock (the queue is who waits for it); the figures are counted here."""
+        settings = self.settings(body)
+        if chat:
+            messages = self.messages(body)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if not isinstance(prompt, str):
+                raise ApiError(400, "prompt must be a text (one prompt per request)", "prompt")
+        self.stats.add(waiting=1)
+        with self.lock:
+            self.stats.add(waiting=-1, active=1)
+            try:
+                if chat:
+                    answer = self.model.answer(messages, settings, on_text)
+                else:
+                    answer = self.model.complete(prompt, settings, on_text)
+            finally:
+                self.stats.add(active=-1)
+        self.stats.add(tokens=answer.new_tokens)
+        if answer.ttft_s is not None:
+            with self.stats.lock:
+                self.stats.ttft.append(answer.ttft_s)
+        return answer
+
+
+def _usage(answer: Any) -> dict[str, int]:
+    return {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.new_tokens,
+            "total_tokens": answer.prompt_tokens + answer.new_tokens}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "EmberStudio"
+    protocol_version = "HTTP/1.1"
+    service: Service  # set on the class server() makes
+
+    def log_message(self, fmt: str, *args: Any) -> None:  # to stdout.log, one line a request
+        sys.stdout.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {fmt % args}\n")
+        sys.stdout.flush()
+
+    def _json(self, status: int, doc: dict[str, Any]) -> None:
+        raw = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ApiError(413, f"the request is {length:,} bytes; at most {MAX_BODY:,} are read")
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return body
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            svc = self.service
+            self._json(200, {"object": "list", "data": [{"id": svc.name, "object": "model", "created": svc.created,
+                                                         "owned_by": "ember-studio"}]})
+        elif self.path.rstrip("/") in ("/health", ""):
+            self._json(200, {"status": "ok", "model": self.service.name})
+        else:
+            self._error(ApiError(404, f"No route GET {self.path}; see /v1/models", code="not_found"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        svc = self.service
+        svc.stats.add(requests=1)
+        try:
+            body = self._body()
+            route = self.path.rstrip("/")
+            if route in ("/v1/chat/completions", "/v1/completions"):
+                if svc.kind != "chat":
+                    raise ApiError(400, f"{svc.name} is a classifier: POST /v1/classify", code="wrong_model_kind")
+                self._generate(route.endswith("chat/completions"), body)
+            elif route == "/v1/classify":
+                self._classify(body)
+            else:
+                raise ApiError(404, f"No route POST {self.path}; the routes are /v1/chat/completions, "
+                                    "/v1/completions and /v1/classify", code="not_found")
+        except ApiError as err:
+            svc.stats.add(errors=1)
+            self._error(err)
+        except Exception as exc:  # noqa: BLE001 - the client gets a 500 and the job keeps serving
+            svc.stats.add(errors=1)
+            self._error(ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error"))
+
+    def _error(self, err: ApiError) -> None:
+        if getattr(self, "_streaming", False):  # headers are out: the error goes as an event
+            self._event(err.body())
+            self._event_raw(b"data: [DONE]\n\n")
+            return
+        self._json(err.status, err.body())
+
+    def _classify(self, body: dict[str, Any]) -> None:
+        svc = self.service
+        if svc.kind != "classify":
+            raise ApiError(400, f"{svc.name} is a language model: POST /v1/chat/completions", code="wrong_model_kind")
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise ApiError(400, "input must be a text or a list of texts", "input")
+        with svc.lock:
+            results = [svc.model.predict(text=t) for t in texts]
+        self._json(200, {"object": "list", "model": svc.name, "data": [
+            {"index": i, "label": r["label"], "labels": r["labels"], "probs": r["probs"]}
+            for i, r in enumerate(results)]})
+
+    # -- generation -------------------------------------------------------------------------------
+
+    def _generate(self, chat: bool, body: dict[str, Any]) -> None:
+        svc = self.service
+        rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        created = int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+        if not body.get("stream"):
+            answer = svc.run(chat, body, lambda _t: None)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(answer.stopped, "stop")}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": answer.text}
+            else:
+                choice.update(text=answer.text, logprobs=None)
+            self._json(200, {"id": rid, "object": kind, "created": created, "model": svc.name,
+                             "choices": [choice], "usage": _usage(answer)})
+            return
+        svc.settings(body)  # a bad request is a plain 400, before the stream starts
+        if chat:
+            svc.messages(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self._streaming = True
+        self.close_connection = True
+        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(delta: dict[str, Any] | None, text: str | None, finish: str | None) -> dict[str, Any]:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["delta"] = delta or {}
+            else:
+                choice.update(text=text or "", logprobs=None)
+            return {"id": rid, "object": chunk_kind, "created": created, "model": svc.name, "choices": [choice]}
+
+        if chat:
+            self._event(chunk({"role": "assistant", "content": ""}, None, None))
+
+        def on_text(text: str) -> None:
+            if text:
+                self._event(chunk({"content": text}, text, None))
+
+        answer = svc.run(chat, body, on_text)
+        self._event(chunk({}, "", FINISH.get(answer.stopped, "stop")))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event({"id": rid, "object": chunk_kind, "created": created, "model": svc.name, "choices": [],
+                         "usage": _usage(answer)})
+        self._event_raw(b"data: [DONE]\n\n")
+
+    def _event(self, doc: dict[str, Any]) -> None:
+        self._event_raw(b"data: " + json.dumps(doc).encode() + b"\n\n")
+
+    def _event_raw(self, raw: bytes) -> None:
+        try:
+            self.wfile.write(raw)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away: end its answer now, so the next one in the queue starts.
+            stop = getattr(self.service.model, "stop_event", None)
+            if stop is not None:
+                stop.set()
+
+
+def server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
+    """Bound and listening (port 0 takes a free one: ``server_address[1]``); serve_forever() answers."""
+    handler = type("BoundHandler", (Handler,), {"service": service})
+    httpd = ThreadingHTTPServer((host, port), handler)
+    httpd.daemon_threads = True
+    return httpd
+

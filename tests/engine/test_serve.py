@@ -1,0 +1,121 @@
+"""serve.model: the OpenAI-compatible endpoint, through the official ``openai`` client, against a real engine.
+
+The built-in tiny random Llama answers (fast); greedy answers equal model.generate's for the same prompt. Eight
+streaming clients at once all get their answers; a wrong model name or too many tokens is a clear 4xx; Stop ends
+the job, closes the port and leaves no process. A classifier answers /v1/classify.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.conftest import alive, wait_for
+from tests.engine.test_finetune import events_of, wait_final
+from tests.engine.test_playground import QUESTION, direct_greedy
+
+openai = pytest.importorskip("openai")
+
+
+def start_serving(c, model: dict) -> tuple[str, str]:
+    job = c.call("jobs.start", kind="serve.model", spec={"model": model, "port": 0})
+    wait_for(lambda: events_of(c, job["id"], "serving") or c.call("jobs.get", id=job["id"])["state"] == "failed",
+             timeout=180, what="the server to listen")
+    first = events_of(c, job["id"], "serving")
+    assert first, c.call("jobs.logs", id=job["id"])["lines"][-30:]
+    return job["id"], first[0]["url"]
+
+
+def stop_serving(c, job_id: str, url: str) -> None:
+    pid = c.call("jobs.get", id=job_id)["pid"]
+    c.call("jobs.stop", id=job_id)
+    assert wait_final(c, job_id, timeout=60)["state"] == "stopped"
+    assert not alive(pid)
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
+        pass
+
+
+def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(engine_proc):
+    with engine_proc.client() as c:
+        c.timeout = 60
+        job_id, url = start_serving(c, {"builtin": "tiny-llama"})
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+        assert [m.id for m in client.models.list().data] == ["tiny-llama"]
+
+        # Greedy: what model.generate gives for the same prompt, with the token counts.
+        reply = client.chat.completions.create(model="tiny-llama", messages=QUESTION, temperature=0, max_tokens=12)
+        expected, n = direct_greedy(QUESTION, 12)
+        assert reply.choices[0].message.content == expected and reply.choices[0].finish_reason == "length"
+        assert reply.usage.completion_tokens == n == 12 and reply.usage.prompt_tokens > 5
+
+        # Streamed: the deltas join to the same text; the usage comes last when asked for.
+        stream = client.chat.completions.create(model="tiny-llama", messages=QUESTION, temperature=0, max_tokens=12,
+                                                stream=True, stream_options={"include_usage": True})
+        chunks = list(stream)
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == expected
+        assert chunks[-1].usage.completion_tokens == 12 and len(chunks) > 3
+
+        done = client.completions.create(model="tiny-llama", prompt="The capital of France is", max_tokens=5,
+                                         temperature=0)
+        assert done.usage.completion_tokens == 5 and done.choices[0].text
+
+        with pytest.raises(openai.NotFoundError, match="serves 'tiny-llama'"):
+            client.chat.completions.create(model="gpt-4o", messages=QUESTION)
+        with pytest.raises(openai.BadRequestError, match="max_tokens"):
+            client.chat.completions.create(model="tiny-llama", messages=QUESTION, max_tokens=10**6)
+
+        # Eight streaming clients at once: each gets its whole answer; none fails.
+        answers: dict[int, str] = {}
+        errors: list[BaseException] = []
+
+        def one(i: int) -> None:
+            try:
+                s = client.chat.completions.create(model="tiny-llama", temperature=0.8, seed=i, max_tokens=8,
+                                                   messages=[{"role": "user", "content": f"Count to {i}"}], stream=True)
+                answers[i] = "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert not errors and sorted(answers) == list(range(8)) and all(answers.values())
+
+        # The figures the job reports while serving.
+        wait_for(lambda: (events_of(c, job_id, "serving")[-1].get("requests") or 0) >= 13, timeout=30,
+                 what="the request count")
+        figures = events_of(c, job_id, "serving")[-1]
+        assert figures["requests"] == 13 and figures["errors"] == 2 and figures["tokens"] >= 12 + 12 + 5 + 8 * 1 and figures["queue"] == 0
+        stop_serving(c, job_id, url)
+
+
+def test_a_classifier_answers_its_route_and_a_busy_port_fails_clearly(engine_with_runs):
+    eng, ids = engine_with_runs("text")
+    with eng.client() as c:
+        c.timeout = 60
+        job_id, url = start_serving(c, {"run": ids["text"]})
+        request = urllib.request.Request(url + "/classify", json.dumps({"input": ["I was charged twice"]}).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as r:
+            (row,) = json.load(r)["data"]
+        assert row["label"] in row["labels"] and abs(sum(row["probs"]) - 1) < 1e-4
+        chat = urllib.request.Request(url + "/chat/completions", json.dumps({"messages": QUESTION}).encode())
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(chat, timeout=60)
+        assert err.value.code == 400 and "is a classifier" in json.load(err.value)["error"]["message"]
+
+        # A second server on the same port: the job fails with the reason and what to do.
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        other = c.call("jobs.start", kind="serve.model", spec={"model": {"run": ids["text"]}, "port": port})
+        failed = wait_final(c, other["id"], timeout=180)
+        assert failed["state"] == "failed" and f"Cannot listen on 127.0.0.1:{port}" in failed["error"]["message"]
+        assert "pick another port" in failed["error"]["hint"]
+        stop_serving(c, job_id, url)
