@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli import chats as cli_chats
 
     cli_chats.add_parser(sub)
+    from engine.cli import serve as cli_serve
+
+    cli_serve.add_parser(sub)
     from engine.cli import evaluate as cli_evaluate
 
     cli_evaluate.add_parser(sub)

@@ -8,14 +8,17 @@ the job, closes the port and leaves no process. A classifier answers /v1/classif
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.conftest import alive, wait_for
+from tests.conftest import ROOT, alive, wait_for
 from tests.engine.test_finetune import events_of, wait_final
 from tests.engine.test_playground import QUESTION, direct_greedy
 
@@ -94,7 +97,25 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
                  what="the request count")
         figures = events_of(c, job_id, "serving")[-1]
         assert figures["requests"] == 13 and figures["errors"] == 2 and figures["tokens"] >= 12 + 12 + 5 + 8 * 1 and figures["queue"] == 0
+
+        # The load test from a terminal: 4 streaming clients for 3 s, no errors.
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        bench = subprocess.run([sys.executable, "-m", "engine.cli", "bench-serve", url, "--clients", "4", "--seconds",
+                                "3", "--max-tokens", "4", "--json"], capture_output=True, text=True, env=env,
+                               timeout=120)
+        result = json.loads(bench.stdout)
+        assert bench.returncode == 0 and result["errors"] == 0 and result["requests"] >= 4, bench.stderr
+        assert result["tokens"] == 4 * result["requests"] and result["ttft_p50_s"] > 0
         stop_serving(c, job_id, url)
+
+        # ember serve: the URL once it listens; --detach leaves it serving as a job.
+        out = subprocess.run([sys.executable, "-m", "engine.cli", "serve", "tiny-llama", "--port", "0", "--name",
+                              "tiny", "--detach"], capture_output=True, text=True, env=env, timeout=180, check=True)
+        served = out.stdout.strip()
+        assert served.startswith("http://127.0.0.1:") and served.endswith("/v1")
+        job = next(j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model" and j["state"] == "running")
+        assert [m.id for m in openai.OpenAI(base_url=served, api_key="x").models.list().data] == ["tiny"]
+        stop_serving(c, job["id"], served)
 
 
 def test_a_classifier_answers_its_route_and_a_busy_port_fails_clearly(engine_with_runs):
