@@ -306,3 +306,31 @@ def test_the_settings_form_takes_its_bounds_and_defaults_from_the_engine(qtbot):
     form.seed_edit.setText("42")
     form.system_edit.setPlainText("Be brief.")
     assert form.settings()["seed"] == 42 and form.settings()["system"] == "Be brief." and not form.problem()
+
+
+def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, make_window, gui_home):
+    import urllib.request
+
+    window = make_window(page="playground")
+    wait_connected(qtbot, window)
+    page = window.page("playground")
+    assert page.picker_a.select(TINY) and page.serve_button.isEnabled() and page.serve_bar.isHidden()
+    qtbot.mouseClick(page.serve_button, Qt.MouseButton.LeftButton)
+    bar = page.serve_bar
+    qtbot.waitUntil(lambda: bool(bar.url), timeout=120_000)
+    assert bar.isVisible() and bar.url in bar.text.text() and not page.serve_button.isEnabled()
+    with urllib.request.urlopen(bar.url + "/models", timeout=30) as r:
+        assert [m["id"] for m in json.load(r)["data"]] == ["tiny-llama"]
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 4}
+    request = urllib.request.Request(bar.url + "/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        assert json.load(r)["usage"]["completion_tokens"] == 4
+    # The figures line follows the server's serving events.
+    qtbot.waitUntil(lambda: "1 request · " in bar.text.text() and "tokens/s" in bar.text.text(), timeout=15_000)
+    qtbot.mouseClick(bar.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not bar.serving and bar.isHidden(), timeout=60_000)
+    assert page.serve_button.isEnabled()
+    with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
+        (job,) = [j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model"]
+    assert job["state"] == "stopped" and job["name"] == "tiny-llama"

@@ -33,6 +33,7 @@ from app.pages.playground.classify import ClassifyView
 from app.pages.playground.loaded import LoadedModels
 from app.pages.playground.picker import ModelPicker
 from app.pages.playground.saved import SavedChats
+from app.pages.playground.serving import ServeBar
 from app.pages.playground.settings_form import SettingsForm
 from app.widgets.common import card, label, show_text
 from engine.api.job_terms import SUCCEEDED
@@ -77,9 +78,16 @@ class PlaygroundPage(QWidget):
         self.saved_button.setToolTip("Every chat is kept after each answer: open one again, or delete it")
         self.saved_button.clicked.connect(self.show_saved)
         self.saved_dialog: SavedChats | None = None
-        for widget in (self.side_check, self.new_button, self.saved_button, self.export_button):
+        self.serve_button = QPushButton("Serve…")
+        self.serve_button.setToolTip("Serve this model behind an OpenAI-compatible endpoint on 127.0.0.1 "
+                                     "(docs/serve.md), until you stop it")
+        self.serve_button.clicked.connect(self.serve)
+        for widget in (self.side_check, self.new_button, self.saved_button, self.export_button, self.serve_button):
             header.addWidget(widget, 0, Qt.AlignmentFlag.AlignBottom)
         outer.addLayout(header)
+        self.serve_bar = ServeBar(self._client, self.jobs)
+        self.serve_bar.changed.connect(self._update)
+        outer.addWidget(self.serve_bar)
 
         # The main area: pickers, then the conversations (or the classifier), then the prompt.
         main = QWidget()
@@ -349,6 +357,14 @@ class PlaygroundPage(QWidget):
                   f"{', '.join(missing)} is no longer here: pick a model to go on with this chat.")
         self._update()
 
+    # -- serving (serving.py) -----------------------------------------------------------------------
+
+    def serve(self) -> None:
+        choice = self.picker_a.current()
+        if choice is not None:
+            self.serve_bar.start(choice.ref, choice.title)
+            self._update()
+
     # -- buttons --------------------------------------------------------------------------------
 
     def _update(self, *_args: Any) -> None:
@@ -356,6 +372,8 @@ class PlaygroundPage(QWidget):
         classify = self._is_classifier()
         self.export_button.setEnabled(self.chat.has_conversation() and not classify)
         self.saved_button.setEnabled(self._client.is_connected and not busy)
+        self.serve_button.setEnabled(self._client.is_connected and self.picker_a.current() is not None
+                                     and not self.serve_bar.serving)
         self.new_button.setEnabled(not classify)
         self.side_check.setEnabled(not classify and not busy)
         self.picker_a.setEnabled(not busy)
