@@ -328,8 +328,16 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
         assert json.load(r)["usage"]["completion_tokens"] == 4
     # The figures line follows the server's serving events.
     qtbot.waitUntil(lambda: "1 request · " in bar.text.text() and "tokens/s" in bar.text.text(), timeout=15_000)
+    # A window opened later (here: a second bar) finds the running server and follows it.
+    from app.pages.playground.serving import ServeBar
+
+    later = ServeBar(page._client, page.jobs)
+    qtbot.addWidget(later)
+    later.adopt(page.jobs.all())
+    assert later.job_id == bar.job_id
+    qtbot.waitUntil(lambda: later.url == bar.url and "request" in later.text.text(), timeout=15_000)
     qtbot.mouseClick(bar.stop_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not bar.serving and bar.isHidden(), timeout=60_000)
+    qtbot.waitUntil(lambda: not bar.serving and bar.isHidden() and not later.serving, timeout=60_000)
     assert page.serve_button.isEnabled()
     with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
         (job,) = [j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model"]

@@ -202,6 +202,8 @@ class PlaygroundPage(QWidget):
             ref, self._pending_ref = self._pending_ref, None
             self._open(ref)
         self._refresh_variants()
+        if self.jobs.loaded:
+            self.serve_bar.adopt(self.jobs.all())
         self.chat.update_buttons()
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override

@@ -15,7 +15,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from app.widgets.common import label, show_text
-from engine.api.job_terms import FINAL_STATES, SERVE
+from engine.api.job_terms import FINAL_STATES, RUNNING, SERVE
 
 
 def figures_text(data: dict[str, Any]) -> str:
@@ -41,6 +41,7 @@ class ServeBar(QWidget):
         self.job_id: str | None = None
         self.url = ""
         self._sub: Any = None
+        self._starting = False  # jobs.start sent, its reply not in yet
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         self.text = label("", "muted", wrap=True)
@@ -61,15 +62,30 @@ class ServeBar(QWidget):
 
     def start(self, ref: dict[str, Any], title: str) -> None:
         """Serve ``ref`` on any free loopback port."""
-        if self.serving:
+        if self.serving or self._starting:
             return
-        self.url = ""
+        self.url, self._starting = "", True
         self._set(f"Starting a server for {title}…", busy=True)
         since = self._client.last_seq  # the job's events all come after this
-        self._client.request("jobs.start", {"kind": SERVE, "spec": {"model": ref, "port": 0}, "name": title},
-                             lambda job: self._follow(job, since), lambda err: self._set(f"Could not serve: {err}"))
+        def failed(err: Any) -> None:
+            self._starting = False
+            self._set(f"Could not serve: {err}")
 
-    def _follow(self, job: dict[str, Any], since: int) -> None:
+        self._client.request("jobs.start", {"kind": SERVE, "spec": {"model": ref, "port": 0}, "name": title},
+                             lambda job: self._follow(job, since), failed)
+
+    def adopt(self, jobs: list[dict[str, Any]]) -> None:
+        """Show a serve job still running from before (the window was closed and opened again)."""
+        if self.serving or self._starting:
+            return
+        running = [j for j in jobs if j.get("kind") == SERVE and j.get("state") == RUNNING]
+        if running:
+            job = max(running, key=lambda j: j.get("created_at") or 0)
+            self._follow(job, None)  # every serving event repeats the URL: live ones are enough
+            self._set(f"Serving {job.get('name') or job['id']}: waiting for its next figures…", busy=False)
+
+    def _follow(self, job: dict[str, Any], since: int | None) -> None:
+        self._starting = False
         self.job_id = job["id"]
         self._sub = self._client.subscribe([f"run/{job['id']}/serving"], self._on_event, since=since)
 
