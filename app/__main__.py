@@ -18,7 +18,8 @@ import sys
 # First words that belong to the headless CLI (engine/cli/main.py) rather than the GUI.
 # tests/app/test_gui_startup.py checks this against engine.cli.main's parser, so a new command is not missed.
 CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "resume", "hosts", "export", "queue",
-                          "audit", "lineage", "models", "hub", "chat", "predict", "evaluate"})
+                          "audit", "lineage", "models", "hub", "chat", "chats", "predict", "evaluate",
+                          "serve", "bench-serve"})
 
 
 def main(argv: list[str] | None = None) -> int:
