@@ -76,14 +76,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- the load test
 
 
-def stream_once(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 120.0) -> dict[str, Any]:
-    """One streamed chat completion: time to first text, tokens (from the usage chunk) and seconds."""
+def stream_once(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 120.0,
+                temperature: float | None = None) -> dict[str, Any]:
+    """One streamed chat completion: its text, time to first text, tokens (from the usage chunk) and seconds."""
     parts = urllib.parse.urlsplit(url.rstrip("/") + "/chat/completions")
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "stream": True, "stream_options": {"include_usage": True}}
+    if temperature is not None:
+        body["temperature"] = temperature
     t0 = time.perf_counter()
-    ttft, tokens = None, 0
+    ttft, tokens, text = None, 0, []
     try:
         conn.request("POST", parts.path, json.dumps(body), {"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -96,13 +99,15 @@ def stream_once(url: str, model: str, prompt: str, max_tokens: int, timeout: flo
             doc = json.loads(line[6:])
             if "error" in doc:
                 raise RuntimeError(doc["error"].get("message", "error"))
-            if ttft is None and any((c.get("delta") or {}).get("content") for c in doc.get("choices") or []):
+            piece = "".join((c.get("delta") or {}).get("content") or "" for c in doc.get("choices") or [])
+            if piece and ttft is None:
                 ttft = time.perf_counter() - t0
+            text.append(piece)
             if doc.get("usage"):
                 tokens = int(doc["usage"].get("completion_tokens") or 0)
     finally:
         conn.close()
-    return {"ttft_s": ttft, "tokens": tokens, "seconds": time.perf_counter() - t0}
+    return {"text": "".join(text), "ttft_s": ttft, "tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
 def load_test(url: str, clients: int, seconds: float, max_tokens: int, model: str | None = None,

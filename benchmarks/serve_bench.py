@@ -1,0 +1,104 @@
+"""Ember's OpenAI-compatible server against the same runtime called bare: an answer streamed through
+``/v1/chat/completions`` of a serve.model job against model.generate in this process, on the same model,
+prompt and greedy settings, side by side.
+
+    python benchmarks/serve_bench.py [--model smollm2-135m-instruct] [--tokens 64] [--rounds 5]
+
+The server side is timed where a client sees it: from the HTTP request to the first streamed text (time to
+first token) and to the end of the stream (tokens/s = the usage chunk's completion tokens / that time),
+through the standard library's HTTP client (engine/cli/serve.py's stream_once, what ``ember bench-serve``
+uses). The bare side is generate_bench.py's direct side. They alternate, one answer each per round, and each
+figure is the median over rounds; the answers must be equal. Ratios server/bare (target: at least 0.95
+for tokens/s; bare/server for time to first token, so higher is better too). The transformers backend
+is the one served today; llama.cpp and ONNX Runtime GenAI sides come with those backends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generate_bench import PROMPT, SETTLE_S, direct_side  # noqa: E402 - the bare side, shared
+
+TARGET = 0.95
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in causal LM")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="ember-serve-bench-"))
+    os.environ["EMBER_HOME"] = str(home)
+    os.environ.setdefault("EMBER_MODELS_DIR", str(Path.home() / ".cache" / "ember-bench-models"))
+    from engine.api import paths
+    from engine.api.train_spec import TrainSpec
+    from engine.cli.client import ensure_engine
+    from engine.cli.serve import stream_once
+    from engine.tasks import causal_lm
+
+    folder, issues = causal_lm.resolve_model_dir(TrainSpec(task="causal_lm", model={"builtin": args.model}))
+    assert folder is not None and not issues, issues
+    with ensure_engine(paths.resolve(), timeout=30, client="serve-bench") as client:
+        client.timeout = 600
+        job = client.call("jobs.start", kind="serve.model", spec={"model": {"builtin": args.model}, "port": 0,
+                                                                  "device": "cpu"})
+        url = None
+        for _ in range(1200):
+            events = client.call("events.query", topics=[f"run/{job['id']}/serving"], limit=1)["events"]
+            if events:
+                url = events[0]["data"]["url"]
+                break
+            assert client.call("jobs.get", id=job["id"])["state"] == "running", client.call("jobs.logs", id=job["id"])
+            time.sleep(0.5)
+        assert url, "the server did not start listening"
+        prompt = PROMPT[0]["content"]
+
+        def server():
+            r = stream_once(url, args.model, prompt, args.tokens, temperature=0)
+            return r["text"], r["tokens"], r["ttft_s"], r["seconds"]
+
+        bare = direct_side(folder, args.tokens)
+        server()  # warm both sides up
+        bare()
+        rows = {"bare": [], "server": []}
+        for r in range(args.rounds):
+            for side, fn in (("bare", bare), ("server", server)) if r % 2 == 0 else (("server", server), ("bare", bare)):
+                time.sleep(SETTLE_S)
+                rows[side].append(fn())
+        texts = {side: {row[0] for row in rs} for side, rs in rows.items()}
+        assert texts["bare"] == texts["server"] and len(texts["bare"]) == 1, texts
+        n = rows["bare"][0][1]
+        med = {side: {"tps": statistics.median(row[1] / row[3] for row in rs),
+                      "ttft": statistics.median(row[2] for row in rs)} for side, rs in rows.items()}
+        print(f"model {args.model}, {n} new tokens, greedy, {args.rounds} rounds, transformers on the CPU")
+        for side in ("bare", "server"):
+            spread = [f"{row[1] / row[3]:.1f}" for row in rows[side]]
+            print(f"  {side:<7} {med[side]['tps']:7.1f} tokens/s  first token {med[side]['ttft'] * 1000:6.1f} ms"
+                  f"   (rounds: {', '.join(spread)} tokens/s)")
+        tps = med["server"]["tps"] / med["bare"]["tps"]
+        ttft = med["bare"]["ttft"] / med["server"]["ttft"]
+        print(f"ratio server/bare tokens/s: {tps:.3f} (target >= {TARGET})")
+        print(f"ratio bare/server time to first token: {ttft:.3f}")
+        client.call("jobs.stop", id=job["id"])  # jobs outlive the engine: the server is stopped first
+        for _ in range(600):
+            if client.call("jobs.get", id=job["id"])["state"] != "stopping":
+                break
+            time.sleep(0.1)
+        client.call("engine.shutdown")  # the benchmark's own engine (its data folder is a temporary one)
+        return 0 if tps >= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
