@@ -30,6 +30,10 @@ from engine.api.specs import Spec, SpecError, validate_spec
 RESERVE_BYTES = 256 * 1024
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_WORDS = ("no space left", "disk is full", "disk quota", "file write failed")
+# torch.save's zip writer reports a short write as "unexpected pos N vs M" (inline_container.cc), without
+# an errno: a full disk when the disk holding the file has (almost) nothing free.
+_WRITE_FAILED_WORDS = ("unexpected pos",)
+_NEARLY_FULL = 64 << 20
 
 
 class JobFailed(Exception):
@@ -55,16 +59,22 @@ def disk_full(exc: BaseException, path: Path, what: str) -> JobFailed | None:
     the message is read too.
     """
     seen: BaseException | None = exc
-    full = False
+    full = short_write = False
     while seen is not None and not full:
-        full = (isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS) or \
-            any(w in str(seen).lower() for w in _FULL_WORDS)
+        text = str(seen).lower()
+        full = (isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS) or any(w in text for w in _FULL_WORDS)
+        short_write = short_write or any(w in text for w in _WRITE_FAILED_WORDS)
         seen = seen.__cause__ or seen.__context__
-    if not full:
-        return None
     path = Path(path)
     while not path.exists() and path != path.parent:
         path = path.parent
+    if not full and short_write:
+        try:
+            full = shutil.disk_usage(path).free < _NEARLY_FULL
+        except OSError:
+            full = False
+    if not full:
+        return None
     return JobFailed(f"The disk is full: {what} failed ({_free_text(path)} free on the disk holding {path})",
                      "Free space on that disk (or point EMBER_HOME at a bigger one), then resume the run: "
                      "it continues from its last complete checkpoint.")

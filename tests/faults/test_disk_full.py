@@ -92,3 +92,19 @@ def test_a_full_disk_fails_the_run_cleanly_and_it_resumes_once_space_is_freed(em
                      f"clean error, {latest.name} + store intact, resumed", "80 loss rows", f"{len(steps)} loss rows")
     finally:
         subprocess.run(["umount", "-l", str(home)], capture_output=True)
+
+
+def test_torch_saves_short_write_is_a_full_disk_only_when_the_disk_is_nearly_full(tmp_path, monkeypatch):
+    """torch.save reports a short write as "unexpected pos" without an errno: full disk or not, by free space."""
+    import collections
+
+    from engine.training import context
+
+    usage = collections.namedtuple("usage", "total used free")
+    err = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+    monkeypatch.setattr(context.shutil, "disk_usage", lambda _p: usage(10**9, 10**9, 4096))
+    full = context.disk_full(err, tmp_path, "writing a checkpoint")
+    assert full is not None and str(full).startswith("The disk is full: writing a checkpoint failed (4 kB free")
+    monkeypatch.setattr(context.shutil, "disk_usage", lambda _p: usage(10**12, 10**11, 9 * 10**11))
+    assert context.disk_full(err, tmp_path, "writing a checkpoint") is None  # a short write on a roomy disk
+    assert context.disk_full(OSError(errno.ENOSPC, "No space left on device"), tmp_path, "x") is not None
