@@ -89,6 +89,34 @@ def worker_side(client, ref: dict, tokens: int):
     return answer
 
 
+def run_rounds(sides: dict, rounds: int) -> dict[str, list]:
+    """Each side answers once a round, the order alternating, after a pause; every answer must be the same.
+    A side is a function returning (text, new tokens, ttft_s, seconds)."""
+    names = list(sides)
+    rows: dict[str, list] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            time.sleep(SETTLE_S)
+            rows[name].append(sides[name]())
+    texts = {row[0] for rs in rows.values() for row in rs}
+    assert len(texts) == 1, texts
+    return rows
+
+
+def report(rows: dict[str, list], base: str, other: str) -> float:
+    """Print each side's medians and the ratios other/base; returns the tokens/s ratio."""
+    med = {side: {"tps": statistics.median(row[1] / row[3] for row in rs),
+                  "ttft": statistics.median(row[2] for row in rs)} for side, rs in rows.items()}
+    for side in (base, other):
+        spread = [f"{row[1] / row[3]:.1f}" for row in rows[side]]
+        print(f"  {side:<7} {med[side]['tps']:7.1f} tokens/s  first token {med[side]['ttft'] * 1000:6.1f} ms"
+              f"   (rounds: {', '.join(spread)} tokens/s)")
+    tps = med[other]["tps"] / med[base]["tps"]
+    print(f"ratio {other}/{base} tokens/s: {tps:.3f} (target >= {TARGET})")
+    print(f"ratio {base}/{other} time to first token: {med[base]['ttft'] / med[other]['ttft']:.3f}")
+    return tps
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in causal LM")
@@ -112,27 +140,10 @@ def main() -> int:
         worker, direct = worker_side(client, ref, args.tokens), direct_side(folder, args.tokens)
         worker()  # load the worker (the Playground keeps it warm) and warm both sides up
         direct()
-        rows = {"direct": [], "worker": []}
-        for r in range(args.rounds):
-            for side, fn in (("direct", direct), ("worker", worker)) if r % 2 == 0 else \
-                    (("worker", worker), ("direct", direct)):
-                time.sleep(SETTLE_S)
-                rows[side].append(fn())
-        texts = {side: {row[0] for row in rs} for side, rs in rows.items()}
-        assert texts["direct"] == texts["worker"] and len(texts["direct"]) == 1, texts
-        n = rows["direct"][0][1]
-        med = {side: {"tps": statistics.median(row[1] / row[3] for row in rs),
-                      "ttft": statistics.median(row[2] for row in rs)} for side, rs in rows.items()}
-        print(f"model {args.model}, {n} new tokens, greedy, {args.rounds} rounds, torch threads "
+        rows = run_rounds({"direct": direct, "worker": worker}, args.rounds)
+        print(f"model {args.model}, {rows['direct'][0][1]} new tokens, greedy, {args.rounds} rounds, torch threads "
               f"{__import__('torch').get_num_threads()}")
-        for side in ("direct", "worker"):
-            spread = [f"{row[1] / row[3]:.1f}" for row in rows[side]]
-            print(f"  {side:<7} {med[side]['tps']:7.1f} tokens/s  first token {med[side]['ttft'] * 1000:6.1f} ms"
-                  f"   (rounds: {', '.join(spread)} tokens/s)")
-        tps = med["worker"]["tps"] / med["direct"]["tps"]
-        ttft = med["direct"]["ttft"] / med["worker"]["ttft"]
-        print(f"ratio worker/direct tokens/s: {tps:.3f} (target >= {TARGET})")
-        print(f"ratio direct/worker time to first token: {ttft:.3f}")
+        tps = report(rows, "direct", "worker")
         client.call("engine.shutdown")  # the benchmark's own engine (its data folder is a temporary one)
         return 0 if tps >= TARGET else 1
 

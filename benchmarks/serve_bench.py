@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -27,9 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from generate_bench import PROMPT, SETTLE_S, direct_side  # noqa: E402 - the bare side, shared
-
-TARGET = 0.95
+from generate_bench import PROMPT, TARGET, direct_side, report, run_rounds  # noqa: E402 - shared
 
 
 def main() -> int:
@@ -72,25 +69,10 @@ def main() -> int:
         bare = direct_side(folder, args.tokens)
         server()  # warm both sides up
         bare()
-        rows = {"bare": [], "server": []}
-        for r in range(args.rounds):
-            for side, fn in (("bare", bare), ("server", server)) if r % 2 == 0 else (("server", server), ("bare", bare)):
-                time.sleep(SETTLE_S)
-                rows[side].append(fn())
-        texts = {side: {row[0] for row in rs} for side, rs in rows.items()}
-        assert texts["bare"] == texts["server"] and len(texts["bare"]) == 1, texts
-        n = rows["bare"][0][1]
-        med = {side: {"tps": statistics.median(row[1] / row[3] for row in rs),
-                      "ttft": statistics.median(row[2] for row in rs)} for side, rs in rows.items()}
-        print(f"model {args.model}, {n} new tokens, greedy, {args.rounds} rounds, transformers on the CPU")
-        for side in ("bare", "server"):
-            spread = [f"{row[1] / row[3]:.1f}" for row in rows[side]]
-            print(f"  {side:<7} {med[side]['tps']:7.1f} tokens/s  first token {med[side]['ttft'] * 1000:6.1f} ms"
-                  f"   (rounds: {', '.join(spread)} tokens/s)")
-        tps = med["server"]["tps"] / med["bare"]["tps"]
-        ttft = med["bare"]["ttft"] / med["server"]["ttft"]
-        print(f"ratio server/bare tokens/s: {tps:.3f} (target >= {TARGET})")
-        print(f"ratio bare/server time to first token: {ttft:.3f}")
+        rows = run_rounds({"bare": bare, "server": server}, args.rounds)
+        print(f"model {args.model}, {rows['bare'][0][1]} new tokens, greedy, {args.rounds} rounds, transformers "
+              "on the CPU")
+        tps = report(rows, "bare", "server")
         client.call("jobs.stop", id=job["id"])  # jobs outlive the engine: the server is stopped first
         for _ in range(600):
             if client.call("jobs.get", id=job["id"])["state"] != "stopping":
