@@ -79,7 +79,7 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
 
         def one(i: int) -> None:
             try:
-                s = client.chat.completions.create(model="tiny-llama", temperature=0.8, seed=i, max_tokens=8,
+                s = client.chat.completions.create(model="tiny-llama", temperature=0, max_tokens=8,
                                                    messages=[{"role": "user", "content": f"Count to {i}"}], stream=True)
                 answers[i] = "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
             except BaseException as exc:  # noqa: BLE001 - reported below
@@ -105,7 +105,8 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
                                timeout=120)
         result = json.loads(bench.stdout)
         assert bench.returncode == 0 and result["errors"] == 0 and result["requests"] >= 4, bench.stderr
-        assert result["tokens"] == 4 * result["requests"] and result["ttft_p50_s"] > 0
+        # Sampled answers (temperature 1): one may end early at the end-of-text token.
+        assert 0 < result["tokens"] <= 4 * result["requests"] and result["ttft_p50_s"] > 0
         stop_serving(c, job_id, url)
 
         # ember serve: the URL once it listens; --detach leaves it serving as a job.
