@@ -321,7 +321,8 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
     assert bar.isVisible() and bar.url in bar.text.text() and not page.serve_button.isEnabled()
     with urllib.request.urlopen(bar.url + "/models", timeout=30) as r:
         assert [m["id"] for m in json.load(r)["data"]] == ["tiny-llama"]
-    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 4}
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 4,
+            "temperature": 0}
     request = urllib.request.Request(bar.url + "/chat/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as r:
