@@ -117,23 +117,29 @@ def report(rows: dict[str, list], base: str, other: str) -> float:
     return tps
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def setup(doc: str, name: str) -> tuple[argparse.Namespace, Path]:
+    """The options (--model, --tokens, --rounds), a temporary data folder for the benchmark's own engine, and
+    the built-in model's folder."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in causal LM")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-
-    home = Path(tempfile.mkdtemp(prefix="ember-generate-bench-"))
-    os.environ["EMBER_HOME"] = str(home)
+    os.environ["EMBER_HOME"] = tempfile.mkdtemp(prefix=f"ember-{name}-")
     os.environ.setdefault("EMBER_MODELS_DIR", str(Path.home() / ".cache" / "ember-bench-models"))
-    from engine.api import paths
     from engine.api.train_spec import TrainSpec
-    from engine.cli.client import ensure_engine
     from engine.tasks import causal_lm
 
     folder, issues = causal_lm.resolve_model_dir(TrainSpec(task="causal_lm", model={"builtin": args.model}))
     assert folder is not None and not issues, issues
+    return args, folder
+
+
+def main() -> int:
+    args, folder = setup(__doc__, "generate-bench")
+    from engine.api import paths
+    from engine.cli.client import ensure_engine
+
     with ensure_engine(paths.resolve(), timeout=30, client="generate-bench") as client:
         client.timeout = 600
         ref = {"builtin": args.model}

@@ -15,10 +15,7 @@ is the one served today; llama.cpp and ONNX Runtime GenAI sides come with those 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,27 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from generate_bench import PROMPT, TARGET, direct_side, report, run_rounds  # noqa: E402 - shared
+from generate_bench import PROMPT, TARGET, direct_side, report, run_rounds, setup  # noqa: E402 - shared
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in causal LM")
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
-
-    home = Path(tempfile.mkdtemp(prefix="ember-serve-bench-"))
-    os.environ["EMBER_HOME"] = str(home)
-    os.environ.setdefault("EMBER_MODELS_DIR", str(Path.home() / ".cache" / "ember-bench-models"))
+    args, folder = setup(__doc__, "serve-bench")
     from engine.api import paths
-    from engine.api.train_spec import TrainSpec
     from engine.cli.client import ensure_engine
     from engine.cli.serve import stream_once
-    from engine.tasks import causal_lm
 
-    folder, issues = causal_lm.resolve_model_dir(TrainSpec(task="causal_lm", model={"builtin": args.model}))
-    assert folder is not None and not issues, issues
     with ensure_engine(paths.resolve(), timeout=30, client="serve-bench") as client:
         client.timeout = 600
         job = client.call("jobs.start", kind="serve.model", spec={"model": {"builtin": args.model}, "port": 0,
