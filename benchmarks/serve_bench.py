@@ -30,21 +30,15 @@ def main() -> int:
     args, folder = setup(__doc__, "serve-bench")
     from engine.api import paths
     from engine.cli.client import ensure_engine
-    from engine.cli.serve import stream_once
+    from engine.cli.serve import stream_once, wait_listening
 
     with ensure_engine(paths.resolve(), timeout=30, client="serve-bench") as client:
         client.timeout = 600
         job = client.call("jobs.start", kind="serve.model", spec={"model": {"builtin": args.model}, "port": 0,
                                                                   "device": "cpu"})
-        url = None
-        for _ in range(1200):
-            events = client.call("events.query", topics=[f"run/{job['id']}/serving"], limit=1)["events"]
-            if events:
-                url = events[0]["data"]["url"]
-                break
-            assert client.call("jobs.get", id=job["id"])["state"] == "running", client.call("jobs.logs", id=job["id"])
-            time.sleep(0.5)
-        assert url, "the server did not start listening"
+        seen = wait_listening(client, job["id"])
+        assert seen, client.call("jobs.logs", id=job["id"])["lines"][-20:]
+        url = seen[0]["url"]
         prompt = PROMPT[0]["content"]
 
         def server():

@@ -93,6 +93,11 @@ class Conversation(_Part):
         return (line[:77] + "…") if len(line) > 80 else (line or "Empty chat")
 
 
+def answer_figures(done: dict[str, Any]) -> dict[str, Any]:
+    """What a saved chat keeps of an answer: its done event's ANSWER_FIGURES."""
+    return {k: done.get(k) for k in ANSWER_FIGURES}
+
+
 def conversation_line(messages: list[dict[str, str]], ref: dict[str, Any], settings: dict[str, Any],
                       title: str = "") -> str:
     """One side of a chat as a JSONL line: {"messages": [system?, user, assistant, ...], "model", "settings",

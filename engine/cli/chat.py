@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from engine.api.playground import ANSWER_FIGURES, TEMPLATE_NAMES
+from engine.api.playground import TEMPLATE_NAMES, answer_figures
 from engine.api.protocol import INTERNAL_ERROR, RpcError
 from engine.api.train_spec import BUILTIN_MODEL_CHOICES
 from engine.cli.client import BlockingClient, ensure_engine
@@ -102,7 +102,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": question})
             done = stream_answer(client, ref, messages, settings, echo, status)
             messages.append({"role": "assistant", "content": done["text"]})
-            figures.append({k: done.get(k) for k in ANSWER_FIGURES})
+            figures.append(answer_figures(done))
             if args.save:  # after every answer, as the Playground does: a broken-off session keeps what it had
                 side = {"model": ref, "title": args.model, "messages": messages, "figures": figures}
                 saved = client.call("conversations.save", sides=[side], settings=settings,

@@ -28,6 +28,15 @@ def _serving(client: Any, job_id: str) -> list[dict[str, Any]]:
     return [e["data"] for e in events]
 
 
+def wait_listening(client: Any, job_id: str) -> list[dict[str, Any]]:
+    """The job's serving events once it listens (the first holds the URL); [] when it ended first."""
+    while not (seen := _serving(client, job_id)):
+        if client.call("jobs.get", id=job_id)["state"] in FINAL_STATES:
+            return []
+        time.sleep(0.3)
+    return seen
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {"model": model_ref(args.model), "port": args.port, "max_new_tokens": args.max_new_tokens,
                             "device": args.device}
@@ -37,15 +46,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         job = client.call("jobs.start", kind=SERVE, spec=spec, name=args.name or "")
         job_id = job["id"]
         print(f"job {job_id}: loading {args.model}...", file=sys.stderr, flush=True)
-        while not (seen := _serving(client, job_id)):
+        seen = wait_listening(client, job_id)
+        if not seen:
             state = client.call("jobs.get", id=job_id)
-            if state["state"] in FINAL_STATES:
-                error = state.get("error") or {}
-                print(f"error: {error.get('message', state['state'])}", file=sys.stderr)
-                if error.get("hint"):
-                    print(f"hint: {error['hint']}", file=sys.stderr)
-                return 1
-            time.sleep(0.3)
+            error = state.get("error") or {}
+            print(f"error: {error.get('message', state['state'])}", file=sys.stderr)
+            if error.get("hint"):
+                print(f"hint: {error['hint']}", file=sys.stderr)
+            return 1
         url, name = seen[0]["url"], seen[0]["model"]
         print(url, flush=True)
         print(f"serving {name}: OpenAI-compatible (client = OpenAI(base_url={url!r}, api_key='unused'))",

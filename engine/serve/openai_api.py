@@ -117,25 +117,28 @@ class Service:
 
     # -- answering --------------------------------------------------------------------------------
 
-    def run(self, chat: bool, body: dict[str, Any], on_text: Any) -> Any:
-        """Generate under the lock (the queue is who waits for it); the figures are counted here."""
+    def prepare(self, chat: bool, body: dict[str, Any]) -> tuple[GenerateSettings, list[dict[str, str]] | str]:
+        """The request's settings and its messages (chat) or prompt text (completion); ApiError when bad."""
         settings = self.settings(body)
         if chat:
-            messages = self.messages(body)
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                raise ApiError(400, "prompt must be a text (one prompt per request)", "prompt")
+            return settings, self.messages(body)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise ApiError(400, "prompt must be a text (one prompt per request)", "prompt")
+        return settings, prompt
+
+    def run(self, settings: GenerateSettings, given: list[dict[str, str]] | str, on_text: Any) -> Any:
+        """Generate under the lock (the queue is who waits for it); the figures are counted here."""
         self.stats.add(waiting=1)
         with self.lock:
             self.stats.add(waiting=-1, active=1)
             try:
-                if chat:
-                    answer = self.model.answer(messages, settings, on_text)
+                if isinstance(given, str):
+                    answer = self.model.complete(given, settings, on_text)
                 else:
-                    answer = self.model.complete(prompt, settings, on_text)
+                    answer = self.model.answer(given, settings, on_text)
             finally:
                 self.stats.add(active=-1)
         self.stats.add(tokens=answer.new_tokens)
@@ -154,6 +157,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "EmberStudio"
     protocol_version = "HTTP/1.1"
     service: Service  # set on the class server() makes
+    _streaming = False  # this request's event stream has started
 
     def log_message(self, fmt: str, *args: Any) -> None:  # to stdout.log, one line a request
         sys.stdout.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {fmt % args}\n")
@@ -212,7 +216,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error"))
 
     def _error(self, err: ApiError) -> None:
-        if getattr(self, "_streaming", False):  # headers are out: the error goes as an event
+        if self._streaming:  # headers are out: the error goes as an event
             self._event(err.body())
             self._event_raw(b"data: [DONE]\n\n")
             return
@@ -239,8 +243,9 @@ class Handler(BaseHTTPRequestHandler):
         rid = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
+        settings, given = svc.prepare(chat, body)  # a bad request is a plain 4xx, before any stream starts
         if not body.get("stream"):
-            answer = svc.run(chat, body, lambda _t: None)
+            answer = svc.run(settings, given, lambda _t: None)
             choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH.get(answer.stopped, "stop")}
             if chat:
                 choice["message"] = {"role": "assistant", "content": answer.text}
@@ -249,9 +254,6 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"id": rid, "object": kind, "created": created, "model": svc.name,
                              "choices": [choice], "usage": _usage(answer)})
             return
-        svc.settings(body)  # a bad request is a plain 400, before the stream starts
-        if chat:
-            svc.messages(body)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -276,7 +278,7 @@ class Handler(BaseHTTPRequestHandler):
             if text:
                 self._event(chunk({"content": text}, text, None))
 
-        answer = svc.run(chat, body, on_text)
+        answer = svc.run(settings, given, on_text)
         self._event(chunk({}, "", FINISH.get(answer.stopped, "stop")))
         if (body.get("stream_options") or {}).get("include_usage"):
             self._event({"id": rid, "object": chunk_kind, "created": created, "model": svc.name, "choices": [],

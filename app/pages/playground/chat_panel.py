@@ -25,7 +25,6 @@ from engine.api.playground import conversation_line
 class ChatPanel(QWidget):
     state_changed = Signal()  # an answer started or ended, or the prompt changed: buttons may change
     answered = Signal(dict)  # a column's answer ended (the done event's figures)
-    saved = Signal(str)  # the chat was saved (its id)
 
     def __init__(self, client: Any, settings: SettingsForm, parent: QWidget | None = None):
         super().__init__(parent)
@@ -139,7 +138,7 @@ class ChatPanel(QWidget):
         self.conversation_id = self.conversation_id or f"chat-{secrets.token_hex(6)}"
         params = {"id": self.conversation_id, "sides": sides,
                   "settings": self._sent_settings or self._settings.values()}
-        self._client.request("conversations.save", params, lambda reply: self.saved.emit(reply["id"]),
+        self._client.request("conversations.save", params, lambda _reply: None,
                              lambda err: show_text(self.message, f"This chat could not be saved: {err}"))
 
     def load(self, conversation: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 from app.pages.playground.stream import AnswerStream
 from app.style import colour
 from app.widgets.common import label, show_text
-from engine.api.playground import ANSWER_FIGURES
+from engine.api.playground import answer_figures
 
 STOPPED = {"user": "Stop", "stop_sequence": "stop sequence", "eos": "end of answer", "length": "max new tokens"}
 
@@ -213,7 +213,7 @@ class ChatColumn(QWidget):
     def _finished(self, done: dict[str, Any]) -> None:
         self._pending = None
         self.messages.append({"role": "assistant", "content": done.get("text", "")})
-        self.figures.append({k: done.get(k) for k in ANSWER_FIGURES})
+        self.figures.append(answer_figures(done))
         self.last_figures = done
         self.view.add_note(figures_text(done))  # under the answer, where it stays with the conversation
         show_text(self.status, "")

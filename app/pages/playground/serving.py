@@ -37,7 +37,7 @@ class ServeBar(QWidget):
 
     def __init__(self, client: Any, jobs: Any, parent: QWidget | None = None):
         super().__init__(parent)
-        self._client, self._jobs = client, jobs
+        self._client = client
         self.job_id: str | None = None
         self.url = ""
         self._sub: Any = None
@@ -67,6 +67,7 @@ class ServeBar(QWidget):
         self.url, self._starting = "", True
         self._set(f"Starting a server for {title}…", busy=True)
         since = self._client.last_seq  # the job's events all come after this
+
         def failed(err: Any) -> None:
             self._starting = False
             self._set(f"Could not serve: {err}")
