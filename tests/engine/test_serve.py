@@ -92,9 +92,13 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
             t.join(timeout=300)
         assert not errors and sorted(answers) == list(range(8)) and all(answers.values())
 
-        # The figures the job reports while serving.
-        wait_for(lambda: (events_of(c, job_id, "serving")[-1].get("requests") or 0) >= 13, timeout=30,
-                 what="the request count")
+        # The figures the job reports while serving. A request counts when it arrives, so an event written
+        # while the last client still waited shows it queued: wait for one written after all had ended.
+        def settled() -> bool:
+            last = events_of(c, job_id, "serving")[-1]
+            return (last.get("requests") or 0) >= 13 and last.get("queue") == 0 and last.get("active") == 0
+
+        wait_for(settled, timeout=30, what="the figures after the last request")
         figures = events_of(c, job_id, "serving")[-1]
         assert figures["requests"] == 13 and figures["errors"] == 2 and figures["tokens"] >= 12 + 12 + 5 + 8 * 1 and figures["queue"] == 0
 
