@@ -126,18 +126,39 @@ EXPORT_FORMATS = ("onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "je
 JETSON_TARGETS = ("orin_nano", "orin_nx", "agx_orin", "xavier_nx", "agx_xavier", "nano")
 
 
+LLM_FORMATS = ("hf", "gguf", "onnx_genai")  # a causal LM's formats, each checked by generating
+
+
 class ExportSpec(Spec):
     """export.model: turn a finished run or variant into deployable files, each checked against the model.
 
     docs/export.md describes every format, the files written and the parity checks.
     """
 
-    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
-                            description="id of a finished fine-tune or compression variant")
-    formats: list[Literal["onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson"]] = Field(
+    source_run: str | None = Field(None, min_length=1, max_length=200, pattern=RUN_ID,
+                                   description="id of a finished fine-tune or variant")
+    model: ModelRef | None = Field(None, description="a base language model instead of a run (builtin, path or hub): "
+                                                     "the language-model formats only")
+    formats: list[Literal["onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson", "hf", "gguf",
+                          "onnx_genai"]] = Field(
         default_factory=lambda: ["onnx"], min_length=1,
         description="onnx, ort (ONNX Runtime package), torchscript, pt2 (torch.export), tensorrt (engine built "
-                    "here: needs TensorRT and a CUDA GPU), triton (model repository), jetson (deploy bundle)")
+                    "here: needs TensorRT and a CUDA GPU), triton (model repository), jetson (deploy bundle); "
+                    "language models: hf (merged checkpoint), gguf (llama.cpp), onnx_genai (ONNX with KV cache)")
+    gguf_types: list[Literal["f16", "bf16", "q8_0", "q5_k_m", "q4_k_m", "q4_0"]] = Field(
+        default_factory=lambda: ["f16", "q4_k_m"], min_length=1, description="GGUF files to write (llama.cpp types)")
+    genai_precisions: list[Literal["fp32", "fp16", "int4"]] = Field(
+        default_factory=lambda: ["fp32", "int4"], min_length=1,
+        description="ONNX-GenAI models to build: fp32, fp16, int4 (weight-only, MatMulNBits)")
+    adapter: Literal["merge", "separate"] = Field(
+        "merge", description="hf of a LoRA run: merge the adapter into the weights, or keep it separate")
+    data: str | None = Field(None, min_length=1, max_length=4096,
+                             description="language models: the rows the formats are checked on (a JSONL file or a "
+                                         "built-in dataset); None = the run's validation data (short-answers for "
+                                         "a base model)")
+    check_prompts: int = Field(8, ge=1, le=1000, description="language models: prompts answered greedily by "
+                                                            "every format and compared with the source model")
+    check_tokens: int = Field(24, ge=1, le=1024, description="language models: the longest greedy answer compared")
     opset: int = Field(18, ge=13, le=23, description="ONNX opset; TensorRT on older JetPacks reads only older ones")
     dynamic_batch: bool = Field(True, description="any batch size at run time (else the example's size)")
     dynamic_sequence: bool = Field(True, description="text models: any sequence length up to seq_len")
@@ -169,8 +190,21 @@ class ExportSpec(Spec):
     @model_validator(mode="after")
     def _check(self) -> ExportSpec:
         problems = []
+        if (self.source_run is None) == (self.model is None):
+            problems.append("name the model to export: source_run (a run) or model (a base language model)")
         if len(set(self.formats)) != len(self.formats):
             problems.append("formats lists a format twice")
+        llm = [f for f in self.formats if f in LLM_FORMATS]
+        if llm and len(llm) != len(self.formats):
+            problems.append(f"{', '.join(llm)} (language-model formats) cannot share a job with "
+                            f"{', '.join(f for f in self.formats if f not in LLM_FORMATS)}: export them separately")
+        if self.model is not None and not llm:
+            problems.append("a base model (model) exports to the language-model formats only: hf, gguf, onnx_genai")
+        if self.model is not None and self.model.run:
+            problems.append("name a run with source_run, not model.run")
+        for name in ("gguf_types", "genai_precisions"):
+            if len(set(getattr(self, name))) != len(getattr(self, name)):
+                problems.append(f"{name} lists a value twice")
         if "jetson" in self.formats and self.target is None:
             problems.append("format jetson needs target (orin_nano, orin_nx, agx_orin, xavier_nx, agx_xavier, nano)")
         if self.host and "jetson" not in self.formats:

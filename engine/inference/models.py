@@ -18,6 +18,7 @@ from engine.tasks.base import InputError, TaskData
 from engine.training.context import JobFailed
 
 CLASSIFIER_TASKS = ("text_classification", "image_classification")
+DEFAULT_CHAT_MODEL = "smollm2-135m-instruct"
 
 
 @dataclass
@@ -155,6 +156,15 @@ def _hub_folder(repo: str, revision: str | None) -> Path:
                         f"`ember models download {repo}`), or copy its folder here and pick the folder.") from exc
 
 
+def model_folder(ref: dict[str, Any]) -> Path:
+    """The Hugging Face folder of a base model reference (builtin, path or hub); InputError or JobFailed."""
+    if ref.get("hub"):
+        return _hub_folder(ref["hub"], ref.get("revision"))
+    if ref.get("path"):
+        return Path(ref["path"]).expanduser()
+    return _causal_folder(TrainSpec(task="causal_lm", model={"builtin": ref.get("builtin") or DEFAULT_CHAT_MODEL}))
+
+
 def pick_device(wanted: str) -> str:
     """cuda or cpu for a spec's ``device`` (auto: a CUDA GPU when there is one)."""
     import torch
@@ -169,14 +179,8 @@ def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict
     try:
         if ref.get("run_dir"):
             return _from_run(Path(ref["run_dir"]), device)
-        if ref.get("hub"):
-            folder = _hub_folder(ref["hub"], ref.get("revision"))
-            name = ref["hub"]
-        elif ref.get("path"):
-            folder, name = Path(ref["path"]).expanduser(), str(ref["path"])
-        else:
-            name = ref.get("builtin") or "smollm2-135m-instruct"
-            folder = _causal_folder(TrainSpec(task="causal_lm", model={"builtin": name}))
+        folder = model_folder(ref)
+        name = str(ref.get("hub") or ref.get("path") or ref.get("builtin") or DEFAULT_CHAT_MODEL)
         from engine.tasks import causal_lm
 
         if issues := causal_lm.check_model_folder(folder):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.job_terms import FINETUNE
-from engine.api.specs import ExportSpec
+from engine.api.specs import LLM_FORMATS, ExportSpec
 from engine.compress.variant import progress
 from engine.trainer import source as sources
 from engine.training.context import JobContext, JobFailed, run_job
@@ -342,6 +342,10 @@ def _source_kind(source: sources.Source) -> str:
 def main(ctx: JobContext, spec: Any) -> str | None:
     if not isinstance(spec, ExportSpec):
         raise JobFailed(f"engine.recipes.export cannot run a {type(spec).__name__}", "Check the job's kind.")
+    if any(f in LLM_FORMATS for f in spec.formats):
+        from engine.recipes import export_llm
+
+        return export_llm.run(ctx, spec)
     job = Export(ctx, spec)
     job.check_formats()
     if job.out.exists():

@@ -111,8 +111,8 @@ def load_data(source: Source) -> Any:
     return data
 
 
-def load_model(source: Source, data: Any) -> Any:
-    """The source's model: fp32, CPU, eval mode, no adapters left."""
+def load_model(source: Source, data: Any, merge: bool = True) -> Any:
+    """The source's model: fp32, CPU, eval mode, no adapters left (``merge=False``: a LoRA run's peft model)."""
     import torch
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -151,7 +151,7 @@ def load_model(source: Source, data: Any) -> Any:
         raise JobFailed(f"The run's weights do not match the rebuilt model: {first}",
                         "The base model folder changed since the run trained; use the same model folder, "
                         "or fine-tune again.") from exc
-    if source.spec.method.kind == "lora":
+    if source.spec.method.kind == "lora" and merge:
         model = model.merge_and_unload()
     return model.float().eval()
 

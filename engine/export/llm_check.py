@@ -1,0 +1,225 @@
+"""A language model in one runtime: greedy answers and perplexity on the same token ids (docs/export.md).
+
+The export job checks each language-model format in a fresh process with its own runtime:
+
+    python -m engine.export.llm_check RUNTIME PATH CASES OUT
+
+RUNTIME is ``transformers`` (a Hugging Face folder, or a LoRA adapter folder beside its base),
+``onnxruntime-genai`` (a folder the model builder wrote) or ``llama.cpp`` (a .gguf file). CASES is a JSON file
+``{"prompts": [[ids]], "texts": [[ids]], "max_new_tokens": N, "eos": [ids], "n_ctx": N}`` tokenized once by the
+source model's tokenizer, so every runtime reads exactly the same tokens. OUT gets ``{"tokens": [[ids]],
+"nll": .., "count": .., "perplexity": .., "load_s": .., "ttft_s": .., "tokens_per_s": .., "peak_rss_bytes": ..}``.
+
+Every runtime answers through the same loop (``greedy``): the prompt in one call, then one token at a time
+with the runtime's own key/value cache, the most likely token each step, up to an end-of-sequence id.
+The job runs the source model in PyTorch through the same loop for its reference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+RUNTIMES = ("transformers", "onnxruntime-genai", "llama.cpp")
+
+
+class Runtime(Protocol):
+    def prefill(self, ids: list[int]) -> Any: ...  # the next-token logits after ``ids`` (a fresh sequence)
+    def step(self, token: int) -> Any: ...  # the next-token logits after one more token
+    def all_logits(self, ids: list[int]) -> Any: ...  # logits at every position of ``ids`` (a fresh sequence)
+
+
+class TorchRuntime:
+    """A transformers model in memory (the job's reference) or loaded from a folder (the hf format)."""
+
+    def __init__(self, model: Any):
+        self.model, self.past = model.eval(), None
+
+    @classmethod
+    def open(cls, path: Path) -> TorchRuntime:
+        from transformers import AutoModelForCausalLM
+
+        adapter = path / "adapter_config.json"
+        if adapter.is_file():  # a LoRA adapter kept separate: its base folder, then the adapter on top
+            from peft import PeftModel
+
+            base = json.loads(adapter.read_text())["base_model_name_or_path"]
+            model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, dtype="float32")
+            return cls(PeftModel.from_pretrained(model, str(path)))
+        return cls(AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype="float32"))
+
+    def _run(self, ids: list[int], past: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids]), past_key_values=past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[0].float().numpy()
+
+    def prefill(self, ids: list[int]) -> Any:
+        return self._run(ids, None)[-1]
+
+    def step(self, token: int) -> Any:
+        return self._run([token], self.past)[-1]
+
+    def all_logits(self, ids: list[int]) -> Any:
+        return self._run(ids, None)
+
+
+class GenaiRuntime:
+    """ONNX Runtime GenAI: the model builder's decoder with its key/value cache."""
+
+    def __init__(self, path: Path, n_ctx: int):
+        import onnxruntime_genai as og
+
+        self.og, self.model, self.n_ctx, self.gen = og, og.Model(str(path)), n_ctx, None
+
+    def _generator(self) -> Any:
+        params = self.og.GeneratorParams(self.model)
+        params.set_search_options(do_sample=False, max_length=self.n_ctx)
+        return self.og.Generator(self.model, params)
+
+    def _append(self, ids: list[int]) -> Any:
+        import numpy as np
+
+        self.gen.append_tokens(np.asarray([ids], dtype=np.int32))
+        return np.asarray(self.gen.get_output("logits"))[0]
+
+    def prefill(self, ids: list[int]) -> Any:
+        self.gen = self._generator()
+        return self._append(ids)[-1]
+
+    def step(self, token: int) -> Any:
+        return self._append([token])[-1]
+
+    def all_logits(self, ids: list[int]) -> Any:
+        self.gen = self._generator()
+        return self._append(ids)
+
+
+class LlamaCppRuntime:
+    """llama.cpp through its Python bindings: the .gguf file, every position's logits kept."""
+
+    def __init__(self, path: Path, n_ctx: int):
+        from llama_cpp import Llama
+
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, verbose=False,
+                         n_threads=max(1, os.cpu_count() or 1))
+
+    def prefill(self, ids: list[int]) -> Any:
+        self.llm.reset()
+        self.llm.eval(ids)
+        return self.llm.scores[self.llm.n_tokens - 1]
+
+    def step(self, token: int) -> Any:
+        self.llm.eval([token])
+        return self.llm.scores[self.llm.n_tokens - 1]
+
+    def all_logits(self, ids: list[int]) -> Any:
+        self.llm.reset()
+        self.llm.eval(ids)
+        return self.llm.scores[: len(ids)]
+
+
+def open_runtime(runtime: str, path: Path, n_ctx: int) -> Runtime:
+    if runtime == "transformers":
+        return TorchRuntime.open(path)
+    if runtime == "onnxruntime-genai":
+        return GenaiRuntime(path, n_ctx)
+    if runtime == "llama.cpp":
+        return LlamaCppRuntime(path, n_ctx)
+    raise ValueError(f"unknown runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+
+
+def greedy(rt: Runtime, ids: list[int], max_new_tokens: int, eos: set[int]) -> tuple[list[int], float, float]:
+    """(the answer's token ids, seconds to the first token, seconds in all)."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    logits, out, first = rt.prefill(ids), [], 0.0
+    for _ in range(max_new_tokens):
+        token = int(np.argmax(logits))
+        out.append(token)
+        if len(out) == 1:
+            first = time.perf_counter() - t0
+        if token in eos or len(out) == max_new_tokens:
+            break
+        logits = rt.step(token)
+    return out, first, time.perf_counter() - t0
+
+
+def nll(rt: Runtime, ids: list[int]) -> tuple[float, int]:
+    """(the summed negative log-likelihood of ids[1:], the number of tokens scored)."""
+    import numpy as np
+
+    if len(ids) < 2:
+        return 0.0, 0
+    logits = np.asarray(rt.all_logits(ids), dtype=np.float64)[:-1]
+    top = logits.max(axis=-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
+    target = np.asarray(ids[1:])
+    return float(-logp[np.arange(len(target)), target].sum()), len(target)
+
+
+def measure(rt: Runtime, cases: dict[str, Any], load_s: float = 0.0) -> dict[str, Any]:
+    """Greedy answers to every prompt and the perplexity of every text, with the speed figures."""
+    eos = {int(i) for i in cases.get("eos") or []}
+    tokens, ttft, new, gen_s = [], [], 0, 0.0
+    for ids in cases["prompts"]:
+        out, first, seconds = greedy(rt, list(ids), int(cases["max_new_tokens"]), eos)
+        tokens.append(out)
+        ttft.append(first)
+        new, gen_s = new + len(out), gen_s + seconds
+    total, count = 0.0, 0
+    for ids in cases["texts"]:
+        s, n = nll(rt, list(ids))
+        total, count = total + s, count + n
+    ttft.sort()
+    return {"tokens": tokens, "nll": total, "count": count,
+            "perplexity": math.exp(total / count) if count else None, "load_s": round(load_s, 3),
+            "ttft_s": ttft[len(ttft) // 2] if ttft else None,
+            "tokens_per_s": new / gen_s if gen_s > 0 else None,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def compare(reference: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
+    """How a format's answers and perplexity stand against the reference's."""
+    ref_tokens, tokens = reference["tokens"], got["tokens"]
+    same = sum(1 for a, b in zip(ref_tokens, tokens, strict=True) if a == b)
+    first_diff = []
+    for a, b in zip(ref_tokens, tokens, strict=True):
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        first_diff.append(None if a == b else n)
+    matched = sum(min(len(a), d if d is not None else len(a)) for a, d in zip(ref_tokens, first_diff, strict=True))
+    ppl, ref_ppl = got.get("perplexity"), reference.get("perplexity")
+    return {"prompts": len(ref_tokens), "identical_answers": same,
+            "token_agreement": matched / max(1, sum(len(a) for a in ref_tokens)),
+            "first_difference": first_diff, "perplexity": ppl, "reference_perplexity": ref_ppl,
+            "perplexity_change": (ppl / ref_ppl - 1) if ppl and ref_ppl else None}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    runtime, path, cases_file, out = argv[0], Path(argv[1]), Path(argv[2]), Path(argv[3])
+    cases = json.loads(cases_file.read_text())
+    t0 = time.perf_counter()
+    try:
+        rt = open_runtime(runtime, path, int(cases.get("n_ctx") or 2048))
+    except ImportError as exc:
+        print(f"The {runtime} runtime is not installed here ({exc})", file=sys.stderr)
+        return 3
+    result = measure(rt, cases, time.perf_counter() - t0)
+    out.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
