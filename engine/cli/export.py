@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.job_terms import EXPORT
-from engine.api.specs import EXPORT_FORMATS, SpecError, validate_spec
+from engine.api.specs import EXPORT_FORMATS, LLM_FORMATS, SpecError, validate_spec
+from engine.cli.chat import model_ref
 from engine.cli.client import ensure_engine
 from engine.cli.follow import exit_code, follow
 from engine.cli.progress import display_for
@@ -50,12 +51,41 @@ def print_result(result: dict[str, Any]) -> None:
               f"p99 {lat.get('p99')} ms, {device.get('throughput_qps')} inferences/s")
 
 
+def print_llm_result(result: dict[str, Any]) -> None:
+    """A language model's files: each one's answers and perplexity against the source model, in its runtime."""
+    ref = result.get("reference") or {}
+    print(f"reference: the source model in PyTorch, perplexity {ref.get('perplexity', 0):.3f} on the "
+          f"{result.get('check_rows')}")
+    print(f"{'file':<18} {'size':>10}  {'runtime':<18} {'same answers':>12}  {'perplexity':>16}  {'tokens/s':>8}  path")
+    for fmt, entry in (result.get("formats") or {}).items():
+        files = entry.get("files") or {fmt: entry}
+        for kind, f in files.items():
+            c = f.get("check") or {}
+            name = fmt if kind == fmt else f"{fmt} {kind}"
+            mark = "" if c.get("enforced") else "*"
+            ppl = f"{c['perplexity']:.3f} ({c['perplexity_change']:+.2%})" if c.get("perplexity") else "-"
+            speed = f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") else "-"
+            print(f"{name:<18} {_size(f.get('bytes')):>10}  {c.get('runtime', '-'):<18} "
+                  f"{c.get('identical_answers', 0)}/{c.get('prompts', 0):<10}{mark} {ppl:>16}  {speed:>8}  {f.get('path')}")
+        if entry.get("modelfile"):
+            print(f"{'':<18} Ollama: cd {Path(entry['modelfile']).parent} && ollama create NAME -f Modelfile")
+    print("* reported, not enforced: a quantized file measured against the source model; the others must give "
+          "the same greedy answers and a perplexity within 1%")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    spec: dict[str, Any] = {"source_run": args.run, "formats": args.formats.split(",")}
-    for key in ("target", "host", "precision", "opset", "jetpack", "parity_samples", "max_batch"):
+    ref = model_ref(args.run)
+    llm = args.formats is None and "run" not in ref
+    spec: dict[str, Any] = {"formats": (args.formats or ("hf,gguf,onnx_genai" if llm else "onnx")).split(",")}
+    spec.update({"source_run": ref["run"]} if "run" in ref else {"model": ref})
+    for key in ("target", "host", "precision", "opset", "jetpack", "parity_samples", "max_batch", "adapter", "data",
+                "check_prompts", "check_tokens"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
+    for key in ("gguf_types", "genai_precisions"):
+        if getattr(args, key):
+            spec[key] = getattr(args, key).split(",")
     try:
         checked = validate_spec(EXPORT, spec)
     except SpecError as exc:
@@ -68,15 +98,27 @@ def cmd_export(args: argparse.Namespace) -> int:
         code = exit_code(follow(c, job, display))
         result_file = Path(job["run_dir"]) / "result.json"
         if result_file.is_file():
-            print_result(json.loads(result_file.read_text(encoding="utf-8")))
+            result = json.loads(result_file.read_text(encoding="utf-8"))
+            (print_llm_result if result.get("task") == "causal_lm" and "reference" in result else print_result)(result)
         return code
 
 
 def add_parser(sub: Any) -> None:
     e = sub.add_parser("export", help="export a fine-tune or variant (ONNX, ORT package, TorchScript, .pt2, TensorRT, "
-                                      "Triton, Jetson bundle), optionally deploying to a Jetson host")
-    e.add_argument("run", help="id of a finished fine-tune or variant")
-    e.add_argument("--formats", default="onnx", help=f"comma-separated: {','.join(EXPORT_FORMATS)}")
+                                      "Triton, Jetson bundle; a language model as a merged checkpoint, GGUF or "
+                                      "ONNX-GenAI), optionally deploying to a Jetson host")
+    e.add_argument("run", metavar="MODEL", help="id of a finished fine-tune or variant; or, for the language-model "
+                                                "formats, a built-in model, a model folder or a cached Hub id")
+    e.add_argument("--formats", help=f"comma-separated: {','.join(EXPORT_FORMATS)}; language models: "
+                                     f"{','.join(LLM_FORMATS)} (default: onnx for a run, all three for a base model)")
+    e.add_argument("--gguf-types", dest="gguf_types", help="comma-separated GGUF types: f16,bf16,q8_0,q5_k_m,q4_k_m,q4_0 "
+                                                           "(default f16,q4_k_m)")
+    e.add_argument("--genai-precisions", dest="genai_precisions", help="comma-separated ONNX-GenAI precisions: "
+                                                                       "fp32,fp16,int4 (default fp32,int4)")
+    e.add_argument("--adapter", choices=["merge", "separate"], help="hf of a LoRA run: merged (default) or the adapter")
+    e.add_argument("--data", help="language models: the JSONL file (or built-in dataset) the formats are checked on")
+    e.add_argument("--check-prompts", type=int, dest="check_prompts")
+    e.add_argument("--check-tokens", type=int, dest="check_tokens")
     e.add_argument("--target", help="Jetson model for the jetson format (orin_nano, agx_orin, ...)")
     e.add_argument("--host", help="a Jetson host (ember hosts list) to build and benchmark on")
     e.add_argument("--precision", choices=["fp32", "fp16", "int8"])

@@ -206,7 +206,7 @@ def compare(reference: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4:
-        print(__doc__, file=sys.stderr)
+        sys.stderr.write(str(__doc__))
         return 2
     runtime, path, cases_file, out = argv[0], Path(argv[1]), Path(argv[2]), Path(argv[3])
     cases = json.loads(cases_file.read_text())
@@ -214,7 +214,7 @@ def main(argv: list[str]) -> int:
     try:
         rt = open_runtime(runtime, path, int(cases.get("n_ctx") or 2048))
     except ImportError as exc:
-        print(f"The {runtime} runtime is not installed here ({exc})", file=sys.stderr)
+        sys.stderr.write(f"The {runtime} runtime is not installed here ({exc})\n")
         return 3
     result = measure(rt, cases, time.perf_counter() - t0)
     out.write_text(json.dumps(result))
