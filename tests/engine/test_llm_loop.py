@@ -1,6 +1,7 @@
 """The LLM loop offline, as a first-time user runs it: the built-in SmolLM2-135M-Instruct LoRA-tuned on the
 built-in short-answers chat data through the real engine, then the base and the tuned model answer the
-held-out questions in the Playground, side by side, streamed.
+held-out questions in the Playground, side by side, streamed; then the tuned model is exported to a merged
+checkpoint, GGUF and ONNX for generation, and as its LoRA adapter alone, each file checked in its runtime.
 
 The base model knows most answers but replies in full sentences ("The opposite of hot is cold. ..."); the
 tuned one answers in the data's style ("Cold."), so its exact match on the held-out questions is higher.
@@ -9,6 +10,7 @@ tuned one answers in the data's style ("Cold."), so its exact match on the held-
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,30 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
         assert tuned > base + 0.2, f"exact match base {base:.2f}, tuned {tuned:.2f}\n{report}"
         workers = {w["label"]: w for w in c.call("playground.workers")["workers"]}
         assert set(workers) == {"smollm2-135m-instruct", job["id"]}  # both loaded at once, each its own process
+
+        # The tuned model as files other runtimes load: merged checkpoint, GGUF, ONNX for generation.
+        export = c.call("jobs.start", kind="export.model", name="tuned-files", spec={
+            "source_run": job["id"], "formats": ["hf", "gguf", "onnx_genai"], "gguf_types": ["f16", "q4_k_m"],
+            "genai_precisions": ["fp32", "int4"], "check_prompts": 4, "check_tokens": 10, "parity_samples": 8})
+        done = wait_final(c, export["id"], timeout=600)
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=export["id"])["lines"][-20:]
+        result = json.loads((Path(export["run_dir"]) / "result.json").read_text())
+        assert result["check_rows"] == f"validation data of {job['id']}"
+        formats = result["formats"]
+        checks = {"hf": formats["hf"]["check"], **{f"{fmt}/{k}": f["check"] for fmt in ("gguf", "onnx_genai")
+                                                   for k, f in formats[fmt]["files"].items()}}
+        for name in ("hf", "gguf/f16", "onnx_genai/fp32"):
+            assert checks[name]["identical_answers"] == 4 and abs(checks[name]["perplexity_change"]) < 0.01, checks[name]
+        assert formats["hf"]["content"] == "merged" and not (Path(formats["hf"]["path"]) / "adapter_config.json").exists()
+        # The tuned answers' style survives in the 4-bit GGUF more often than not.
+        assert checks["gguf/q4_k_m"]["token_agreement"] > 0.5, checks["gguf/q4_k_m"]
+
+        # The LoRA adapter on its own, beside its base model: what vLLM and peft load as an adapter.
+        adapter = c.call("jobs.start", kind="export.model", name="tuned-adapter", spec={
+            "source_run": job["id"], "formats": ["hf"], "adapter": "separate", "check_prompts": 4, "check_tokens": 10,
+            "parity_samples": 8})
+        done = wait_final(c, adapter["id"], timeout=300)
+        assert done["state"] == "succeeded", c.call("jobs.logs", id=adapter["id"])["lines"][-20:]
+        hf = json.loads((Path(adapter["run_dir"]) / "result.json").read_text())["formats"]["hf"]
+        assert hf["content"] == "adapter" and hf["bytes"] < 10 * 2**20  # the adapter alone, not the 540 MB model
+        assert hf["check"]["identical_answers"] == 4
