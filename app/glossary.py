@@ -138,6 +138,12 @@ TERMS: dict[str, str] = {
     "TensorRT": "NVIDIA's optimiser and runtime that compiles a model into an engine tuned for one GPU.",
     "Triton": "NVIDIA Triton Inference Server, which serves models over HTTP and gRPC from a model "
               "repository folder.",
+    "merged checkpoint": "A Hugging Face model folder (safetensors weights, tokenizer, chat template) with any "
+                         "LoRA adapter folded in: what vLLM, TGI, SGLang and transformers load.",
+    "GGUF": "llama.cpp's single-file model format, also read by Ollama and LM Studio; its quantized types "
+            "(q8_0, q4_k_m, ...) store weights in 8 or about 4.5 bits.",
+    "KV cache": "The keys and values of the tokens a language model has already read, kept so each new token "
+                "costs one step instead of re-reading the whole text.",
     "Jetson": "NVIDIA's small embedded computers with a GPU, for running models on devices at the edge.",
 }
 
@@ -178,6 +184,9 @@ OPTION_TERMS: dict[str, tuple[str, ...]] = {
     "tensorrt": ("TensorRT",),
     "triton": ("Triton",),
     "jetson": ("Jetson",),
+    "hf": ("merged checkpoint",),
+    "gguf": ("GGUF",),
+    "onnx_genai": ("ONNX Runtime", "KV cache"),
 }
 
 _BY_LOWER = {term.lower(): term for term in TERMS}

@@ -484,3 +484,77 @@ def test_export_a_digits_finetune_to_onnx_and_a_jetson_bundle(qtbot, make_window
         qtbot.wait(200)
         page.grab().save(shot)
         QApplication.instance().setStyleSheet("")
+
+
+SMOL = finetune_record("r20260101-smol", "smollm2-short-answers",
+                       {"task": "causal_lm", "model": {"builtin": "smollm2-135m-instruct"},
+                        "method": {"kind": "lora", "lora_r": 8}, "data": {"builtin": "short-answers"}},
+                       1.2, "smollm2-135m-instruct")
+
+
+def _check(same: int, ppl: float, enforced: bool) -> dict[str, Any]:
+    return {"prompts": 8, "identical_answers": same, "perplexity": ppl, "reference_perplexity": 2.0,
+            "perplexity_change": ppl / 2.0 - 1, "token_agreement": same / 8, "runtime": "llama.cpp",
+            "tokens_per_s": 40.0, "ttft_s": 0.05, **({"enforced": True} if enforced else {"reported_because": "quantized"})}
+
+
+LLM_RESULT = {"source_run": SMOL["id"], "task": "causal_lm", "reference": {"perplexity": 2.0}, "formats": {
+    "hf": {"path": "/runs/r-exp/export/hf", "content": "merged", "bytes": 538_000_000, "check": _check(8, 2.0, True)},
+    "gguf": {"path": "/runs/r-exp/export/gguf", "modelfile": "/runs/r-exp/export/gguf/Modelfile", "files": {
+        "f16": {"path": "/runs/r-exp/export/gguf/smol-f16.gguf", "bytes": 270_000_000, "check": _check(8, 2.004, True)},
+        "q4_k_m": {"path": "/runs/r-exp/export/gguf/smol-q4_k_m.gguf", "bytes": 105_000_000,
+                   "check": _check(5, 2.2, False)}}}}}
+
+
+def test_a_language_model_exports_to_its_own_formats_checked_by_generating(qtbot):
+    from app.pages.export import ExportPage
+
+    jobs = [SMOL, DIGITS]
+    engine = fake_engine({"jobs.list": {"jobs": copy.deepcopy(jobs)}, "hosts.list": {"hosts": []},
+                          "jobs.get": lambda p: next(copy.deepcopy(j) for j in jobs if j["id"] == p["id"]),
+                          "jobs.start": started})
+    page = ExportPage(engine)
+    qtbot.addWidget(page)
+    page.resize(1100, 850)
+    page.show()
+    settle(qtbot, engine.client)
+    step = page.formats_step
+
+    # An image classifier cannot become a GGUF file, and says why.
+    choose(page, qtbot, DIGITS["id"])
+    assert not page.format_checks["gguf"].isEnabled() and "for language models" in page.format_checks["gguf"].toolTip()
+
+    choose(page, qtbot, SMOL["id"])
+    assert all(page.format_checks[f].isEnabled() for f in ("hf", "gguf", "onnx_genai"))
+    assert not step.llm_card.isVisibleTo(page)
+    tick(page, "hf", "gguf", "onnx_genai")
+    assert step.llm_card.isVisibleTo(page) and not step.options_card.isVisibleTo(page)  # no opset for a GGUF
+    step.fields["gguf_types"].set_value(["f16", "q8_0"])
+    step.fields["adapter"].setCurrentIndex(step.fields["adapter"].findData("separate"))
+    spec = page.spec()
+    assert spec["formats"] == ["hf", "gguf", "onnx_genai"] and spec["gguf_types"] == ["f16", "q8_0"]
+    assert spec["genai_precisions"] == ["fp32", "int4"] and spec["adapter"] == "separate" and "opset" not in spec
+    assert page.errors == {} and page.next_button.isEnabled()
+
+    # No GGUF type ticked: the message is under the types, on this step.
+    step.fields["gguf_types"].set_value([])
+    assert "gguf_types" in page.errors and step.field_messages["gguf_types"].isVisibleTo(page)
+    step.fields["gguf_types"].set_value(["f16", "q4_k_m"])
+    # The ONNX logits graph is a job of its own.
+    tick(page, "hf", "onnx")
+    assert "cannot share a job" in step.field_messages["formats"].text() and not page.next_button.isEnabled()
+    tick(page, "hf", "gguf")
+
+    page.go_to(3)
+    doc = yaml.safe_load(page.review_view.toPlainText())
+    assert doc["spec"]["formats"] == ["hf", "gguf"] and doc["spec"]["gguf_types"] == ["f16", "q4_k_m"]
+    qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    settle(qtbot, engine.client)
+    engine.client.publish("run/r-exp/result", {"kind": "result", **LLM_RESULT})
+    cells = page.run_step.format_cells()
+    assert cells["hf"][1:] == ["hf", "513.1 MiB", "2.000 (+0.00%)", "8 of 8", "passed"]
+    assert cells["gguf f16"][1:] == ["gguf/smol-f16.gguf", "257.5 MiB", "2.004 (+0.20%)", "8 of 8", "passed"]
+    assert cells["gguf q4_k_m"][3:] == ["2.200 (+10.00%)", "5 of 8", "reported"]
+    headers = [page.results_table.horizontalHeaderItem(c).text() for c in range(6)]
+    assert headers[3:] == ["Perplexity (change)", "Same greedy answers", "Check"]
+    assert "token for token" in page.run_step.parity_label.text()

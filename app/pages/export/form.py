@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QHBoxLayout,
     QLineEdit,
     QSpinBox,
     QWidget,
@@ -33,7 +35,33 @@ def combo(items: list[tuple[str, Any]], tip: str = "") -> QComboBox:
     return box
 
 
+class ChoiceRow(QWidget):
+    """A row of checkboxes for a list field (GGUF types, ONNX-GenAI precisions); its value is the ticked names."""
+
+    toggled = Signal(bool)
+
+    def __init__(self, names: tuple[str, ...], tip: str = ""):
+        super().__init__()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.checks = {n: QCheckBox(n) for n in names}
+        for check in self.checks.values():
+            check.setToolTip(tip)
+            check.toggled.connect(self.toggled)
+            row.addWidget(check)
+        row.addStretch(1)
+
+    def value(self) -> list[str]:
+        return [n for n, c in self.checks.items() if c.isChecked()]
+
+    def set_value(self, names: Any) -> None:
+        for n, c in self.checks.items():
+            c.setChecked(n in (names or ()))
+
+
 def value_of(widget: QWidget) -> Any:
+    if isinstance(widget, ChoiceRow):
+        return widget.value()
     if isinstance(widget, QCheckBox):
         return widget.isChecked()
     if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
@@ -46,7 +74,9 @@ def value_of(widget: QWidget) -> Any:
 
 
 def set_value(widget: QWidget, value: Any) -> None:
-    if isinstance(widget, QCheckBox):
+    if isinstance(widget, ChoiceRow):
+        widget.set_value(value)
+    elif isinstance(widget, QCheckBox):
         widget.setChecked(bool(value))
     elif isinstance(widget, (QSpinBox, QDoubleSpinBox)):
         widget.setValue(value)

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from engine.api.job_terms import EXPORT, FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE
-from engine.api.specs import EXPORT_FORMATS, JETSON_TARGETS, SpecError, validate_spec
+from engine.api.specs import EXPORT_FORMATS, JETSON_TARGETS, LLM_FORMATS, SpecError, validate_spec
 
 KIND = EXPORT
 SOURCE_KINDS = (FINETUNE, LORA_MERGE, QUANTIZE, QAT, PRUNE)
@@ -37,8 +37,17 @@ FORMAT_INFO: dict[str, tuple[str, str]] = {
                                     "Inference Server."),
     "jetson": ("Jetson bundle", "A folder and .tar.gz with the ONNX model and scripts that build and "
                                 "benchmark the TensorRT engine on the Jetson itself."),
+    "hf": ("Merged checkpoint", "A Hugging Face folder (safetensors, tokenizer, chat template), LoRA merged or "
+                                "kept as an adapter: what vLLM, TGI, SGLang and transformers load."),
+    "gguf": ("GGUF (llama.cpp)", "Files for llama.cpp, Ollama and LM Studio, written by llama.cpp's converter and "
+                                 "quantizer (f16, q8_0, q4_k_m, ...), with an Ollama Modelfile."),
+    "onnx_genai": ("ONNX for generation", "A decoder with its key/value cache and genai_config.json for ONNX "
+                                          "Runtime GenAI (fp32, fp16, int4 weight-only)."),
 }
-assert tuple(FORMAT_INFO) == EXPORT_FORMATS
+assert tuple(FORMAT_INFO) == EXPORT_FORMATS + LLM_FORMATS
+GGUF_TYPES = ("f16", "bf16", "q8_0", "q5_k_m", "q4_k_m", "q4_0")
+GENAI_PRECISIONS = ("fp32", "fp16", "int4")
+LLM_OPTIONS = ("gguf_types", "genai_precisions", "adapter", "check_prompts")
 
 # Jetson titles (engine/export/jetson_profiles.py has the full profiles; the GUI needs the names only).
 TARGET_TITLES: dict[str, str] = {
@@ -55,14 +64,16 @@ assert tuple(TARGET_TITLES) == JETSON_TARGETS
 STEP_OF_FIELD: dict[str, int] = {
     "source_run": SOURCE,
     **{f: FORMATS for f in ("formats", "opset", "dynamic_batch", "dynamic_sequence", "max_batch", "opt_batch",
-                            "seq_len", "slim", "torchscript_mode", "parity_samples", "tolerance")},
+                            "seq_len", "slim", "torchscript_mode", "parity_samples", "tolerance",
+                            *LLM_OPTIONS)},
     **{f: TARGET for f in ("precision", "target", "jetpack", "tensorrt_version", "host", "workspace_mb",
                            "dla_core", "archive", "benchmark_s")},
 }
 
 # Model-level messages (ExportSpec._check) name no field: the field they are about, by their opening words.
 CHECK_FIELDS = (("formats lists", "formats"), ("format jetson needs target", "target"),
-                ("host builds", "host"), ("opt_batch", "opt_batch"))
+                ("host builds", "host"), ("opt_batch", "opt_batch"), ("(language-model formats)", "formats"),
+                ("gguf_types", "gguf_types"), ("genai_precisions", "genai_precisions"))
 
 
 def default_options() -> dict[str, Any]:
@@ -71,7 +82,9 @@ def default_options() -> dict[str, Any]:
             "max_batch": 8, "opt_batch": 1, "slim": False, "torchscript_mode": "trace",
             "parity_samples": 64, "tolerance": "1e-4",
             "target": "orin_nano", "jetpack": "", "precision": "fp16", "dla_core": None,
-            "workspace_mb": 1024, "host": None, "benchmark_s": 10.0}
+            "workspace_mb": 1024, "host": None, "benchmark_s": 10.0,
+            "gguf_types": ["f16", "q4_k_m"], "genai_precisions": ["fp32", "int4"], "adapter": "merge",
+            "check_prompts": 8}
 
 
 def onnx_only(record: dict[str, Any] | None) -> bool:
@@ -80,6 +93,9 @@ def onnx_only(record: dict[str, Any] | None) -> bool:
 
 def unavailable_reason(fmt: str, record: dict[str, Any] | None) -> str:
     """Why format ``fmt`` cannot be made from this source ('' when it can)."""
+    if fmt in LLM_FORMATS and record and source_task(record) not in ("", "causal_lm"):
+        return (f"{FORMAT_INFO[fmt][0]} is for language models; this is a "
+                f"{source_task(record).replace('_', ' ')} model.")
     if fmt in TORCH_FORMATS and onnx_only(record):
         return (f"{FORMAT_INFO[fmt][0]} needs torch weights; this quantized variant is an ONNX model only "
                 "(model.onnx). Export its parent run, or choose ONNX, ONNX Runtime, Triton, TensorRT or Jetson.")
@@ -107,8 +123,18 @@ def _number(text: Any) -> Any:
 
 def build_spec(record: dict[str, Any] | None, options: dict[str, Any]) -> dict[str, Any]:
     """The export.model spec for the form's values (what Review shows, before the engine's defaults)."""
-    formats = [f for f in EXPORT_FORMATS if f in options["formats"]]
-    spec: dict[str, Any] = {
+    formats = [f for f in EXPORT_FORMATS + LLM_FORMATS if f in options["formats"]]
+    if formats and all(f in LLM_FORMATS for f in formats):  # a language model's own options only
+        spec = {"source_run": str((record or {}).get("id") or ""), "formats": formats,
+                "check_prompts": options["check_prompts"], "parity_samples": options["parity_samples"]}
+        if "gguf" in formats:
+            spec["gguf_types"] = [t for t in GGUF_TYPES if t in options["gguf_types"]]
+        if "onnx_genai" in formats:
+            spec["genai_precisions"] = [p for p in GENAI_PRECISIONS if p in options["genai_precisions"]]
+        if "hf" in formats:
+            spec["adapter"] = options["adapter"]
+        return spec
+    spec = {
         "source_run": str((record or {}).get("id") or ""),
         "formats": formats,
         "opset": options["opset"],
@@ -142,7 +168,8 @@ def validate(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, lis
             field = "" if problem["field"] == "(spec)" else problem["field"]
             message = str(problem["message"]).removeprefix("Value error, ")
             for part in (message.split("; ") if not field else [message]):
-                where = field or next((f for start, f in CHECK_FIELDS if part.startswith(start)), "")
+                where = field or next((f for start, f in CHECK_FIELDS if part.startswith(start) or
+                                       (start.startswith("(") and start in part)), "")
                 errors.setdefault(where, []).append(part)
         return None, errors
     return model.model_dump(mode="json"), {}

@@ -16,6 +16,7 @@ PASSED, FAILED, REPORTED = "passed", "failed", "reported"
 VERDICT_COLOURS = {PASSED: "#2b8a3e", FAILED: "#c92a2a", REPORTED: "#5a6472"}
 SEVERITY_COLOURS = {"error": "#c92a2a", "warning": "#a35f00", "info": "#5a6472"}
 FORMAT_COLUMNS = ("Format", "File", "Size", "Max abs diff", "Top-1 agreement", "Parity")
+LLM_COLUMNS = ("Format", "File", "Size", "Perplexity (change)", "Same greedy answers", "Check")
 FINDING_COLUMNS = ("Severity", "Node", "Op", "Message", "Fix")
 
 
@@ -63,6 +64,45 @@ def format_row(name: str, entry: dict[str, Any]) -> tuple[str, ...]:
         share += f" of {samples}"
     size = fmt.size(entry["bytes"]) if isinstance(entry.get("bytes"), (int, float)) else NONE
     return (name, shown, size, _diff(parity.get("max_abs_diff")), share, verdict(entry))
+
+
+def is_llm(entry: dict[str, Any]) -> bool:
+    """A language-model format's entry (hf, gguf, onnx_genai): checked by generating, not by logits."""
+    files = entry.get("files")
+    return "check" in entry or (isinstance(files, dict) and any("check" in f for f in files.values()
+                                                                 if isinstance(f, dict)))
+
+
+def _llm_verdict(check: dict[str, Any]) -> str:
+    if not check:
+        return NONE
+    return PASSED if check.get("enforced") else REPORTED
+
+
+def llm_rows(name: str, entry: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(file, path, size, perplexity and its change, identical greedy answers, check) per file written."""
+    files = entry.get("files") if isinstance(entry.get("files"), dict) else {name: entry}
+    rows = []
+    for kind, f in files.items():
+        check = f.get("check") or {}
+        ppl, change = check.get("perplexity"), check.get("perplexity_change")
+        shown_ppl = f"{ppl:.3f} ({change:+.2%})" if isinstance(ppl, (int, float)) and isinstance(change, (int, float)) \
+            else NONE
+        same = f"{check['identical_answers']} of {check['prompts']}" if "prompts" in check else NONE
+        size = fmt.size(f["bytes"]) if isinstance(f.get("bytes"), (int, float)) else NONE
+        rows.append((name if kind == name else f"{name} {kind}", _in_export(str(f.get("path") or "")) or NONE, size,
+                     shown_ppl, same, _llm_verdict(check)))
+    return rows
+
+
+def llm_note(formats: dict[str, dict[str, Any]]) -> str:
+    """What the language-model checks mean, with the runtimes that ran them."""
+    if not any(is_llm(e) for e in formats.values()):
+        return ""
+    return ("Each file ran in its own runtime in a fresh process (transformers, llama.cpp, ONNX Runtime GenAI) on "
+            "the same prompts as the source model in PyTorch: a full-precision file (hf, fp32, f16) must give the "
+            "same greedy answers, token for token, and a perplexity within 1%; a quantized one (int4, q4_k_m, "
+            "q8_0) is reported.")
 
 
 def format_tooltip(entry: dict[str, Any]) -> str:

@@ -7,9 +7,12 @@ from typing import Any
 from PySide6.QtWidgets import QCheckBox, QFormLayout, QLineEdit, QWidget
 
 from app.glossary import option_tooltip
-from app.pages.export.form import FormStep, combo, spin
+from app.pages.export.form import ChoiceRow, FormStep, combo, spin
 from app.pages.export.plan import (
     FORMAT_INFO,
+    GENAI_PRECISIONS,
+    GGUF_TYPES,
+    LLM_FORMATS,
     default_options,
     onnx_only,
     source_task,
@@ -32,7 +35,8 @@ DEFAULT_TIPS = {"dynamic_batch": "Off: the batch size is fixed to the example's"
 class FormatsStep(FormStep):
     title = "Formats"
     prefixes = ("formats", "opset", "dynamic_batch", "dynamic_sequence", "max_batch", "opt_batch", "seq_len",
-                "slim", "torchscript_mode", "parity_samples", "tolerance")
+                "slim", "torchscript_mode", "parity_samples", "tolerance", "gguf_types", "genai_precisions", "adapter",
+                "check_prompts")
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -51,6 +55,7 @@ class FormatsStep(FormStep):
         outer.addWidget(frame)
 
         frame, box = card()
+        self.options_card = frame  # the ONNX, TorchScript and TensorRT options: hidden for language-model formats alone
         box.addWidget(label("Options", "h2"))
         box.addWidget(label("The defaults suit most models; the engine checks every value as you change it.",
                             "muted", wrap=True))
@@ -86,6 +91,27 @@ class FormatsStep(FormStep):
         self.variant_note.hide()
         box.addWidget(self.variant_note)
         outer.addWidget(frame)
+
+        # A language model's formats: which files, and how many prompts each is checked on.
+        self.llm_card, box = card()
+        box.addWidget(label("Language model", "h2"))
+        box.addWidget(label("Each file is run in its own runtime (transformers, llama.cpp, ONNX Runtime GenAI) and "
+                            "answers the first validation prompts greedily beside the source model.", "muted", wrap=True))
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.FieldsStayAtSizeHint)
+        box.addLayout(form)
+        self.add_field(form, "gguf_types", "GGUF types",
+                       ChoiceRow(GGUF_TYPES, "f16/bf16: full precision (the converter's own); q8_0, q5_k_m, q4_k_m, "
+                                             "q4_0: llama.cpp's quantizer (smaller, a little less accurate)"))
+        self.add_field(form, "genai_precisions", "ONNX-GenAI",
+                       ChoiceRow(GENAI_PRECISIONS, "fp32: the same answers as PyTorch; int4: weight-only, about a "
+                                                   "quarter of the size"))
+        self.add_field(form, "adapter", "LoRA adapter",
+                       combo([("merged into the weights", "merge"), ("kept separate (adapter folder)", "separate")],
+                             "A LoRA run's merged checkpoint, or its adapter alone beside the base model"))
+        self.add_field(form, "check_prompts", "Check prompts",
+                       spin(1, 1000, "validation prompts every file answers greedily, compared with the source model"))
+        outer.addWidget(self.llm_card)
         outer.addWidget(self.general_message)
         outer.addStretch(1)
         options = default_options()
@@ -133,6 +159,12 @@ class FormatsStep(FormStep):
     def _update_rows(self) -> None:
         mode = self.fields["torchscript_mode"]
         mode.setEnabled(self.format_checks["torchscript"].isChecked())
+        ticked = set(self.checked())
+        self.llm_card.setVisible(bool(ticked & set(LLM_FORMATS)))
+        self.options_card.setVisible(not ticked or not ticked <= set(LLM_FORMATS))
+        self.fields["gguf_types"].setEnabled("gguf" in ticked)
+        self.fields["genai_precisions"].setEnabled("onnx_genai" in ticked)
+        self.fields["adapter"].setEnabled("hf" in ticked)
 
     def emit_changed(self, *args: Any) -> None:
         self._update_rows()

@@ -28,6 +28,7 @@ from app.pages.export.plan import export_folder, format_folder
 from app.pages.export.results import (
     FINDING_COLUMNS,
     FORMAT_COLUMNS,
+    LLM_COLUMNS,
     SEVERITY_COLOURS,
     VERDICT_COLOURS,
     compat_summary,
@@ -36,6 +37,9 @@ from app.pages.export.results import (
     finding_rows,
     format_row,
     format_tooltip,
+    is_llm,
+    llm_note,
+    llm_rows,
     parity_note,
 )
 from app.widgets.common import FactsView, card, label
@@ -267,10 +271,12 @@ class RunStep(Step):
 
     def _render_formats(self) -> None:
         table = self.results_table
-        table.setRowCount(len(self.formats))
-        for row, (name, entry) in enumerate(self.formats.items()):
-            cells = format_row(name, entry)
-            tip = format_tooltip(entry)
+        llm = any(is_llm(e) for e in self.formats.values())
+        table.setHorizontalHeaderLabels(list(LLM_COLUMNS if llm else FORMAT_COLUMNS))
+        rows = [(cells, format_tooltip(entry)) for name, entry in self.formats.items()
+                for cells in (llm_rows(name, entry) if is_llm(entry) else [format_row(name, entry)])]
+        table.setRowCount(len(rows))
+        for row, (cells, tip) in enumerate(rows):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(tip)
@@ -283,7 +289,7 @@ class RunStep(Step):
         table.resizeRowsToContents()
         _fit_height(table)
         self.results_empty.setVisible(not self.formats)
-        show_text(self.parity_label, parity_note(self.formats))
+        show_text(self.parity_label, "\n".join(filter(None, [parity_note(self.formats), llm_note(self.formats)])))
         self._update_buttons()
 
     def _render_compat(self, compat: Any) -> None:
