@@ -44,6 +44,9 @@ class Row:
     record: dict[str, Any] = field(default_factory=dict)
     error: str = ""
     device: dict[str, Any] | None = None  # the newest on-device benchmark of an export of this row (result.device)
+    quality: dict[str, float] = field(default_factory=dict)  # a language model's answer scores (exact_match, rouge_l)
+    per_token: bool = False  # b1_ms and bn_ms are milliseconds per generated token (a language model's file)
+    runtime: str = ""  # where a language model's file was measured (llama.cpp, onnxruntime-genai, transformers)
 
     def latency(self, basis: str) -> float | None:
         return self.b1_ms if basis == "b1" else self.bn_ms
@@ -130,8 +133,56 @@ def _ratio(top: float | None, bottom: float | None) -> float | None:
     return top / bottom if top is not None and bottom else None
 
 
+FILE_TITLES = {"hf": "merged checkpoint", "gguf": "GGUF", "onnx_genai": "ONNX-GenAI"}
+
+
+def _per_token_ms(tokens_per_s: Any) -> float | None:
+    value = _num(tokens_per_s)
+    return 1000.0 / value if value else None
+
+
+def llm_rows(deployment: dict[str, Any]) -> list[Row]:
+    """One row per file of a language-model export (engine/daemon/job_records.py llm_files), measured in its
+    own runtime against the source model in the same job."""
+    llm = deployment.get("llm") or {}
+    ref = llm.get("reference") or {}
+    rows = []
+    for f in llm.get("files") or []:
+        check = f.get("check") or {}
+        fmt_name, kind = str(f.get("format")), str(f.get("kind"))
+        title = FILE_TITLES.get(fmt_name, fmt_name) + ("" if kind == fmt_name else f" {kind}")
+        row = Row(run_id=f"{deployment.get('job')}:{fmt_name}/{kind}", name=str(deployment.get("name") or ""),
+                  technique=title, state=str(deployment.get("state") or ""), metric_name="perplexity",
+                  higher_is_better=False, metric=_num(check.get("perplexity")),
+                  agreement=_num(check.get("token_agreement")), b1_ms=_per_token_ms(check.get("tokens_per_s")),
+                  size_bytes=f.get("bytes"), peak_bytes=check.get("peak_rss_bytes"), per_token=True,
+                  runtime=str(check.get("runtime") or ""),
+                  quality={k: v for k, v in (check.get("metrics") or {}).items() if _num(v) is not None},
+                  entry={"check": check, "path": f.get("path")}, parent_entry=ref)
+        ref_ppl = _num(ref.get("perplexity"))
+        if row.metric is not None and ref_ppl is not None:
+            row.delta = row.metric - ref_ppl
+        row.compression = _ratio(_num(ref.get("bytes")), _num(row.size_bytes))
+        row.speedup = _ratio(_per_token_ms(ref.get("tokens_per_s")), row.b1_ms)
+        rows.append(row)
+    return rows
+
+
+def _parent_from_reference(row: Row, deployments: list[dict[str, Any]]) -> None:
+    """A language model's parent row, from the newest export's reference (PyTorch, measured in that job)."""
+    ref = next(((d.get("llm") or {}).get("reference") for d in deployments
+                if d.get("state") == "succeeded" and (d.get("llm") or {}).get("reference")), None)
+    if not ref or row.metric is not None:
+        return
+    row.metric_name, row.higher_is_better, row.metric = "perplexity", False, _num(ref.get("perplexity"))
+    row.b1_ms, row.per_token, row.runtime = _per_token_ms(ref.get("tokens_per_s")), True, "torch"
+    row.size_bytes, row.params = ref.get("bytes"), ref.get("params")
+    row.quality = {k: v for k, v in (ref.get("metrics") or {}).items() if _num(v) is not None}
+    row.speedup = row.compression = 1.0
+
+
 def build_rows(reply: dict[str, Any]) -> list[Row]:
-    """The parent first, then each variant in the engine's order."""
+    """The parent first, then each variant in the engine's order, then a language model's exported files."""
     parent = reply.get("parent") or {}
     task = (parent.get("summary") or {}).get("task") or (parent.get("spec") or {}).get("task")
     prow = Row(run_id=str(parent.get("id") or ""), name=str(parent.get("name") or parent.get("id") or ""),
@@ -162,6 +213,10 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
             row.speedup = _ratio(own_bn, row.bn_ms)
             row.compression = _ratio(_num((own or {}).get("size_bytes")), _num(row.size_bytes))
         rows.append(row)
+    exports = [d for d in reply.get("parent_deployments") or [] if d.get("state") == "succeeded" and d.get("llm")]
+    _parent_from_reference(prow, exports)
+    for deployment in exports:
+        rows += llm_rows(deployment)
     return rows
 
 

@@ -95,6 +95,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def llm_files(result: dict[str, Any]) -> dict[str, Any]:
+    """A language-model export's measured files (Compare's rows): the reference, then one entry per file."""
+    files = []
+    for fmt, entry in (result.get("formats") or {}).items():
+        for kind, f in ((entry.get("files") or {fmt: entry}).items() if isinstance(entry, dict) else ()):
+            if isinstance(f, dict) and isinstance(f.get("check"), dict):
+                files.append({"format": fmt, "kind": kind, "path": f.get("path"), "bytes": f.get("bytes"),
+                              "check": f["check"]})
+    return {"reference": result.get("reference"), "files": files, "check_rows": result.get("check_rows")}
+
+
 def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
     """The export jobs made from a run, newest first, each with its device figures (result.json's device)."""
     out = []
@@ -105,7 +116,8 @@ def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
         result = read_json(Path(child["run_dir"]) / "result.json") or {}
         out.append({"job": child["id"], "name": child.get("name"), "state": child.get("state"),
                     "ended_at": child.get("ended_at"), "formats": sorted(result.get("formats") or {}),
-                    "device": result.get("device"), "compat": (result.get("compat") or {}).get("ok")})
+                    "device": result.get("device"), "compat": (result.get("compat") or {}).get("ok"),
+                    **({"llm": llm_files(result)} if "reference" in result else {})})
     return sorted(out, key=lambda d: d.get("ended_at") or 0, reverse=True)
 
 

@@ -114,7 +114,16 @@ def cases(src: Source, spec: ExportSpec) -> dict[str, Any]:
              ["input_ids"] for r in rows[: spec.parity_samples]]
     longest = max([len(p) + spec.check_tokens for p in prompts] + [len(t) for t in texts])
     return {"prompts": prompts, "texts": texts, "max_new_tokens": spec.check_tokens,
-            "eos": _eos_ids(src.model, tok), "n_ctx": longest + 8}
+            "eos": _eos_ids(src.model, tok), "n_ctx": longest + 8,
+            "references": [split_row(r)[1] for r in rows[: spec.check_prompts]]}
+
+
+def answer_metrics(tokenizer: Any, tokens: list[list[int]], references: list[str]) -> dict[str, float]:
+    """Exact match, token F1, ROUGE-L, ... of the decoded greedy answers against the rows' own answers."""
+    from engine.evaluate.generation import score_pairs
+
+    answers = [tokenizer.decode(t, skip_special_tokens=True).strip() for t in tokens]
+    return score_pairs(list(zip(answers, references, strict=True)))
 
 
 class LlmExport:
@@ -142,7 +151,12 @@ class LlmExport:
         progress(self.ctx, "reference", 0.05, f"reference: {self.src.label} in PyTorch, {len(self.cases['prompts'])} "
                  f"prompts and {len(self.cases['texts'])} conversations from the {self.src.rows_from}")
         self.reference = llm_check.measure(llm_check.TorchRuntime(self.src.model), self.cases)
-        self.result["reference"] = {k: self.reference[k] for k in ("perplexity", "ttft_s", "tokens_per_s")}
+        params = list(self.src.model.parameters())
+        self.result["reference"] = {
+            **{k: self.reference[k] for k in ("perplexity", "ttft_s", "tokens_per_s")},
+            "runtime": "torch", "metrics": answer_metrics(self.src.tokenizer, self.reference["tokens"],
+                                                          self.cases["references"]),
+            "bytes": sum(p.numel() * p.element_size() for p in params), "params": sum(p.numel() for p in params)}
         self.result["check_rows"] = self.src.rows_from
         self.ctx.log(f"reference perplexity {self.reference['perplexity']:.4f}")
 
@@ -172,7 +186,8 @@ class LlmExport:
         got_file.unlink()
         log.unlink()
         report = {**llm_check.compare(self.reference, got), "runtime": runtime,
-                  **{k: got[k] for k in ("load_s", "ttft_s", "tokens_per_s", "peak_rss_bytes")}}
+                  **{k: got[k] for k in ("load_s", "ttft_s", "tokens_per_s", "peak_rss_bytes")},
+                  "metrics": answer_metrics(self.src.tokenizer, got["tokens"], self.cases["references"])}
         change = report["perplexity_change"]
         self.ctx.log(f"{name} in {runtime}: {report['identical_answers']}/{report['prompts']} identical answers, "
                      f"perplexity {got['perplexity']:.4f} ({change:+.2%})")

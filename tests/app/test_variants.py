@@ -352,3 +352,64 @@ def test_compare_page_hosts_the_variants_tab(qtbot):
     assert page.variants.parent_combo.currentData() == PARENT_ID
     page.set_runs([])
     assert page.tabs.currentIndex() == 0
+
+
+def _llm_check(ppl: float, tokens_per_s: float, em: float, rouge: float, runtime: str, agreement: float,
+               peak: int) -> dict[str, Any]:
+    return {"perplexity": ppl, "tokens_per_s": tokens_per_s, "token_agreement": agreement, "runtime": runtime,
+            "peak_rss_bytes": peak, "metrics": {"exact_match": em, "rouge_l": rouge}, "prompts": 8,
+            "identical_answers": 8 if agreement == 1 else 3}
+
+
+SMOL_EXPORT = {  # a language-model export's deployment as engine/daemon/job_records.py lists it
+    "job": "r-files", "name": "smol-files", "state": "succeeded", "ended_at": time.time(), "formats": ["gguf", "hf"],
+    "device": None, "compat": None,
+    "llm": {"check_rows": "validation data of r-smol",
+            "reference": {"perplexity": 2.0, "tokens_per_s": 20.0, "bytes": 538 * MB, "params": 134_500_000,
+                          "metrics": {"exact_match": 0.5, "rouge_l": 0.6}},
+            "files": [
+                {"format": "hf", "kind": "hf", "path": "/runs/r-files/export/hf", "bytes": 538 * MB,
+                 "check": _llm_check(2.0, 19.0, 0.5, 0.6, "transformers", 1.0, 900 * MB)},
+                {"format": "gguf", "kind": "f16", "path": "/runs/r-files/export/gguf/s-f16.gguf", "bytes": 270 * MB,
+                 "check": _llm_check(2.01, 40.0, 0.5, 0.6, "llama.cpp", 1.0, 330 * MB)},
+                {"format": "gguf", "kind": "q4_k_m", "path": "/runs/r-files/export/gguf/s-q4_k_m.gguf",
+                 "bytes": 105 * MB, "check": _llm_check(2.3, 80.0, 0.375, 0.5, "llama.cpp", 0.6, 160 * MB)}]}}
+
+
+def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtbot):
+    from app.pages.variants import VariantsView
+
+    smol = {**copy.deepcopy(LORA), "id": "r-smol", "name": "smol-short",
+            "summary": {**LORA["summary"], "task": "causal_lm"}, "spec": {**LORA["spec"], "task": "causal_lm"}}
+    reply = {"parent": smol, "parent_evaluation": None, "variants": [], "parent_deployments": [copy.deepcopy(SMOL_EXPORT)]}
+    engine = fake_engine({"compress.variants": lambda p: copy.deepcopy(reply), "jobs.list": {"jobs": [smol]}})
+    view = VariantsView(engine)
+    qtbot.addWidget(view)
+    view.resize(1150, 900)
+    view.show()
+    view.show_parent("r-smol")
+    settle(qtbot, engine.client)
+
+    assert ids_in_order(view) == ["r-smol", "r-files:hf/hf", "r-files:gguf/f16", "r-files:gguf/q4_k_m"]
+    assert texts(view, "technique") == ["◆ parent", "merged checkpoint", "◆ GGUF f16", "◆ GGUF q4_k_m"]
+    assert texts(view, "metric") == ["2.00", "2.00", "2.01", "2.30"]  # perplexity, the parent's from PyTorch
+    assert texts(view, "delta") == ["—", "+0.00", "+0.01", "+0.30"]
+    assert texts(view, "em") == ["50.0%", "50.0%", "50.0%", "37.5%"] and texts(view, "rouge")[3] == "50.0%"
+    assert texts(view, "b1") == ["50.00", "52.63", "25.00", "12.50"]  # ms per generated token
+    assert texts(view, "compression") == ["1.00×", "1.00×", "1.99×", "5.12×"]
+    assert texts(view, "speedup")[3] == "4.00×"
+    header = view.model.headerData(COLUMN["b1"], Qt.Orientation.Horizontal)
+    assert header == "ms/token b1" and view.model.headerData(COLUMN["metric"], Qt.Orientation.Horizontal) == "Perplexity"
+    assert not view.table.isColumnHidden(COLUMN["em"])
+    assert "llama.cpp" in view.proxy.index(3, COLUMN["technique"]).data(Qt.ItemDataRole.ToolTipRole)
+    # The smallest file within 0.5 perplexity of the source model and under 30 ms a token.
+    view.set_limits(30.0, 0.5)
+    assert view.recommended_id() == "r-files:gguf/q4_k_m"
+    view.set_limits(30.0, 0.1)
+    assert view.recommended_id() == "r-files:gguf/f16"
+    assert view.latency_limit.suffix() == " ms/token"
+    assert "per generated token" in view.scatter.plot.getPlotItem().getAxis("bottom").labelText
+
+
+def test_a_classifiers_table_has_no_answer_score_columns(view):
+    assert view.table.isColumnHidden(COLUMN["em"]) and view.table.isColumnHidden(COLUMN["rouge"])

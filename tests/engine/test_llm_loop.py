@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from app.models.variants import build_rows
 from engine.cli.chat import stream_answer
 from engine.evaluate.generation import exact_match
 from engine.tasks.causal_lm import DATASETS
@@ -75,6 +76,16 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
         assert formats["hf"]["content"] == "merged" and not (Path(formats["hf"]["path"]) / "adapter_config.json").exists()
         # The tuned answers' style survives in the 4-bit GGUF more often than not.
         assert checks["gguf/q4_k_m"]["token_agreement"] > 0.5, checks["gguf/q4_k_m"]
+
+        # Compare › Variants: the source model and each file, measured in its own runtime.
+        reply = c.call("compress.variants", id=job["id"])
+        rows = {r.run_id: r for r in build_rows(reply)}
+        assert set(rows) == {job["id"], *(f"{export['id']}:{k}" for k in ("hf/hf", "gguf/f16", "gguf/q4_k_m",
+                                                                          "onnx_genai/fp32", "onnx_genai/int4"))}
+        parent, q4 = rows[job["id"]], rows[f"{export['id']}:gguf/q4_k_m"]
+        assert parent.runtime == "torch" and parent.quality["exact_match"] >= 0.25  # the tuned style: "Cold."
+        assert q4.runtime == "llama.cpp" and q4.b1_ms > 0 and q4.compression > 4 and q4.peak_bytes > 0
+        assert q4.metric > parent.metric and "rouge_l" in q4.quality
 
         # The LoRA adapter on its own, beside its base model: what vLLM and peft load as an adapter.
         adapter = c.call("jobs.start", kind="export.model", name="tuned-adapter", spec={

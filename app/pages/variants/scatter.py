@@ -69,9 +69,11 @@ class VariantsScatter(QWidget):
         drawn = [r for r in rows if r.metric is not None and r.latency(basis) is not None]
         metric = next((r.metric_name for r in drawn), "accuracy")
         better = "higher is better" if next((r.higher_is_better for r in drawn), True) else "lower is better"
-        self.title.setText(f"Latency and {metric}")
+        per_token = any(r.per_token for r in drawn)
+        self.title.setText(f"{'Time per token' if per_token else 'Latency'} and {metric}")
         item = self.plot.getPlotItem()
-        item.setLabel("bottom", f"latency p50 at {LATENCY_BASES.get(basis, basis)} (ms)")
+        item.setLabel("bottom", f"ms per generated token at {LATENCY_BASES.get(basis, basis)}" if per_token
+                      else f"latency p50 at {LATENCY_BASES.get(basis, basis)} (ms)")
         item.setLabel("left", f"{metric} ({better})")
         self.empty.setText("" if drawn else "Nothing measured yet: the chart fills in as the variants' "
                                             "jobs finish their evaluation.")
@@ -144,7 +146,8 @@ class VariantsScatter(QWidget):
                 return ""
             size = f", {row.size_bytes / 1e6:.1f} MB" if row.size_bytes else ""
             return f"{'parent' if row.is_parent else row.technique} ({row.name})\n" \
-                   f"{row.metric_name} {y:.4g}, {x:.2f} ms at {LATENCY_BASES.get(basis, basis)}{size}"
+                   f"{row.metric_name} {y:.4g}, {x:.2f} ms{'/token' if row.per_token else ''} at " \
+                   f"{LATENCY_BASES.get(basis, basis)}{size}"
         return tip
 
     def points(self) -> list[tuple[str, float, float, float]]:

@@ -29,6 +29,9 @@ COLUMNS = (
     ("delta", "Δ vs parent", "Variant minus parent, both measured in the variant's own job "
                              "(same examples, threads and runtime): accuracy in points"),
     ("agreement", "Agreement", "Share of examples where the variant's top-1 equals the parent's"),
+    ("em", "Exact match", "Language models: greedy answers equal to the data's answers (after normalising case, "
+                          "punctuation and articles)"),
+    ("rouge", "ROUGE-L", "Language models: longest common word sequence with the data's answers (F-measure)"),
     ("b1", "p50 b1 (ms)", "Median latency of one example"),
     ("bn", "p50 bN (ms)", "Median latency of a batch of N examples"),
     ("speedup", "Speed-up", "Parent latency / variant latency at batch N, both measured in the variant's own job"),
@@ -84,6 +87,10 @@ class VariantsModel(QAbstractTableModel):
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802, B008 - Qt API
         return 0 if parent.isValid() else len(COLUMNS)
 
+    def per_token(self) -> bool:
+        """A language model's table: latency columns are milliseconds per generated token."""
+        return any(r.per_token for r in self.rows)
+
     def metric_header(self) -> str:
         name = next((r.metric_name for r in self.rows if r.metric is not None), "accuracy")
         return name.capitalize()
@@ -96,6 +103,8 @@ class VariantsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             if key == "metric":
                 return self.metric_header()
+            if key in ("b1", "bn") and self.per_token():
+                return "ms/token b1" if key == "b1" else "ms/token bN"
             if key == "bn":
                 batch = next((r.batch_n for r in self.rows if r.batch_n), None)
                 return f"p50 b{batch} (ms)" if batch else header
@@ -103,6 +112,11 @@ class VariantsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             if key == "delta" and self.metric_header() == "Perplexity":
                 return tip.replace("accuracy in points", "perplexity (lower is better)")
+            if key in ("b1", "bn") and self.per_token():
+                return ("Milliseconds per generated token (1 / tokens per second), greedy, one request at a time, "
+                        "in the file's own runtime" if key == "b1" else "Milliseconds per token with N requests at once")
+            if key == "agreement" and self.per_token():
+                return "Language models: share of the source model's greedy tokens matched before the first difference"
             return tip or None
         return None
 
@@ -152,6 +166,9 @@ class VariantsModel(QAbstractTableModel):
             return f"{row.delta:+.2f}" + (" pts" if row.higher_is_better else "")
         if key == "agreement":
             return _fixed(row.agreement * 100 if row.agreement is not None else None, 1, "%")
+        if key in ("em", "rouge"):
+            value = row.quality.get("exact_match" if key == "em" else "rouge_l")
+            return _fixed(value * 100 if value is not None else None, 1, "%")
         if key == "b1":
             return _fixed(row.b1_ms, 2)
         if key == "bn":
@@ -171,7 +188,8 @@ class VariantsModel(QAbstractTableModel):
     def sort_value(self, row: Row, key: str) -> Any:
         values = {"technique": row.technique if not row.is_parent else "", "name": row.name.lower(),
                   "state": row.state, "metric": row.metric, "delta": 0.0 if row.is_parent else row.delta,
-                  "agreement": row.agreement, "b1": row.b1_ms, "bn": row.bn_ms, "speedup": row.speedup,
+                  "agreement": row.agreement, "em": row.quality.get("exact_match"),
+                  "rouge": row.quality.get("rouge_l"), "b1": row.b1_ms, "bn": row.bn_ms, "speedup": row.speedup,
                   "size": row.size_bytes, "compression": row.compression, "params": row.params,
                   "peak": row.peak_bytes,
                   "device": ((row.device or {}).get("latency_ms") or {}).get("median")}
@@ -180,6 +198,10 @@ class VariantsModel(QAbstractTableModel):
     def tooltip(self, row: Row, key: str) -> str | None:
         if key == "name":
             return row.run_id
+        if key == "technique" and row.runtime:
+            path = (row.entry or {}).get("path")
+            return f"Measured in {row.runtime}" + (f": {path}" if path else "") + \
+                (" (on the Pareto front)" if row.run_id in self.front else "")
         if key == "technique" and row.run_id in self.front:
             return "On the Pareto front: no other model is both faster and better"
         if key == "state" and row.error:

@@ -40,7 +40,7 @@ from app.models.variants import (
 )
 from app.pages.variants.per_class import PerClassView
 from app.pages.variants.scatter import VariantsScatter
-from app.pages.variants.table import VariantsModel, VariantsSort
+from app.pages.variants.table import COLUMN, VariantsModel, VariantsSort
 from app.widgets.common import card, label
 from app.widgets.empty_state import empty_state
 from app.widgets.wizard_parts import error_text
@@ -286,6 +286,10 @@ class VariantsView(QWidget):
         selected = self.selected_id()
         self._rows = rows
         self.model.set_rows(rows)
+        llm = self.model.per_token()
+        for key in ("em", "rouge"):  # a language model's answer scores; a classifier has none
+            self.table.setColumnHidden(COLUMN[key], not llm)
+        self.latency_limit.setSuffix(" ms/token" if llm else " ms")
         self._fit_table()
         metric = next((r for r in rows if r.metric is not None), None)
         higher = metric.higher_is_better if metric else True
