@@ -6,7 +6,7 @@ prompt and greedy settings, side by side.
 
 The server side is timed where a client sees it: from the HTTP request to the first streamed text (time to
 first token) and to the end of the stream (tokens/s = the usage chunk's completion tokens / that time),
-through the standard library's HTTP client (engine/cli/serve.py's stream_once, what ``ember bench-serve``
+through the standard library's HTTP client (engine/api/load_test.py's stream_once, what ``ember bench-serve``
 uses). The bare side is generate_bench.py's direct side. They alternate, one answer each per round, and each
 figure is the median over rounds; the answers must be equal. Ratios server/bare (target: at least 0.95
 for tokens/s; bare/server for time to first token, so higher is better too). The transformers backend
@@ -29,8 +29,9 @@ from generate_bench import PROMPT, TARGET, direct_side, report, run_rounds, setu
 def main() -> int:
     args, folder = setup(__doc__, "serve-bench")
     from engine.api import paths
+    from engine.api.load_test import stream_once
     from engine.cli.client import ensure_engine
-    from engine.cli.serve import stream_once, wait_listening
+    from engine.cli.serve import wait_listening
 
     with ensure_engine(paths.resolve(), timeout=30, client="serve-bench") as client:
         client.timeout = 600

@@ -10,15 +10,13 @@ errors. Standard library HTTP only, so it measures the server, not a client libr
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import sys
-import threading
 import time
-import urllib.parse
 from typing import Any
 
 from engine.api.job_terms import FINAL_STATES, SERVE
+from engine.api.load_test import load_test
 from engine.cli.chat import model_ref
 from engine.cli.client import ensure_engine
 
@@ -82,85 +80,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- the load test
-
-
-def stream_once(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 120.0,
-                temperature: float | None = None) -> dict[str, Any]:
-    """One streamed chat completion: its text, time to first text, tokens (from the usage chunk) and seconds."""
-    parts = urllib.parse.urlsplit(url.rstrip("/") + "/chat/completions")
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
-    if temperature is not None:
-        body["temperature"] = temperature
-    t0 = time.perf_counter()
-    ttft, tokens, text = None, 0, []
-    try:
-        conn.request("POST", parts.path, json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300].decode(errors='replace')}")
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            doc = json.loads(line[6:])
-            if "error" in doc:
-                raise RuntimeError(doc["error"].get("message", "error"))
-            piece = "".join((c.get("delta") or {}).get("content") or "" for c in doc.get("choices") or [])
-            if piece and ttft is None:
-                ttft = time.perf_counter() - t0
-            text.append(piece)
-            if doc.get("usage"):
-                tokens = int(doc["usage"].get("completion_tokens") or 0)
-    finally:
-        conn.close()
-    return {"text": "".join(text), "ttft_s": ttft, "tokens": tokens, "seconds": time.perf_counter() - t0}
-
-
-def load_test(url: str, clients: int, seconds: float, max_tokens: int, model: str | None = None,
-              prompt: str = "Write a short story about a lighthouse.") -> dict[str, Any]:
-    """``clients`` threads each streaming one request after another for ``seconds``; the figures of all."""
-    if model is None:
-        parts = urllib.parse.urlsplit(url.rstrip("/") + "/models")
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        conn.request("GET", parts.path)
-        model = json.loads(conn.getresponse().read())["data"][0]["id"]
-        conn.close()
-    results: list[dict[str, Any]] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    end = time.monotonic() + seconds
-
-    def client_loop() -> None:
-        while time.monotonic() < end:
-            try:
-                r = stream_once(url, model, prompt, max_tokens)
-            except Exception as exc:  # noqa: BLE001 - counted and reported
-                with lock:
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            with lock:
-                results.append(r)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    ttfts = sorted(r["ttft_s"] for r in results if r["ttft_s"] is not None)
-
-    def pct(p: float) -> float | None:
-        return ttfts[min(len(ttfts) - 1, int(p * len(ttfts)))] if ttfts else None
-
-    tokens = sum(r["tokens"] for r in results)
-    return {"model": model, "clients": clients, "seconds": round(wall, 2), "requests": len(results),
-            "errors": len(errors), "error_examples": errors[:3], "tokens": tokens,
-            "tokens_per_s": round(tokens / wall, 2) if wall else 0.0,
-            "requests_per_s": round(len(results) / wall, 3) if wall else 0.0,
-            "ttft_p50_s": pct(0.5), "ttft_p99_s": pct(0.99)}
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:

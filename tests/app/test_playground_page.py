@@ -327,8 +327,17 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
                                      {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as r:
         assert json.load(r)["usage"]["completion_tokens"] == 4
-    # The figures line follows the server's serving events.
+    # The figures line follows the server's serving events, and the chart draws them.
     qtbot.waitUntil(lambda: "1 request · " in bar.text.text() and "tokens/s" in bar.text.text(), timeout=15_000)
+    assert bar.chart.isVisible() and bar.chart.count("tokens/s") >= 1 and bar.chart.count("requests/s") >= 1
+    # A load test from the page: 2 streaming clients for 2 s, no errors.
+    bar.clients.setValue(2)
+    bar.seconds.setValue(2)
+    assert bar.load_button.isVisible()
+    qtbot.mouseClick(bar.load_button, Qt.MouseButton.LeftButton)
+    assert not bar.load_button.isEnabled() and "running" in bar.load_result.text()
+    qtbot.waitUntil(lambda: bar.load_result.text().startswith("Load test, 2 clients"), timeout=60_000)
+    assert bar.load_button.isEnabled() and bar.load_result.text().endswith("0 errors")
     # A window opened later (here: a second bar) finds the running server and follows it.
     from app.pages.playground.serving import ServeBar
 

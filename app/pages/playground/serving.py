@@ -1,5 +1,6 @@
 """Serve the Playground's model: a serve.model job (docs/serve.md) started from the page, and a bar with its URL,
-its live figures, Copy URL and Stop.
+its live figures (a line of text and a small chart of tokens/s and requests/s), Copy URL, Stop, and a load test
+(N streaming clients for T seconds, engine/api/load_test.py, what ``ember bench-serve`` runs).
 
 The job's ``serving`` events (``run/<id>/serving``) bring the URL (the first) and the figures (every 2 s);
 the window's JobsState says when the job ends (stopped, or failed with its message). One served model at a
@@ -8,14 +9,18 @@ time from here; ``ember serve`` and the Runs page show every serve job.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
+from app.widgets.charts import LiveChart
 from app.widgets.common import label, show_text
 from engine.api.job_terms import FINAL_STATES, RUNNING, SERVE
+from engine.api.load_test import load_test
 
 
 def figures_text(data: dict[str, Any]) -> str:
@@ -30,10 +35,22 @@ def figures_text(data: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def load_test_text(result: dict[str, Any]) -> str:
+    """'Load test, 4 clients for 10 s: 12 requests, 80.1 tokens/s, first token p50 0.21 s, p99 0.80 s, 0 errors'."""
+    def secs(v: Any) -> str:
+        return "-" if v is None else f"{float(v):.2f} s"
+
+    return (f"Load test, {result['clients']} clients for {result['seconds']:.0f} s: {result['requests']} requests, "
+            f"{result['tokens_per_s']:.1f} tokens/s, first token p50 {secs(result['ttft_p50_s'])}, "
+            f"p99 {secs(result['ttft_p99_s'])}, {result['errors']} errors"
+            + (f" ({result['error_examples'][0]})" if result.get("error_examples") else ""))
+
+
 class ServeBar(QWidget):
     """Hidden until a model is served from the page."""
 
     changed = Signal()  # started, a new line of figures, or ended: the page's Serve button may change
+    load_tested = Signal(object)  # a load test's result (from its thread), or the exception that ended it
 
     def __init__(self, client: Any, jobs: Any, parent: QWidget | None = None):
         super().__init__(parent)
@@ -42,8 +59,11 @@ class ServeBar(QWidget):
         self.url = ""
         self._sub: Any = None
         self._starting = False  # jobs.start sent, its reply not in yet
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        self._t0: float | None = None  # when the first figures came: the chart's x is seconds since
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        column.addLayout(row)
         self.text = label("", "muted", wrap=True)
         self.text.setAccessibleName("Serving")
         row.addWidget(self.text, 1)
@@ -53,8 +73,62 @@ class ServeBar(QWidget):
         self.stop_button.clicked.connect(self.stop)
         row.addWidget(self.copy_button)
         row.addWidget(self.stop_button)
+
+        self.chart = LiveChart("Served", "tokens/s", right_label="requests/s")
+        self.chart.plot.getPlotItem().setLabel("bottom", "seconds serving")
+        self.chart.add_series("tokens/s")
+        self.chart.add_series("requests/s", right=True)
+        self.chart.setFixedHeight(170)
+        self.chart.hide()
+        column.addWidget(self.chart)
+
+        tests = QHBoxLayout()
+        column.addLayout(tests)
+        self.clients = QSpinBox()
+        self.clients.setRange(1, 256)
+        self.clients.setValue(4)
+        self.clients.setSuffix(" clients")
+        self.clients.setToolTip("Streaming clients at once, each sending one request after another")
+        self.seconds = QSpinBox()
+        self.seconds.setRange(1, 3600)
+        self.seconds.setValue(10)
+        self.seconds.setSuffix(" s")
+        self.load_button = QPushButton("Load test")
+        self.load_button.setToolTip("N streaming clients for T seconds against the URL: time to first token "
+                                    "(p50, p99), tokens/s, errors (what `ember bench-serve URL` prints)")
+        self.load_button.clicked.connect(self.run_load_test)
+        self.load_result = QLabel("")
+        self.load_result.setWordWrap(True)
+        for w in (self.clients, self.seconds, self.load_button):
+            tests.addWidget(w)
+        tests.addWidget(self.load_result, 1)
+        self._test_row = [self.clients, self.seconds, self.load_button, self.load_result]
+        self.load_tested.connect(self._load_test_done)
         jobs.job_changed.connect(self._job_changed)
         self.hide()
+
+    def run_load_test(self) -> None:
+        """The load test on its own thread (it blocks for its seconds); its result comes back as a signal."""
+        if not self.url:
+            return
+        url, clients, seconds = self.url, self.clients.value(), float(self.seconds.value())
+        self.load_button.setEnabled(False)
+        self.load_result.setText(f"Load test running: {clients} clients for {seconds:.0f} s…")
+
+        def work() -> None:
+            try:
+                self.load_tested.emit(load_test(url, clients, seconds, max_tokens=32))
+            except Exception as exc:  # noqa: BLE001 - shown to the user
+                self.load_tested.emit(exc)
+
+        threading.Thread(target=work, name="load-test", daemon=True).start()
+
+    def _load_test_done(self, result: Any) -> None:
+        self.load_button.setEnabled(self.serving)
+        if isinstance(result, Exception):
+            self.load_result.setText(f"The load test stopped: {type(result).__name__}: {result}")
+        else:
+            self.load_result.setText(load_test_text(result))
 
     @property
     def serving(self) -> bool:
@@ -96,6 +170,13 @@ class ServeBar(QWidget):
         if self.url:
             line = f"Serving {data.get('model', '')} at {self.url} (OpenAI-compatible)"
             self._set(line + (f"\n{figures_text(data)}" if "requests" in data else ""), busy=False)
+        if "requests_per_s" in data:
+            now = time.monotonic()
+            self._t0 = self._t0 if self._t0 is not None else now
+            x = int(round(now - self._t0))
+            self.chart.append("tokens/s", x, float(data.get("tokens_per_s") or 0))
+            self.chart.append("requests/s", x, float(data.get("requests_per_s") or 0))
+            self.chart.show()
 
     def _job_changed(self, job: dict[str, Any]) -> None:
         if job.get("id") != self.job_id or job.get("state") not in FINAL_STATES:
@@ -117,7 +198,9 @@ class ServeBar(QWidget):
     def _end(self) -> None:
         if self._sub is not None:
             self._client.unsubscribe(self._sub)
-        self._sub, self.job_id = None, None
+        self._sub, self.job_id, self._t0 = None, None, None
+        self.chart.clear()
+        self.chart.hide()
 
     def _set(self, text: str, busy: bool = False) -> None:
         show_text(self.text, text)
@@ -125,4 +208,6 @@ class ServeBar(QWidget):
         self.copy_button.setVisible(bool(self.url) and self.serving)
         self.stop_button.setVisible(self.serving)
         self.stop_button.setEnabled(self.serving and (not busy or bool(self.url)))
+        for w in self._test_row:
+            w.setVisible(self.serving and bool(self.url))
         self.changed.emit()
