@@ -117,11 +117,15 @@ def report(rows: dict[str, list], base: str, other: str) -> float:
     return tps
 
 
-def setup(doc: str, name: str) -> tuple[argparse.Namespace, Path]:
-    """The options (--model, --tokens, --rounds), a temporary data folder for the benchmark's own engine, and
-    the built-in model's folder."""
+def setup(doc: str, name: str, with_file: bool = False, with_texts: bool = False) -> tuple[argparse.Namespace, Path]:
+    """The options (--model, --tokens, --rounds; --file with ``with_file``), a temporary data folder for the
+    benchmark's own engine, and the built-in model's folder."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct", help="a built-in causal LM")
+    if with_file:
+        ap.add_argument("--file", help="a GGUF file or an ONNX-GenAI folder (with its tokenizer) to serve instead")
+    if with_texts:
+        ap.add_argument("--texts", type=int, default=32, help="conversations the perplexity is measured on")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()

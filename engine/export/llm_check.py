@@ -104,22 +104,31 @@ class GenaiRuntime:
 
 
 class LlamaCppRuntime:
-    """llama.cpp through its Python bindings: the .gguf file, every position's logits kept."""
+    """llama.cpp through its Python bindings: the .gguf file; every position's logits kept when
+    ``all_positions`` (perplexity), else only the last one's (serving: an n_ctx x vocabulary array less)."""
 
-    def __init__(self, path: Path, n_ctx: int):
+    def __init__(self, path: Path, n_ctx: int, all_positions: bool = True):
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=True, verbose=False,
+        self.all_positions = all_positions
+        self.llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=all_positions, verbose=False,
                          n_threads=max(1, os.cpu_count() or 1))
+
+    def _last(self) -> Any:
+        if self.all_positions:
+            return self.llm.scores[self.llm.n_tokens - 1]
+        import numpy as np
+
+        return np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.llm.n_vocab(),)).copy()
 
     def prefill(self, ids: list[int]) -> Any:
         self.llm.reset()
         self.llm.eval(ids)
-        return self.llm.scores[self.llm.n_tokens - 1]
+        return self._last()
 
     def step(self, token: int) -> Any:
         self.llm.eval([token])
-        return self.llm.scores[self.llm.n_tokens - 1]
+        return self._last()
 
     def all_logits(self, ids: list[int]) -> Any:
         self.llm.reset()

@@ -181,6 +181,10 @@ def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict
             return _from_run(Path(ref["run_dir"]), device)
         folder = model_folder(ref)
         name = str(ref.get("hub") or ref.get("path") or ref.get("builtin") or DEFAULT_CHAT_MODEL)
+        from engine.inference.runtimes import open_file, runtime_of
+
+        if ref.get("path") and (runtime := runtime_of(folder)):  # a GGUF file or an ONNX-GenAI folder
+            return "chat", open_file(folder), {"task": "causal_lm", "name": name, "runtime": runtime}
         from engine.tasks import causal_lm
 
         if issues := causal_lm.check_model_folder(folder):

@@ -64,6 +64,9 @@ def open_source(spec: ExportSpec, runs: Path) -> Source:
 
         ref = spec.model.model_dump(exclude_none=True)
         _kind, chat, info = open_model(ref, "cpu")
+        if getattr(chat, "model", None) is None:
+            raise JobFailed(f"{spec.model.label()} is already a {info.get('runtime')} file; the export starts from a "
+                            "Hugging Face model folder", "Export the run or the model folder it came from.")
         try:
             folder = model_folder(ref)
         except InputError as exc:
@@ -251,6 +254,7 @@ class LlmExport:
         ollama = next((t for t in ("q4_k_m", "q5_k_m", "q8_0", "q4_0") if t in files), self.spec.gguf_types[0])
         from engine.tasks import chat_templates
 
+        self.src.tokenizer.save_pretrained(str(root))  # what serving the file with Ember reads (docs/serve.md)
         modelfile = llm_formats.write_modelfile(root, Path(files[ollama]["path"]).name,
                                                 chat_templates.template_text(self.src.tokenizer, "model"),
                                                 self.src.tokenizer.eos_token)

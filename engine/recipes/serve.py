@@ -38,7 +38,8 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
     device = pick_device(spec.device)
     ctx.log(f"loading {spec.model.label()} on {device}")
     t0 = time.perf_counter()
-    kind, loaded, _info = open_model(open_ref(spec, runs), device)
+    kind, loaded, info = open_model(open_ref(spec, runs), device)
+    runtime = info.get("runtime") or ("transformers" if kind == "chat" else "torch")
     service = Service(kind, loaded, served_name(spec), spec.max_new_tokens)
     try:
         httpd = server(service, spec.bind, spec.port)
@@ -50,8 +51,9 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/v1"
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
-    ctx.emit("serving", url=url, model=service.name, model_kind=kind, device=device, load_s=round(time.perf_counter() - t0, 2))
-    ctx.log(f"serving {service.name} at {url} (OpenAI-compatible; stop the job to end it)")
+    ctx.emit("serving", url=url, model=service.name, model_kind=kind, device=device, runtime=runtime,
+             load_s=round(time.perf_counter() - t0, 2))
+    ctx.log(f"serving {service.name} ({runtime}) at {url} (OpenAI-compatible; stop the job to end it)")
     last, last_t = service.stats.snapshot(), time.monotonic()
     try:
         while not ctx.wait(STATS_S):

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from engine.api.specs import SpecError, validate_spec
+from engine.cli.serve import wait_listening
 from engine.export import llm_formats
 from engine.export.llm_check import compare
+from engine.inference.runtimes import pick
+from tests.engine.test_finetune import wait_final
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,6 +64,30 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert "same answers" in out.stdout and "gguf q4_k_m" in out.stdout and "ollama create" in out.stdout
     assert not any(p.name.startswith(".") for p in (Path(job["run_dir"]) / "export").iterdir())  # nothing left over
 
+    # Each file served in its own runtime behind Ember's OpenAI-compatible server: the fp32 ONNX and the f16 GGUF
+    # answer greedily as the merged checkpoint does.
+    import openai
+
+    answers = {}
+    with engine_proc.client() as c:
+        c.timeout = 120
+        for name, path in (("hf", hf["path"]), ("onnx", result["formats"]["onnx_genai"]["files"]["fp32"]["path"]),
+                           ("gguf", files["f16"]["path"])):
+            serve = c.call("jobs.start", kind="serve.model", spec={"model": {"path": path}, "port": 0})
+            seen = wait_listening(c, serve["id"])
+            assert seen, c.call("jobs.logs", id=serve["id"])["lines"][-20:]
+            assert seen[0]["runtime"] == {"hf": "transformers", "onnx": "onnxruntime-genai", "gguf": "llama.cpp"}[name]
+            client = openai.OpenAI(base_url=seen[0]["url"], api_key="unused", max_retries=0, timeout=120)
+            reply = client.chat.completions.create(model=seen[0]["model"], temperature=0, max_tokens=12,
+                                                   messages=[{"role": "user", "content": "What is the capital of France?"}])
+            answers[name] = reply.choices[0].message.content
+            stream = client.chat.completions.create(model=seen[0]["model"], temperature=0, max_tokens=12, stream=True,
+                                                    messages=[{"role": "user", "content": "What is the capital of France?"}])
+            assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == answers[name]
+            c.call("jobs.stop", id=serve["id"])
+            wait_final(c, serve["id"], timeout=60)
+    assert answers["hf"] == answers["onnx"] == answers["gguf"] and "Paris" in answers["hf"], answers
+
 
 def test_export_specs_for_language_models_say_what_is_wrong():
     ok = validate_spec("export.model", {"model": {"builtin": "smollm2-135m-instruct"}, "formats": ["gguf"]})
@@ -92,3 +119,18 @@ def test_compare_counts_identical_answers_and_where_they_part():
     c = compare(ref, got)
     assert c["identical_answers"] == 1 and c["first_difference"] == [None, 1, 0]
     assert c["token_agreement"] == pytest.approx(4 / 6) and c["perplexity_change"] == pytest.approx(0.05)
+
+
+def test_the_next_token_is_picked_as_transformers_picks_it():
+    import numpy as np
+
+    from engine.api.playground import GenerateSettings
+
+    rng = np.random.default_rng(0)
+    logits = np.array([1.0, 3.0, 2.0, -1.0])
+    assert pick(logits, GenerateSettings(temperature=0), rng, []) == 1
+    assert pick(logits, GenerateSettings(temperature=0, repetition_penalty=2.0), rng, [1]) == 2  # 3/2 < 2
+    assert {pick(logits, GenerateSettings(temperature=1.0, top_k=1), rng, []) for _ in range(20)} == {1}
+    drawn = [pick(logits, GenerateSettings(temperature=1.0, top_k=0, top_p=0.8), rng, []) for _ in range(400)]
+    assert set(drawn) == {1, 2}  # 0 and 3 lie outside the top 80% of the probability (as transformers cuts)
+    assert 0.6 < drawn.count(1) / len(drawn) < 0.85  # e^3 / (e^3 + e^2) = 0.73
