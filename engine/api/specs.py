@@ -299,6 +299,10 @@ class ServeSpec(Spec):
     max_new_tokens: int = Field(512, ge=1, le=32768, description="a request's max_tokens when it sends none, and "
                                                                  "the most it may ask for")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a CUDA GPU when there is one")
+    host: str | None = Field(None, min_length=1, max_length=100,
+                             description="an SSH host (Hosts page) to serve on: a model path is copied there, the "
+                                         "server listens on the host's loopback, and the engine forwards a port of "
+                                         "this machine to it")
 
     @property
     def source_run(self) -> str | None:
@@ -306,6 +310,9 @@ class ServeSpec(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> ServeSpec:
+        if self.host and self.model.run:
+            raise ValueError("a run is served on this machine; to serve it on a host, export it as hf (a merged "
+                             "checkpoint, or gguf) and serve that folder or file there: model: {path: ...}")
         if self.bind not in LOOPBACK_HOSTS:
             raise ValueError(f"bind {self.bind!r}: Ember serves on this machine's loopback address only "
                              "(127.0.0.1, localhost or ::1), where no API key is needed; reach it from another "

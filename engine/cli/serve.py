@@ -40,6 +40,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             "device": args.device}
     if args.name:
         spec["served_name"] = args.name
+    if args.host:
+        spec["host"] = args.host
     with ensure_engine() as client:
         job = client.call("jobs.start", kind=SERVE, spec=spec, name=args.name or "")
         job_id = job["id"]
@@ -54,6 +56,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 1
         url, name = seen[0]["url"], seen[0]["model"]
         print(url, flush=True)
+        if seen[0].get("host"):
+            print(f"served on {seen[0]['host']} at {seen[0]['remote_url']}; forwarded here by the engine",
+                  file=sys.stderr, flush=True)
         print(f"serving {name}: OpenAI-compatible (client = OpenAI(base_url={url!r}, api_key='unused'))",
               file=sys.stderr, flush=True)
         if args.detach:
@@ -105,6 +110,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--max-new-tokens", type=int, default=512, help="the most tokens one answer may ask for")
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     s.add_argument("--detach", action="store_true", help="print the URL and return; the job keeps serving")
+    s.add_argument("--host", help="an SSH host (ember hosts list) to serve on: MODEL is a folder or file here, copied "
+                                  "there; the URL printed is a port of this machine forwarded to it")
     s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench-serve", help="load-test an OpenAI-compatible URL: N streaming clients for T seconds")
     b.add_argument("url", help="the base URL, e.g. http://127.0.0.1:8000/v1")

@@ -36,6 +36,8 @@ MOVES = ("top", "up", "down", "bottom")
 
 
 def _spec_hosts(spec: dict[str, Any]) -> set[str]:
+    if isinstance((spec or {}).get("host"), str) and "bind" in spec:
+        return {spec["host"]}  # a server on an SSH host (serve.model's host)
     nodes = ((spec or {}).get("distributed") or {}).get("nodes") or []
     return {str(n.get("host") or LOCAL) for n in nodes if isinstance(n, dict)}
 

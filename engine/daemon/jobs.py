@@ -27,7 +27,7 @@ from engine.api import events_file
 from engine.api.job_terms import FINETUNE, LIVE_STATES
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
-from engine.api.specs import JOB_KINDS, dump_job_yaml
+from engine.api.specs import JOB_KINDS, ServeSpec, dump_job_yaml
 from engine.daemon import job_queue
 from engine.daemon.eventbus import EventBus
 from engine.daemon.follower import Follower
@@ -46,6 +46,11 @@ def new_job_id() -> str:
 
 def _nodes(spec: Any) -> list[Any]:
     return list(getattr(getattr(spec, "distributed", None), "nodes", None) or [])
+
+
+def _remote(spec: Any) -> bool:
+    """A job whose processes run on other machines: a multi-node fine-tune, or a server on an SSH host."""
+    return bool(_nodes(spec)) or (isinstance(spec, ServeSpec) and spec.host is not None)
 
 
 def _process_matches(pid: int | None, started: float | None) -> bool:
@@ -152,7 +157,7 @@ class JobManager:
         run_dir = Path(job["run_dir"])
         kind = JOB_KINDS[job["kind"]]
         spec = kind.spec_model.model_validate(job["spec"])
-        if _nodes(spec):
+        if _remote(spec):
             self._launch_multi(job, spec)
             return
         argv = local.command(kind.module, spec, run_dir)
@@ -192,11 +197,13 @@ class JobManager:
     def _launch_multi(self, job: dict[str, Any], spec: Any, launched: bool = False) -> None:
         """A run across machines: the launcher starts and follows torchrun on every node (engine/launch)."""
         from engine.launch.multinode import MultiNodeRun
+        from engine.launch.remote_serve import RemoteServe
 
         run_dir = Path(job["run_dir"])
-        multi = MultiNodeRun.load(job["id"], run_dir, spec, self.hosts, self.bus) if launched else None
+        kind = RemoteServe if isinstance(spec, ServeSpec) else MultiNodeRun
+        multi = kind.load(job["id"], run_dir, spec, self.hosts, self.bus) if launched else None
         if multi is None:
-            multi = MultiNodeRun(job["id"], run_dir, spec, self.hosts, self.bus)
+            multi = kind(job["id"], run_dir, spec, self.hosts, self.bus)
             launched = False
         self._multi[job["id"]] = multi
         if job["state"] != "running":
@@ -350,7 +357,7 @@ class JobManager:
         counts = {"reattached": 0, "settled": 0, "queued": 0}
         for job in self.store.list_jobs(state=LIVE_STATES, limit=100_000):
             spec = JOB_KINDS[job["kind"]].spec_model.model_validate(job["spec"])
-            if _nodes(spec):
+            if _remote(spec):
                 # Its nodes run on regardless of this engine: reconnect and follow on from the mirrors.
                 self._launch_multi(job, spec, launched=True)
                 counts["reattached"] += 1

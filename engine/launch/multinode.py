@@ -75,13 +75,15 @@ class NodeState:
 
 
 class MultiNodeRun:
-    def __init__(self, run_id: str, run_dir: Path, spec: TrainSpec, hosts: Hosts, bus: EventBus):
+    def __init__(self, run_id: str, run_dir: Path, spec: Any, hosts: Hosts, bus: EventBus,
+                 nodes: list[NodeState] | None = None):
         self.run_id = run_id
         self.run_dir = run_dir
-        self.spec = spec
+        self.spec = spec  # a TrainSpec here; a subclass runs another job kind (engine/launch/remote_serve.py)
         self.hosts = hosts
         self.bus = bus
-        self.nodes = [NodeState(i, n.host, n.nproc) for i, n in enumerate(spec.distributed.nodes)]
+        self.nodes = nodes if nodes is not None else \
+            [NodeState(i, n.host, n.nproc) for i, n in enumerate(spec.distributed.nodes)]
         self.primary: int | None = None
         self.error: dict[str, str] | None = None
         self.done = False
@@ -110,7 +112,7 @@ class MultiNodeRun:
         os.replace(tmp, self.run_dir / NODES_FILE)
 
     @classmethod
-    def load(cls, run_id: str, run_dir: Path, spec: TrainSpec, hosts: Hosts, bus: EventBus) -> MultiNodeRun | None:
+    def load(cls, run_id: str, run_dir: Path, spec: Any, hosts: Hosts, bus: EventBus) -> MultiNodeRun | None:
         run = cls(run_id, run_dir, spec, hosts, bus)
         try:
             doc = json.loads((run_dir / NODES_FILE).read_text(encoding="utf-8"))
