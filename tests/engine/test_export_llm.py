@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-m", "engine.cli", "export", "smollm2-135m-instruct",
-                          "--gguf-types", "f16,q4_k_m", "--genai-precisions", "fp32,int4", "--check-prompts", "4",
-                          "--parity-samples", "8", "--name", "smollm2-files"],
+                          "--gguf-types", "f16,q4_k_m", "--genai-precisions", "fp32,int4", "--check-prompts", "3",
+                          "--check-tokens", "12", "--parity-samples", "6", "--name", "smollm2-files"],
                          capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     with engine_proc.client() as c:
@@ -50,7 +50,7 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert {c["runtime"] for c in checks.values()} == {"transformers", "llama.cpp", "onnxruntime-genai"}
     for name in ("hf", "gguf/f16", "onnx_genai/fp32"):  # full precision: the same answers, token for token
         c = checks[name]
-        assert c["enforced"] and c["identical_answers"] == c["prompts"] == 4 and abs(c["perplexity_change"]) < 0.01, (name, c)
+        assert c["enforced"] and c["identical_answers"] == c["prompts"] == 3 and abs(c["perplexity_change"]) < 0.01, (name, c)
         assert c["tokens_per_s"] > 0 and c["ttft_s"] > 0
     for name in ("gguf/q4_k_m", "onnx_genai/int4"):  # 4-bit: reported, and measurably not the same model
         c = checks[name]
@@ -65,18 +65,18 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert not any(p.name.startswith(".") for p in (Path(job["run_dir"]) / "export").iterdir())  # nothing left over
 
     # Each file served in its own runtime behind Ember's OpenAI-compatible server: the fp32 ONNX and the f16 GGUF
-    # answer greedily as the merged checkpoint does.
+    # answer a new question greedily alike (the check above compared both with PyTorch token for token).
     import openai
 
     answers = {}
     with engine_proc.client() as c:
         c.timeout = 120
-        for name, path in (("hf", hf["path"]), ("onnx", result["formats"]["onnx_genai"]["files"]["fp32"]["path"]),
+        for name, path in (("onnx", result["formats"]["onnx_genai"]["files"]["fp32"]["path"]),
                            ("gguf", files["f16"]["path"])):
             serve = c.call("jobs.start", kind="serve.model", spec={"model": {"path": path}, "port": 0})
             seen = wait_listening(c, serve["id"])
             assert seen, c.call("jobs.logs", id=serve["id"])["lines"][-20:]
-            assert seen[0]["runtime"] == {"hf": "transformers", "onnx": "onnxruntime-genai", "gguf": "llama.cpp"}[name]
+            assert seen[0]["runtime"] == {"onnx": "onnxruntime-genai", "gguf": "llama.cpp"}[name]
             client = openai.OpenAI(base_url=seen[0]["url"], api_key="unused", max_retries=0, timeout=120)
             reply = client.chat.completions.create(model=seen[0]["model"], temperature=0, max_tokens=12,
                                                    messages=[{"role": "user", "content": "What is the capital of France?"}])
@@ -86,7 +86,7 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
             assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == answers[name]
             c.call("jobs.stop", id=serve["id"])
             wait_final(c, serve["id"], timeout=60)
-    assert answers["hf"] == answers["onnx"] == answers["gguf"] and "Paris" in answers["hf"], answers
+    assert answers["onnx"] == answers["gguf"] and "Paris" in answers["onnx"], answers
 
 
 def test_export_specs_for_language_models_say_what_is_wrong():
