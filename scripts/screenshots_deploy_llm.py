@@ -10,11 +10,13 @@ given (docs/images):
   variants-llm.png         Compare › Variants: the fine-tune and every file, measured in its own runtime
   serve-live.png           the Playground serving the fine-tune: URL, live figures and chart, a load test's result
 
-Runs of an earlier call in the same EMBER_HOME (same names, finished) are used again.
+Runs of an earlier call in the same EMBER_HOME (same names, finished) are used again; SHOTS=serve (or export,
+compare: a comma-separated list) takes only those pictures.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,8 +40,25 @@ def main() -> int:
         lm = run_named(c, "answers-lora", "train.finetune", LM)
         record = c.call("jobs.get", id=lm)
 
+    shots = set(os.environ.get("SHOTS", "export,compare,serve").split(","))
     app, window = open_window()
     window.resize(1280, 860)
+    if "export" in shots:
+        export(app, window, lm, record)
+    if "compare" in shots:
+        window.nav.show("compare", variants_of=lm)
+        view = window.page("compare").variants
+        wait(app, lambda: view.model.rowCount() >= 6, 60, "the exported files on Compare")
+        view.set_limits(40.0, 10.0)
+        pump(app, 2)
+        shoot(app, window, "variants-llm.png")
+    if "serve" in shots:
+        serve(app, window, lm)
+    window.close()
+    return 0
+
+
+def export(app, window, lm: str, record: dict) -> None:
     window.nav.show("export", run_id=lm, record=record)
     page = window.page("export")
     wait(app, lambda: page.source() is not None and page.source()["id"] == lm, 30, "the source")
@@ -56,13 +75,8 @@ def main() -> int:
     pump(app, 2)
     shoot(app, window, "export-llm-run.png")
 
-    window.nav.show("compare", variants_of=lm)
-    view = window.page("compare").variants
-    wait(app, lambda: view.model.rowCount() >= 6, 60, "the exported files on Compare")
-    view.set_limits(40.0, 10.0)
-    pump(app, 2)
-    shoot(app, window, "variants-llm.png")
 
+def serve(app, window, lm: str) -> None:
     window.nav.show("playground")
     playground = window.page("playground")
     wait(app, lambda: playground.picker_a.select({"run": lm}), 60, "the fine-tune in the Playground")
@@ -72,13 +86,11 @@ def main() -> int:
     bar.clients.setValue(4)
     bar.seconds.setValue(20)
     bar.load_button.click()
-    wait(app, lambda: bar.load_result.text().startswith("Load test"), 300, "the load test")
+    wait(app, lambda: bar.load_result.text().startswith("Load test,"), 300, "the load test's result")
     pump(app, 5)  # the next figures after the test
     shoot(app, window, "serve-live.png")
     bar.stop()
     wait(app, lambda: not bar.serving, 120, "the server to stop")
-    window.close()
-    return 0
 
 
 if __name__ == "__main__":

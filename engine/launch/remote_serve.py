@@ -23,7 +23,6 @@ from typing import Any
 from engine.api.job_terms import SERVE
 from engine.api.specs import ServeSpec, dump_job_yaml
 from engine.launch.multinode import EventBus, LaunchError, MultiNodeRun, NodeState
-from engine.launch.readiness import assess
 from engine.launch.remote import Hosts
 from engine.launch.ssh import RemoteError
 
@@ -39,13 +38,7 @@ class RemoteServe(MultiNodeRun):
     async def _preflight(self) -> None:
         state = self.nodes[0]
         node = self.node(state)
-        self.progress(f"Checking {state.host}")
-        try:
-            facts = await node.ctl("probe", {"workdir": node.spec.workdir, "import_torch": False})
-        except RemoteError as exc:
-            raise LaunchError(f"Host {state.host}: {exc}", exc.hint) from None
-        problems, _ready = assess(facts, node.python)
-        self._cores[state.host] = facts.get("cpu_count") or 1
+        _facts, problems = await self._check_host(state)
         if problems:
             raise LaunchError(f"Host {state.host} cannot serve: {problems[0]['message']}",
                               problems[0]["hint"] + " Nothing was started.")

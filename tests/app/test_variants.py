@@ -408,6 +408,10 @@ def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtb
     view.set_limits(30.0, 0.1)
     assert view.recommended_id() == "r-files:gguf/f16"
     assert view.latency_limit.suffix() == " ms/token"
+    # An exported file is not a run to export again: the button says what it is.
+    assert view.select_run("r-files:gguf/q4_k_m") and not view.export_variant_button.isEnabled()
+    assert "s-q4_k_m.gguf" in view.export_variant_button.toolTip()
+    assert view.select_run("r-smol") and view.export_variant_button.isEnabled()
     assert "per generated token" in view.scatter.plot.getPlotItem().getAxis("bottom").labelText
 
 

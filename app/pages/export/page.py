@@ -51,8 +51,9 @@ def exportable(record: dict[str, Any]) -> bool:
 class ExportPage(WizardPage):
     title = "Export"
     intro = ("Turn a fine-tune or a variant into files that run elsewhere: ONNX, an ONNX Runtime package, "
-             "TorchScript, torch.export, TensorRT, a Triton repository or a Jetson bundle. Each is checked "
-             "against the model before it is called done.")
+             "TorchScript, torch.export, TensorRT, a Triton repository or a Jetson bundle; a language model as a "
+             "merged checkpoint, GGUF or ONNX for generation. Each is checked against the model before it is "
+             "called done.")
     steps: list[Step]
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):

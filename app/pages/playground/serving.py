@@ -78,7 +78,7 @@ class ServeBar(QWidget):
         self.chart.plot.getPlotItem().setLabel("bottom", "seconds serving")
         self.chart.add_series("tokens/s")
         self.chart.add_series("requests/s", right=True)
-        self.chart.setFixedHeight(170)
+        self.chart.setFixedHeight(200)
         self.chart.hide()
         column.addWidget(self.chart)
 

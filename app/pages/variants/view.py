@@ -361,11 +361,13 @@ class VariantsView(QWidget):
 
     def _update_actions(self) -> None:
         row = self.selected_row()
-        exportable = row is not None and row.state == "succeeded"
+        exported = row is not None and bool(row.runtime) and not row.is_parent  # a file an export wrote
+        exportable = row is not None and row.state == "succeeded" and not exported
         self.export_variant_button.setEnabled(exportable)
         self.export_variant_button.setToolTip(
             "Open Export with the selected model" if exportable
-            else "Select a finished variant (or the parent) in the table first")
+            else f"An exported file ({(row.entry or {}).get('path')}): serve it, or export the parent again"
+            if exported and row is not None else "Select a finished variant (or the parent) in the table first")
         has_rows = bool(self._rows)
         self.csv_button.setEnabled(has_rows)
         self.png_button.setEnabled(bool(self.scatter.points()))
@@ -373,7 +375,7 @@ class VariantsView(QWidget):
     def export_selected(self) -> None:
         """Send the selected model to the Export page."""
         row = self.selected_row()
-        if row is None or row.state != "succeeded":
+        if row is None or row.state != "succeeded" or (row.runtime and not row.is_parent):
             return
         self.export_requested.emit(row.run_id)
         self.nav.show("export", run_id=row.run_id, record=row.record)
