@@ -281,6 +281,8 @@ def test_the_model_lists_come_from_the_jobs_the_builtins_and_the_cache():
                         {"repo_id": "acme/partial", "revisions": [], "partial_bytes": 10}]}
     assert [c.ref for c in ch.hub_choices(cache)] == [{"hub": "acme/a"}, {"hub": "acme/b", "revision": "c2"}]
     assert ch.folder_choice("/models/my-llama/").title == "my-llama (folder)"
+    gguf = ch.folder_choice("/exports/gguf/my-llama-q4_k_m.gguf")
+    assert gguf.title == "my-llama-q4_k_m.gguf (GGUF, llama.cpp)" and gguf.ref == {"path": "/exports/gguf/my-llama-q4_k_m.gguf"}
 
     line = json.loads(conversation_line([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
                                         {"run": "lm1"}, {"system": "Be brief.", "temperature": 0.0}))

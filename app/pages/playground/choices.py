@@ -132,5 +132,7 @@ def hub_choices(reply: dict[str, Any]) -> list[Choice]:
 
 
 def folder_choice(path: str) -> Choice:
+    """A model folder, an ONNX-GenAI folder or a GGUF file picked with Browse (the engine opens each in its runtime)."""
     ref = {"path": path}
-    return Choice(ref, f"{ref_label(ref)} (folder)", FOLDERS, CHAT, detail=path)
+    what = "GGUF, llama.cpp" if path.endswith(".gguf") else "folder"
+    return Choice(ref, f"{ref_label(ref)} ({what})", FOLDERS, CHAT, detail=path)

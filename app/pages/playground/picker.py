@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QPushButton, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QPushButton, QWidget
 
 from app.pages.playground.choices import GROUPS, Choice, folder_choice, ref_key
 
@@ -38,9 +38,13 @@ class ModelPicker(QWidget):
         self.combo.activated.connect(lambda _index: self.chosen.emit(self.current()))
         row.addWidget(self.combo, 1)
         self.browse_button = QPushButton("Browse…")
-        self.browse_button.setToolTip("Pick a local Hugging Face model folder (config.json, weights, tokenizer)")
-        self.browse_button.setAccessibleName(f"Browse for a model folder ({name})")
-        self.browse_button.clicked.connect(self.browse)
+        self.browse_button.setToolTip("Pick a local Hugging Face model folder (config.json, weights, tokenizer), an "
+                                      "ONNX-GenAI folder, or a GGUF file (run by llama.cpp)")
+        self.browse_button.setAccessibleName(f"Browse for a model folder or file ({name})")
+        menu = QMenu(self.browse_button)
+        menu.addAction("Model folder (Hugging Face or ONNX-GenAI)…", self.browse)
+        menu.addAction("GGUF file…", self.browse_gguf)
+        self.browse_button.setMenu(menu)
         row.addWidget(self.browse_button)
 
     # -- filling ---------------------------------------------------------------------------
@@ -117,6 +121,12 @@ class ModelPicker(QWidget):
         path = QFileDialog.getExistingDirectory(
             self, "Choose a model folder", "",
             QFileDialog.Option.DontUseNativeDialog | QFileDialog.Option.ShowDirsOnly)
+        if path:
+            self.chosen.emit(self.add_folder(path))
+
+    def browse_gguf(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF file", "", "GGUF models (*.gguf)",
+                                              options=QFileDialog.Option.DontUseNativeDialog)
         if path:
             self.chosen.emit(self.add_folder(path))
 
