@@ -79,7 +79,7 @@ def main() -> int:
           "short-answers conversations; CPU")
     print(f"  {'':<7} {'size':>10} {'tokens/s':>9} {'perplexity':>11}")
     for name in sides:
-        print(f"  {name:<7} {sizes[name] / 2**20:8.1f} MB {tps[name]:9.1f} {ppl[name]:11.3f}"
+        print(f"  {name:<7} {sizes[name] / 2**20:8.1f} MiB {tps[name]:9.1f} {ppl[name]:11.3f}"
               f"   (rounds: {', '.join(f'{v:.1f}' for v in speed[name])})")
     for base in ("f16", "torch"):
         print(f"q4_k_m / {base}: size {sizes['q4_k_m'] / sizes[base]:.3f}, tokens/s {tps['q4_k_m'] / tps[base]:.3f}, "

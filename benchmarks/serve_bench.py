@@ -48,10 +48,16 @@ def bare_runtime_side(path: Path, tokens: int):
     if runtime_of(path) == "llama.cpp":
         from llama_cpp import Llama
 
-        llm = Llama(model_path=str(path), n_ctx=len(ids) + tokens + 8, verbose=False, n_threads=os.cpu_count())
+        from engine.inference.runtimes import DEFAULT_CONTEXT, _gguf_context
+
+        # The context the server opens the file with: a different KV cache size changes llama.cpp's sums enough
+        # to flip a near-tie in a 4-bit model's greedy answer.
+        n_ctx = min(_gguf_context(path), DEFAULT_CONTEXT)
+        llm = Llama(model_path=str(path), n_ctx=n_ctx, verbose=False, n_threads=os.cpu_count())
 
         def answer():
             t0, first, out = time.perf_counter(), None, []
+            llm.reset()  # else generate() keeps the cached prompt and evaluates only its last token: other sums
             for token in llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
                 first = first or time.perf_counter()
                 out.append(token)

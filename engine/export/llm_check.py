@@ -102,6 +102,18 @@ class GenaiRuntime:
         self.gen = self._generator()
         return self._append(ids)
 
+    def greedy_tokens(self, ids: list[int], limit: int) -> Any:
+        """Greedy tokens from ONNX Runtime GenAI's own search (no logits copied out): what serving uses."""
+        import numpy as np
+
+        params = self.og.GeneratorParams(self.model)
+        params.set_search_options(do_sample=False, max_length=min(self.n_ctx, len(ids) + limit))
+        self.gen = self.og.Generator(self.model, params)
+        self.gen.append_tokens(np.asarray([ids], dtype=np.int32))
+        while not self.gen.is_done():
+            self.gen.generate_next_token()
+            yield int(self.gen.get_next_tokens()[0])
+
 
 class LlamaCppRuntime:
     """llama.cpp through its Python bindings: the .gguf file; every position's logits kept when
@@ -119,7 +131,8 @@ class LlamaCppRuntime:
             return self.llm.scores[self.llm.n_tokens - 1]
         import numpy as np
 
-        return np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.llm.n_vocab(),)).copy()
+        # A view of llama.cpp's own buffer: read before the next eval overwrites it (the token is picked first).
+        return np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.llm.n_vocab(),))
 
     def prefill(self, ids: list[int]) -> Any:
         self.llm.reset()

@@ -93,6 +93,8 @@ def pick(logits: Any, settings: GenerateSettings, rng: Any, seen: list[int]) -> 
     """The next token: greedy at temperature 0, else sampled as transformers samples."""
     import numpy as np
 
+    if settings.temperature == 0 and settings.repetition_penalty == 1.0:
+        return int(np.argmax(logits))  # greedy: no copy of the vocabulary-wide row, every token counts
     scores = np.asarray(logits, dtype=np.float64).copy()
     if settings.repetition_penalty != 1.0 and seen:
         ids = np.unique(np.asarray(seen))
@@ -125,6 +127,19 @@ class RuntimeChat(ChatModel):
         eos = tokenizer.eos_token_id
         self.eos = {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None}
 
+    def _tokens(self, ids: list[int], settings: GenerateSettings, rng: Any, room: int, generated: list[int]) -> Any:
+        """The answer's tokens one by one: the runtime's own greedy search where it has one (no logits copied),
+        else the logits of each step and ``pick``."""
+        if settings.temperature == 0 and settings.repetition_penalty == 1.0 and hasattr(self.rt, "greedy_tokens"):
+            yield from self.rt.greedy_tokens(ids, room)
+            return
+        penalty = settings.repetition_penalty != 1.0
+        logits = self.rt.prefill(ids)
+        while True:
+            token = pick(logits, settings, rng, ids + generated if penalty else [])
+            yield token
+            logits = self.rt.step(token)
+
     def generate(self, ids: list[int], warnings: list[str], settings: GenerateSettings,
                  on_text: Callable[[str], None] = lambda _t: None) -> Answer:
         import numpy as np
@@ -136,17 +151,16 @@ class RuntimeChat(ChatModel):
         streamer.put(np.asarray(ids))  # the prompt: not text to stream
         rng = np.random.default_rng(settings.seed)
         room = max(1, min(settings.max_new_tokens, self.context - len(ids)))
-        logits, generated, ended = self.rt.prefill(list(ids)), [], False
-        for _ in range(room):
-            token = pick(logits, settings, rng, list(ids) + generated)
+        generated: list[int] = []
+        ended = False
+        for token in self._tokens(list(ids), settings, rng, room, generated):
             generated.append(token)
             streamer.put(np.asarray([token]))
             if token in self.eos:
                 ended = True
                 break
-            if self.stop_event.is_set() or streamer.hit_stop:
+            if self.stop_event.is_set() or streamer.hit_stop or len(generated) >= room:
                 break
-            logits = self.rt.step(token)
         answer.seconds = time.perf_counter() - t0
         streamer.end()
         if self.stop_event.is_set():
