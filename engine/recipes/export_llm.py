@@ -12,6 +12,7 @@ the same answers, token for token, and a perplexity within 1%; a quantized one i
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 
 from engine.api.specs import ExportSpec
 from engine.compress.variant import progress
+from engine.evaluate.facts import file_bytes
 from engine.export import llm_check, llm_formats
 from engine.training.context import JobContext, JobFailed
 
@@ -221,7 +223,7 @@ class LlmExport:
         else:
             llm_formats.write_hf(self.src.model, self.src.tokenizer, target)
             content = "merged"
-        return {"path": str(target), "content": content, "bytes": _bytes(target),
+        return {"path": str(target), "content": content, "bytes": file_bytes(target),
                 "check": self.check("hf", "transformers", target)}
 
     def onnx_genai(self) -> dict[str, Any]:
@@ -229,10 +231,10 @@ class LlmExport:
         for precision in self.spec.genai_precisions:
             target = root / precision
             llm_formats.write_genai(self.merged_folder(), target, precision, self.out / ".genai-cache")
-            files[precision] = {"path": str(target), "bytes": _bytes(target),
+            files[precision] = {"path": str(target), "bytes": file_bytes(target),
                                 "check": self.check(f"onnx_genai/{precision}", "onnxruntime-genai", target)}
         shutil.rmtree(self.out / ".genai-cache", ignore_errors=True)
-        return {"path": str(root), "files": files, "bytes": _bytes(root)}
+        return {"path": str(root), "files": files, "bytes": file_bytes(root)}
 
     def gguf(self) -> dict[str, Any]:
         root, files = self.out / "gguf", {}
@@ -258,7 +260,7 @@ class LlmExport:
         modelfile = llm_formats.write_modelfile(root, Path(files[ollama]["path"]).name,
                                                 chat_templates.template_text(self.src.tokenizer, "model"),
                                                 self.src.tokenizer.eos_token)
-        return {"path": str(root), "files": files, "modelfile": str(modelfile), "bytes": _bytes(root)}
+        return {"path": str(root), "files": files, "modelfile": str(modelfile), "bytes": file_bytes(root)}
 
     def finish(self) -> None:
         for leftover in (self.staging, self.out / ".genai-cache"):
@@ -266,13 +268,7 @@ class LlmExport:
                 shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _bytes(path: Path) -> int:
-    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def _stem(label: str) -> str:
-    import re
-
     return re.sub(r"[^A-Za-z0-9_.-]", "_", Path(label).name)[:80] or "model"
 
 
