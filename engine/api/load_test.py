@@ -12,52 +12,90 @@ import json
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 
-def stream_once(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 120.0,
-                temperature: float | None = None) -> dict[str, Any]:
-    """One streamed chat completion: its text, time to first text, tokens (from the usage chunk) and seconds."""
-    parts = urllib.parse.urlsplit(url.rstrip("/") + "/chat/completions")
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
-    if temperature is not None:
-        body["temperature"] = temperature
-    t0 = time.perf_counter()
-    ttft, tokens, text = None, 0, []
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+
+
+def _connection(parts: urllib.parse.SplitResult, timeout: float) -> http.client.HTTPConnection:
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname, parts.port, timeout=timeout)
+
+
+def list_models(url: str, api_key: str | None = None, timeout: float = 30.0) -> list[str]:
+    """The ids ``GET {url}/models`` lists; RuntimeError with the server's message when it refuses."""
+    parts = urllib.parse.urlsplit(url.rstrip("/") + "/models")
+    conn = _connection(parts, timeout)
     try:
-        conn.request("POST", parts.path, json.dumps(body), {"Content-Type": "application/json"})
+        conn.request("GET", parts.path, headers=_headers(api_key))
+        resp = conn.getresponse()
+        raw = resp.read()
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {_message(raw)}")
+    return [m["id"] for m in json.loads(raw)["data"]]
+
+
+def _message(raw: bytes) -> str:
+    try:
+        return str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw[:300].decode(errors="replace")
+
+
+def stream_events(url: str, route: str, body: dict[str, Any], api_key: str | None = None,
+                  timeout: float = 120.0, stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+    """POST ``body`` (``stream: true``) to ``{url}/{route}`` and yield each server-sent event's JSON; an error
+    event or status raises RuntimeError with the server's message. ``stop`` set: the connection closes."""
+    parts = urllib.parse.urlsplit(url.rstrip("/") + "/" + route)
+    conn = _connection(parts, timeout)
+    try:
+        conn.request("POST", parts.path, json.dumps(body), _headers(api_key))
         resp = conn.getresponse()
         if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300].decode(errors='replace')}")
+            raise RuntimeError(f"HTTP {resp.status}: {_message(resp.read())}")
         for raw in resp:
+            if stop is not None and stop.is_set():
+                return
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             doc = json.loads(line[6:])
             if "error" in doc:
                 raise RuntimeError(doc["error"].get("message", "error"))
-            piece = "".join((c.get("delta") or {}).get("content") or "" for c in doc.get("choices") or [])
-            if piece and ttft is None:
-                ttft = time.perf_counter() - t0
-            text.append(piece)
-            if doc.get("usage"):
-                tokens = int(doc["usage"].get("completion_tokens") or 0)
+            yield doc
     finally:
         conn.close()
+
+
+def stream_once(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 120.0,
+                temperature: float | None = None, api_key: str | None = None) -> dict[str, Any]:
+    """One streamed chat completion: its text, time to first text, tokens (from the usage chunk) and seconds."""
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    if temperature is not None:
+        body["temperature"] = temperature
+    t0 = time.perf_counter()
+    ttft, tokens, text = None, 0, []
+    for doc in stream_events(url, "chat/completions", body, api_key, timeout):
+        piece = "".join((c.get("delta") or {}).get("content") or "" for c in doc.get("choices") or [])
+        if piece and ttft is None:
+            ttft = time.perf_counter() - t0
+        text.append(piece)
+        if doc.get("usage"):
+            tokens = int(doc["usage"].get("completion_tokens") or 0)
     return {"text": "".join(text), "ttft_s": ttft, "tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
 def load_test(url: str, clients: int, seconds: float, max_tokens: int, model: str | None = None,
-              prompt: str = "Write a short story about a lighthouse.") -> dict[str, Any]:
+              prompt: str = "Write a short story about a lighthouse.", api_key: str | None = None) -> dict[str, Any]:
     """``clients`` threads each streaming one request after another for ``seconds``; the figures of all."""
     if model is None:
-        parts = urllib.parse.urlsplit(url.rstrip("/") + "/models")
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        conn.request("GET", parts.path)
-        model = json.loads(conn.getresponse().read())["data"][0]["id"]
-        conn.close()
+        model = list_models(url, api_key)[0]
     results: list[dict[str, Any]] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -66,7 +104,7 @@ def load_test(url: str, clients: int, seconds: float, max_tokens: int, model: st
     def client_loop() -> None:
         while time.monotonic() < end:
             try:
-                r = stream_once(url, model, prompt, max_tokens)
+                r = stream_once(url, model, prompt, max_tokens, api_key=api_key)
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 with lock:
                     errors.append(f"{type(exc).__name__}: {exc}")

@@ -29,16 +29,23 @@ class ModelRef(_Part):
     path: str | None = Field(None, min_length=1, max_length=4096, description="a Hugging Face model folder")
     hub: str | None = Field(None, min_length=1, max_length=200, description="a Hub id in the Hugging Face cache")
     revision: str | None = Field(None, max_length=200)
+    url: str | None = Field(None, min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$",
+                            description="an OpenAI-compatible server's base URL (http://host:port/v1: Ember's "
+                                        "serve job, vLLM, llama.cpp's server): chat with the model it serves")
+    api_key_file: str | None = Field(None, min_length=1, max_length=4096,
+                                     description="with url: a file holding the server's API key")
 
     @model_validator(mode="after")
     def _one(self) -> ModelRef:
-        named = [k for k in ("run", "builtin", "path", "hub") if getattr(self, k)]
+        named = [k for k in ("run", "builtin", "path", "hub", "url") if getattr(self, k)]
         if len(named) != 1:
-            raise ValueError("name exactly one model: run, builtin, path or hub")
+            raise ValueError("name exactly one model: run, builtin, path, hub or url")
+        if self.api_key_file and not self.url:
+            raise ValueError("api_key_file goes with url (a served endpoint's key)")
         return self
 
     def label(self) -> str:
-        return str(self.run or self.builtin or self.hub or self.path)
+        return str(self.run or self.builtin or self.hub or self.path or self.url)
 
     def key(self) -> str:
         return self.model_dump_json(exclude_none=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.api.job_terms import (
     EVALUATE,
@@ -129,6 +129,14 @@ JETSON_TARGETS = ("orin_nano", "orin_nx", "agx_orin", "xavier_nx", "agx_xavier",
 LLM_FORMATS = ("hf", "gguf", "onnx_genai")  # a causal LM's formats, each checked by generating
 
 
+def _no_endpoint(ref: ModelRef | None) -> ModelRef | None:
+    """Jobs that load the weights themselves cannot take a served endpoint."""
+    if ref is not None and ref.url:
+        raise ValueError("a served endpoint (url) is chatted with only (Playground, ember chat); name the model's "
+                         "run, builtin, path or hub")
+    return ref
+
+
 class ExportSpec(Spec):
     """export.model: turn a finished run or variant into deployable files, each checked against the model.
 
@@ -139,6 +147,7 @@ class ExportSpec(Spec):
                                    description="id of a finished fine-tune or variant")
     model: ModelRef | None = Field(None, description="a base language model instead of a run (builtin, path or hub): "
                                                      "the language-model formats only")
+    _model_files = field_validator("model")(_no_endpoint)
     formats: list[Literal["onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson", "hf", "gguf",
                           "onnx_genai"]] = Field(
         default_factory=lambda: ["onnx"], min_length=1,
@@ -246,6 +255,7 @@ class EvaluateSpec(Spec):
     benchmarks; the result is stored with the run (docs/evaluate.md)."""
 
     model: ModelRef = Field(..., description="the model: run (a finished fine-tune or variant), builtin, path or hub")
+    _model_files = field_validator("model")(_no_endpoint)
     data: str | None = Field(None, min_length=1, max_length=4096,
                              description="a JSONL file (prompt/response or messages rows; text and label for a "
                                          "classifier) or a built-in dataset name; None = the run's validation data")
@@ -291,7 +301,10 @@ class ServeSpec(Spec):
     """serve.model: an OpenAI-compatible HTTP endpoint for a run, a variant or a base model (docs/serve.md)."""
 
     model: ModelRef = Field(..., description="the model: run (a finished fine-tune or variant), builtin, path or hub")
-    bind: str = Field("127.0.0.1", min_length=1, max_length=255, description="the address to listen on")
+    _model_files = field_validator("model")(_no_endpoint)
+    bind: str = Field("127.0.0.1", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:-]+$",
+                      description="the address to listen on: loopback (the default) needs no key; any other "
+                                  "address (0.0.0.0: every interface) needs an API key")
     port: int = Field(8000, ge=0, le=65535, description="0: any free port (the job reports the one it took)")
     served_name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$",
                                     description="the model's name in /v1/models and requests; None: the run's name, "
@@ -299,6 +312,10 @@ class ServeSpec(Spec):
     max_new_tokens: int = Field(512, ge=1, le=32768, description="a request's max_tokens when it sends none, and "
                                                                  "the most it may ask for")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a CUDA GPU when there is one")
+    api_key_file: str | None = Field(None, min_length=1, max_length=4096,
+                                     description="a file holding the key clients must send (Authorization: Bearer "
+                                                 "KEY); None: none on loopback, and on any other address the job "
+                                                 "writes a new random key to api_key in its folder (yours only)")
     host: str | None = Field(None, min_length=1, max_length=100,
                              description="an SSH host (Hosts page) to serve on: a model path is copied there, the "
                                          "server listens on the host's loopback, and the engine forwards a port of "
@@ -313,11 +330,15 @@ class ServeSpec(Spec):
         if self.host and self.model.run:
             raise ValueError("a run is served on this machine; to serve it on a host, export it as hf (a merged "
                              "checkpoint, or gguf) and serve that folder or file there: model: {path: ...}")
-        if self.bind not in LOOPBACK_HOSTS:
-            raise ValueError(f"bind {self.bind!r}: Ember serves on this machine's loopback address only "
-                             "(127.0.0.1, localhost or ::1), where no API key is needed; reach it from another "
-                             "machine through an SSH tunnel (ssh -L 8000:127.0.0.1:8000 this-machine)")
+        if self.host and self.bind not in LOOPBACK_HOSTS:
+            raise ValueError(f"bind {self.bind!r}: on a host the server listens on the host's loopback and the "
+                             "engine forwards a port of this machine to it; leave bind at 127.0.0.1")
         return self
+
+    @property
+    def needs_key(self) -> bool:
+        """Clients must send a key: always when bound beyond loopback, where anyone on the network could call."""
+        return bool(self.api_key_file) or self.bind not in LOOPBACK_HOSTS
 
 
 @dataclass(frozen=True)

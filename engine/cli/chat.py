@@ -23,7 +23,10 @@ BUILTINS = {name for names in BUILTIN_MODEL_CHOICES.values() for name in names}
 
 
 def model_ref(text: str) -> dict[str, Any]:
-    """What MODEL means: a built-in, an existing folder, a Hub id (owner/name), else a job id."""
+    """What MODEL means: a built-in, an existing folder or file, a served endpoint's URL, a Hub id (owner/name),
+    else a job id."""
+    if text.startswith(("http://", "https://")):
+        return {"url": text}
     if text in BUILTINS:
         return {"builtin": text}
     if os.path.isdir(os.path.expanduser(text)):
@@ -81,6 +84,11 @@ def _speed(done: dict[str, Any]) -> str:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     ref, settings = model_ref(args.model), _settings(args)
+    if args.api_key_file:
+        if "url" not in ref:
+            print("error: --api-key-file goes with a served endpoint's URL (http://host:port/v1)", file=sys.stderr)
+            return 2
+        ref["api_key_file"] = os.path.abspath(os.path.expanduser(args.api_key_file))
 
     def status(data: dict[str, Any]) -> None:
         if data.get("status") == "loading" and not args.json:
@@ -138,7 +146,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     c = sub.add_parser("chat", help="ask a language model (a job, a built-in, a folder or a Hub id) a question")
-    c.add_argument("model", help="a finished job's id, smollm2-135m-instruct, a model folder, or owner/name[@rev]")
+    c.add_argument("model", help="a finished job's id, smollm2-135m-instruct, a model folder, owner/name[@rev], or "
+                                 "an OpenAI-compatible server's URL (http://host:port/v1)")
+    c.add_argument("--api-key-file", help="with a URL: a file holding the server's API key")
     c.add_argument("question", nargs="?", help="omit to read one question a line from stdin (one conversation)")
     c.add_argument("--system", help="a system prompt")
     c.add_argument("--template", choices=TEMPLATE_NAMES, default="model", help="chat template (default: the model's)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -42,6 +43,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spec["served_name"] = args.name
     if args.host:
         spec["host"] = args.host
+    if args.bind:
+        spec["bind"] = args.bind
+    if args.api_key_file:
+        spec["api_key_file"] = os.path.abspath(os.path.expanduser(args.api_key_file))
     with ensure_engine() as client:
         job = client.call("jobs.start", kind=SERVE, spec=spec, name=args.name or "")
         job_id = job["id"]
@@ -59,8 +64,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if seen[0].get("host"):
             print(f"served on {seen[0]['host']} at {seen[0]['remote_url']}; forwarded here by the engine",
                   file=sys.stderr, flush=True)
-        print(f"serving {name}: OpenAI-compatible (client = OpenAI(base_url={url!r}, api_key='unused'))",
-              file=sys.stderr, flush=True)
+        key_file = seen[0].get("api_key_file")
+        if key_file:
+            print(f"listening on {seen[0].get('bind')}; clients send the API key in {key_file} "
+                  f"(client = OpenAI(base_url={url!r}, api_key=open({key_file!r}).read().strip()))",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"serving {name}: OpenAI-compatible (client = OpenAI(base_url={url!r}, api_key='unused'))",
+                  file=sys.stderr, flush=True)
         if args.detach:
             print(f"it keeps serving; stop it with: ember jobs stop {job_id}", file=sys.stderr)
             return 0
@@ -88,7 +99,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
-    result = load_test(args.url, args.clients, args.seconds, args.max_tokens, args.model)
+    key = None
+    if args.api_key_file:
+        with open(os.path.expanduser(args.api_key_file)) as f:
+            key = f.read().strip()
+    result = load_test(args.url, args.clients, args.seconds, args.max_tokens, args.model, api_key=key)
     if args.json:
         print(json.dumps(result))
     else:
@@ -103,7 +118,7 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    s = sub.add_parser("serve", help="serve a model behind an OpenAI-compatible endpoint on 127.0.0.1")
+    s = sub.add_parser("serve", help="serve a model behind an OpenAI-compatible endpoint (127.0.0.1 unless --bind)")
     s.add_argument("model", help="a finished job's id, a built-in model, a model folder, or owner/name[@rev]")
     s.add_argument("--port", type=int, default=8000, help="0: any free port")
     s.add_argument("--name", help="the model's name in /v1/models (default: the job id, built-in or Hub id)")
@@ -112,6 +127,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--detach", action="store_true", help="print the URL and return; the job keeps serving")
     s.add_argument("--host", help="an SSH host (ember hosts list) to serve on: MODEL is a folder or file here, copied "
                                   "there; the URL printed is a port of this machine forwarded to it")
+    s.add_argument("--bind", help="the address to listen on (default 127.0.0.1); any other, e.g. 0.0.0.0, needs an "
+                                  "API key: the job writes one to its folder unless --api-key-file names one")
+    s.add_argument("--api-key-file", help="a file holding the key clients must send (Authorization: Bearer KEY)")
     s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench-serve", help="load-test an OpenAI-compatible URL: N streaming clients for T seconds")
     b.add_argument("url", help="the base URL, e.g. http://127.0.0.1:8000/v1")
@@ -119,5 +137,6 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--seconds", type=float, default=10.0)
     b.add_argument("--max-tokens", type=int, default=32)
     b.add_argument("--model", help="default: the first model /v1/models lists")
+    b.add_argument("--api-key-file", help="a file holding the server's API key")
     b.add_argument("--json", action="store_true")
     b.set_defaults(fn=cmd_bench_serve)

@@ -47,8 +47,13 @@ def model_folder(ref: dict[str, Any]) -> Path | None:
     return None
 
 
-def memory_needed(folder: Path | None) -> int:
+ENDPOINT_BYTES = 300 * 2**20  # a worker that only streams from a served endpoint: the runtime, no weights
+
+
+def memory_needed(folder: Path | None, ref: dict[str, Any] | None = None) -> int:
     """Bytes a worker needs for a model folder: its weights as float32 (16-bit files double) and the runtime."""
+    if ref is not None and ref.get("url"):
+        return ENDPOINT_BYTES
     if folder is None or not folder.is_dir():
         return RUNTIME_BYTES + 600 * 2**20  # a built-in or cached Hub model: about SmolLM2's size
     weights = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
@@ -122,7 +127,7 @@ class WorkerPool:
         wref = self.worker_ref(ref)
         import psutil
 
-        if problem := memory_problem(memory_needed(model_folder(wref)), psutil.virtual_memory().available,
+        if problem := memory_problem(memory_needed(model_folder(wref), wref), psutil.virtual_memory().available,
                                      ref.label()):
             raise RpcError(INVALID_PARAMS, problem, {"hint": "Unload another model (Playground: Unload), stop a "
                                                              "job, or pick a smaller model."})

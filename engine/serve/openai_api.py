@@ -7,10 +7,13 @@ Errors are OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
 
 The standard library's threading HTTP server: one thread per connection, so many clients can wait at once;
 the model answers one request at a time (a lock), the others queue, and the queue's length is in the figures.
+With an API key every route but ``/health`` wants ``Authorization: Bearer KEY`` (401 ``invalid_api_key``
+otherwise), compared in constant time.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import secrets
 import sys
@@ -66,11 +69,23 @@ class Stats:
 class Service:
     """The model behind the routes: a ChatModel (engine/inference/chat.py) or a Classifier."""
 
-    def __init__(self, kind: str, model: Any, name: str, max_new_tokens: int):
+    def __init__(self, kind: str, model: Any, name: str, max_new_tokens: int, api_key: str | None = None):
         self.kind, self.model, self.name, self.max_new_tokens = kind, model, name, max_new_tokens
+        self.api_key = api_key
         self.lock = threading.Lock()  # one generation at a time
         self.stats = Stats()
         self.created = int(time.time())
+
+    def check_key(self, header: str | None) -> None:
+        if self.api_key is None:
+            return
+        given = (header or "").removeprefix("Bearer ").strip()
+        if not given:
+            raise ApiError(401, "This server wants an API key: send Authorization: Bearer KEY (the OpenAI client's "
+                                "api_key); the key is in the file the serve job names", code="invalid_api_key")
+        if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            raise ApiError(401, "Incorrect API key: use the one in the file the serve job names",
+                           code="invalid_api_key")
 
     # -- requests into settings ---------------------------------------------------------------
 
@@ -184,6 +199,12 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.rstrip("/") not in ("/health", ""):
+            try:
+                self.service.check_key(self.headers.get("Authorization"))
+            except ApiError as err:
+                self._error(err)
+                return
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             svc = self.service
             self._json(200, {"object": "list", "data": [{"id": svc.name, "object": "model", "created": svc.created,
@@ -197,6 +218,7 @@ class Handler(BaseHTTPRequestHandler):
         svc = self.service
         svc.stats.add(requests=1)
         try:
+            svc.check_key(self.headers.get("Authorization"))
             body = self._body()
             route = self.path.rstrip("/")
             if route in ("/v1/chat/completions", "/v1/completions"):

@@ -354,3 +354,27 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
     with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
         (job,) = [j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model"]
     assert job["state"] == "stopped" and job["name"] == "tiny-llama"
+
+
+def test_browse_a_served_endpoint_checks_the_url_and_lists_it(qtbot):
+    from app.pages.playground.choices import ENDPOINTS
+    from app.pages.playground.endpoint_dialog import EndpointDialog
+    from app.pages.playground.picker import ModelPicker
+
+    dialog = EndpointDialog()
+    qtbot.addWidget(dialog)
+    dialog.url.setText("127.0.0.1:8000/v1")
+    dialog._accept()
+    assert "http://" in dialog.problem.text() and dialog.result() == 0 and dialog.choice() is None
+    dialog.url.setText(" http://gpu-box:8000/v1 ")
+    dialog.key_file.setText("/keys/serve.key")
+    dialog._accept()
+    assert dialog.problem.text() == "" and dialog.result() == 1
+    choice = dialog.choice()
+    assert choice.ref == {"url": "http://gpu-box:8000/v1", "api_key_file": "/keys/serve.key"}
+    assert choice.title == "gpu-box:8000 (endpoint)" and choice.group == ENDPOINTS
+
+    picker = ModelPicker("A")
+    qtbot.addWidget(picker)
+    picker.add(choice)
+    assert picker.current().ref == choice.ref and [c.group for c in picker.choices()] == [ENDPOINTS]

@@ -113,13 +113,38 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
         assert 0 < result["tokens"] <= 4 * result["requests"] and result["ttft_p50_s"] > 0
         stop_serving(c, job_id, url)
 
-        # ember serve: the URL once it listens; --detach leaves it serving as a job.
+        # ember serve: the URL once it listens; --detach leaves it serving as a job. Bound to every address, it
+        # wants an API key: the job writes one (readable by its owner only) and refuses requests without it.
         out = subprocess.run([sys.executable, "-m", "engine.cli", "serve", "tiny-llama", "--port", "0", "--name",
-                              "tiny", "--detach"], capture_output=True, text=True, env=env, timeout=180, check=True)
+                              "tiny", "--bind", "0.0.0.0", "--detach"], capture_output=True, text=True, env=env,
+                             timeout=180, check=True)
         served = out.stdout.strip()
         assert served.startswith("http://127.0.0.1:") and served.endswith("/v1")
         job = next(j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model" and j["state"] == "running")
-        assert [m.id for m in openai.OpenAI(base_url=served, api_key="x").models.list().data] == ["tiny"]
+        key_file = events_of(c, job["id"], "serving")[0]["api_key_file"]
+        assert key_file in out.stderr and oct(os.stat(key_file).st_mode & 0o777) == "0o600"
+        key = open(key_file).read().strip()
+        assert len(key) >= 32 and key not in json.dumps(c.call("jobs.logs", id=job["id"])) and key not in out.stderr
+        for wrong in ("x", key[:-1] + ("A" if key[-1] != "A" else "B")):
+            with pytest.raises(openai.AuthenticationError, match="API key"):
+                openai.OpenAI(base_url=served, api_key=wrong, max_retries=0).models.list()
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=served, api_key=wrong, max_retries=0).chat.completions.create(
+                model="tiny", messages=QUESTION, max_tokens=2)
+        assert urllib.request.urlopen(served.removesuffix("/v1") + "/health", timeout=10).status == 200
+        assert [m.id for m in openai.OpenAI(base_url=served, api_key=key).models.list().data] == ["tiny"]
+
+        # The Playground (here through `ember chat`) talks to a served endpoint: the engine's worker streams from
+        # it, and the answer is the served model's greedy answer. Without the key file it says what to give.
+        chat = [sys.executable, "-m", "engine.cli", "chat", served, QUESTION[0]["content"], "--temperature", "0",
+                "--max-new-tokens", "12", "--json"]
+        refused = subprocess.run(chat, capture_output=True, text=True, env=env, timeout=120)
+        assert refused.returncode != 0 and "API key" in refused.stderr, refused.stderr[-2000:]
+        answered = subprocess.run(chat + ["--api-key-file", key_file], capture_output=True, text=True, env=env,
+                                  timeout=120)
+        assert answered.returncode == 0, answered.stderr[-2000:]
+        done = json.loads(answered.stdout.strip().splitlines()[-1])
+        assert done["text"] == expected and done["new_tokens"] == 12 and done["ttft_s"] > 0, done
         stop_serving(c, job["id"], served)
 
 
@@ -145,3 +170,28 @@ def test_a_classifier_answers_its_route_and_a_busy_port_fails_clearly(engine_wit
         assert failed["state"] == "failed" and f"Cannot listen on 127.0.0.1:{port}" in failed["error"]["message"]
         assert "pick another port" in failed["error"]["hint"]
         stop_serving(c, job_id, url)
+
+
+def test_api_keys_and_endpoints_in_specs_say_what_is_wrong(tmp_path):
+    from engine.api.specs import validate_spec
+    from engine.recipes.serve import api_key
+    from engine.training.context import JobFailed
+
+    tiny = {"builtin": "tiny-llama"}
+    assert api_key(validate_spec("serve.model", {"model": tiny}), tmp_path) == (None, None)  # loopback: no key
+    key, path = api_key(validate_spec("serve.model", {"model": tiny, "bind": "0.0.0.0"}), tmp_path)
+    assert path == str(tmp_path / "api_key") and open(path).read().strip() == key and len(key) >= 32
+    short = tmp_path / "short.key"
+    short.write_text("abc\n")
+    for given, message in ((tmp_path / "none.key", "Cannot read the API key file"), (short, "3 characters")):
+        with pytest.raises(JobFailed, match=message):
+            api_key(validate_spec("serve.model", {"model": tiny, "api_key_file": str(given)}), tmp_path)
+    for kind, spec in (("serve.model", {"model": {"url": "http://127.0.0.1:9/v1"}}),
+                       ("export.model", {"model": {"url": "http://127.0.0.1:9/v1"}, "formats": ["hf"]}),
+                       ("evaluate.model", {"model": {"url": "http://127.0.0.1:9/v1"}})):
+        with pytest.raises(Exception, match="chatted with only"):
+            validate_spec(kind, spec)
+    with pytest.raises(Exception, match="bind"):
+        validate_spec("serve.model", {"model": {"path": "/m"}, "host": "gpu1", "bind": "0.0.0.0"})
+    with pytest.raises(Exception, match="api_key_file goes with url"):
+        validate_spec("serve.model", {"model": {"builtin": "tiny-llama", "api_key_file": "/k"}})

@@ -24,9 +24,9 @@ CHAT, CLASSIFY = "chat", "classify"
 # What the Playground does with each task it takes: chat with a language model, classify a text or an image.
 TASK_KINDS = {"causal_lm": CHAT, "text_classification": CLASSIFY, "image_classification": CLASSIFY}
 assert set(TASK_KINDS) == set(PLAYGROUND_TASKS)
-FINETUNES, VARIANTS, BUILTINS, HUB, FOLDERS = (
-    "Fine-tunes", "Compressed variants", "Built-in", "Hugging Face cache", "Folders")
-GROUPS = (FINETUNES, VARIANTS, BUILTINS, HUB, FOLDERS)  # the picker's order
+FINETUNES, VARIANTS, BUILTINS, HUB, FOLDERS, ENDPOINTS = (
+    "Fine-tunes", "Compressed variants", "Built-in", "Hugging Face cache", "Folders", "Served endpoints")
+GROUPS = (FINETUNES, VARIANTS, BUILTINS, HUB, FOLDERS, ENDPOINTS)  # the picker's order
 
 Lookup = Callable[[str], "dict[str, Any] | None"]
 
@@ -57,6 +57,8 @@ def ref_label(ref: dict[str, Any] | None) -> str:
         return ""
     if ref.get("path"):
         return PurePath(str(ref["path"]).rstrip("/\\")).name or str(ref["path"])
+    if ref.get("url"):
+        return str(ref["url"]).split("://", 1)[-1].removesuffix("/v1").rstrip("/")
     return str(ref.get("run") or ref.get("builtin") or ref.get("hub") or "")
 
 
@@ -136,3 +138,13 @@ def folder_choice(path: str) -> Choice:
     ref = {"path": path}
     what = "GGUF, llama.cpp" if path.endswith(".gguf") else "folder"
     return Choice(ref, f"{ref_label(ref)} ({what})", FOLDERS, CHAT, detail=path)
+
+
+def endpoint_choice(url: str, key_file: str = "") -> Choice:
+    """An OpenAI-compatible server's URL (Ember's serve job, vLLM, llama.cpp's server): the engine chats with
+    the model it serves."""
+    ref: dict[str, Any] = {"url": url.strip()}
+    if key_file:
+        ref["api_key_file"] = key_file
+    return Choice(ref, f"{ref_label(ref)} (endpoint)", ENDPOINTS, CHAT,
+                  detail=f"{ref['url']}" + (" with an API key" if key_file else ""))

@@ -1,7 +1,7 @@
 """A model picker: one drop-down of every model the Playground can try, grouped, and a Browse button.
 
 The page fills it (``set_choices``) from the JobsState, the built-ins and ``models.list``; Browse adds a
-local model folder. ``current()`` is the picked Choice, whose ``ref`` is the ModelRef to send.
+local model folder, a GGUF file or a served endpoint's URL. ``current()`` is the picked Choice, whose ``ref`` is the ModelRef to send.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class ModelPicker(QWidget):
         menu = QMenu(self.browse_button)
         menu.addAction("Model folder (Hugging Face or ONNX-GenAI)…", self.browse)
         menu.addAction("GGUF file…", self.browse_gguf)
+        menu.addAction("Served endpoint (URL)…", self.browse_endpoint)
         self.browse_button.setMenu(menu)
         row.addWidget(self.browse_button)
 
@@ -111,7 +112,10 @@ class ModelPicker(QWidget):
         return False
 
     def add_folder(self, path: str) -> Choice:
-        choice = folder_choice(path)
+        return self.add(folder_choice(path))
+
+    def add(self, choice: Choice) -> Choice:
+        """A browsed folder, file or endpoint, kept in the list for this session."""
         if choice.key not in {c.key for c in self._folders}:
             self._folders.append(choice)
         self._fill(choice.key)
@@ -129,6 +133,13 @@ class ModelPicker(QWidget):
                                               options=QFileDialog.Option.DontUseNativeDialog)
         if path:
             self.chosen.emit(self.add_folder(path))
+
+    def browse_endpoint(self) -> None:
+        from app.pages.playground.endpoint_dialog import EndpointDialog
+
+        dialog = EndpointDialog(self)
+        if dialog.exec() and (choice := dialog.choice()) is not None:
+            self.chosen.emit(self.add(choice))
 
     def _on_index(self, _index: int) -> None:
         if not self._filling:

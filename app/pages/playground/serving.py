@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -57,6 +58,7 @@ class ServeBar(QWidget):
         self._client = client
         self.job_id: str | None = None
         self.url = ""
+        self.key_file = ""  # the server wants the API key in this file (a job bound beyond loopback)
         self._sub: Any = None
         self._starting = False  # jobs.start sent, its reply not in yet
         self._t0: float | None = None  # when the first figures came: the chart's x is seconds since
@@ -111,13 +113,14 @@ class ServeBar(QWidget):
         """The load test on its own thread (it blocks for its seconds); its result comes back as a signal."""
         if not self.url:
             return
-        url, clients, seconds = self.url, self.clients.value(), float(self.seconds.value())
+        url, clients, seconds, key_file = self.url, self.clients.value(), float(self.seconds.value()), self.key_file
         self.load_button.setEnabled(False)
         self.load_result.setText(f"Load test running: {clients} clients for {seconds:.0f} s…")
 
         def work() -> None:
             try:
-                self.load_tested.emit(load_test(url, clients, seconds, max_tokens=32))
+                key = Path(key_file).read_text().strip() if key_file else None
+                self.load_tested.emit(load_test(url, clients, seconds, max_tokens=32, api_key=key))
             except Exception as exc:  # noqa: BLE001 - shown to the user
                 self.load_tested.emit(exc)
 
@@ -167,8 +170,12 @@ class ServeBar(QWidget):
     def _on_event(self, _topic: str, _seq: int, data: dict[str, Any]) -> None:
         if data.get("url"):
             self.url = str(data["url"])
+        if data.get("api_key_file"):
+            self.key_file = str(data["api_key_file"])
         if self.url:
             line = f"Serving {data.get('model', '')} at {self.url} (OpenAI-compatible)"
+            if self.key_file:
+                line += f", listening on {data.get('bind') or 'every address'}; clients send the API key in {self.key_file}"
             self._set(line + (f"\n{figures_text(data)}" if "requests" in data else ""), busy=False)
         if "requests_per_s" in data:
             now = time.monotonic()
@@ -198,7 +205,7 @@ class ServeBar(QWidget):
     def _end(self) -> None:
         if self._sub is not None:
             self._client.unsubscribe(self._sub)
-        self._sub, self.job_id, self._t0 = None, None, None
+        self._sub, self.job_id, self._t0, self.key_file = None, None, None, ""
         self.chart.clear()
         self.chart.hide()
 
