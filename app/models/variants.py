@@ -47,6 +47,7 @@ class Row:
     quality: dict[str, float] = field(default_factory=dict)  # a language model's answer scores (exact_match, rouge_l)
     per_token: bool = False  # b1_ms and bn_ms are milliseconds per generated token (a language model's file)
     runtime: str = ""  # where a language model's file was measured (llama.cpp, onnxruntime-genai, transformers)
+    ttft_s: float | None = None  # a language model's time to its first token (median, one request at a time)
 
     def latency(self, basis: str) -> float | None:
         return self.b1_ms if basis == "b1" else self.bn_ms
@@ -155,6 +156,8 @@ def llm_rows(deployment: dict[str, Any]) -> list[Row]:
                   technique=title, state=str(deployment.get("state") or ""), metric_name="perplexity",
                   higher_is_better=False, metric=_num(check.get("perplexity")),
                   agreement=_num(check.get("token_agreement")), b1_ms=_per_token_ms(check.get("tokens_per_s")),
+                  bn_ms=_per_token_ms(check.get("batch_tokens_per_s")), batch_n=check.get("batch") or None,
+                  ttft_s=_num(check.get("ttft_s")),
                   size_bytes=f.get("bytes"), peak_bytes=check.get("peak_rss_bytes"), per_token=True,
                   runtime=str(check.get("runtime") or ""),
                   quality={k: v for k, v in (check.get("metrics") or {}).items() if _num(v) is not None},
@@ -176,6 +179,7 @@ def _parent_from_reference(row: Row, deployments: list[dict[str, Any]]) -> None:
         return
     row.metric_name, row.higher_is_better, row.metric = "perplexity", False, _num(ref.get("perplexity"))
     row.b1_ms, row.per_token, row.runtime = _per_token_ms(ref.get("tokens_per_s")), True, "torch"
+    row.bn_ms, row.batch_n, row.ttft_s = _per_token_ms(ref.get("batch_tokens_per_s")), ref.get("batch"), _num(ref.get("ttft_s"))
     row.size_bytes, row.params = ref.get("bytes"), ref.get("params")
     row.quality = {k: v for k, v in (ref.get("metrics") or {}).items() if _num(v) is not None}
     row.speedup = row.compression = 1.0

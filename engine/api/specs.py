@@ -167,6 +167,8 @@ class ExportSpec(Spec):
                                          "a base model)")
     check_prompts: int = Field(8, ge=1, le=1000, description="language models: prompts answered greedily by "
                                                             "every format and compared with the source model")
+    check_batch: int = Field(4, ge=0, le=64, description="language models: tokens/s with this many requests at "
+                                                         "once, batched in each runtime (0: skip)")
     check_tokens: int = Field(24, ge=1, le=1024, description="language models: the longest greedy answer compared")
     opset: int = Field(18, ge=13, le=23, description="ONNX opset; TensorRT on older JetPacks reads only older ones")
     dynamic_batch: bool = Field(True, description="any batch size at run time (else the example's size)")

@@ -56,7 +56,9 @@ def print_llm_result(result: dict[str, Any]) -> None:
     ref = result.get("reference") or {}
     print(f"reference: the source model in PyTorch, perplexity {ref.get('perplexity', 0):.3f} on the "
           f"{result.get('check_rows')}")
-    print(f"{'file':<18} {'size':>10}  {'runtime':<18} {'same answers':>12}  {'perplexity':>16}  {'tokens/s':>8}  path")
+    batch = ref.get("batch") or 0
+    print(f"{'file':<18} {'size':>10}  {'runtime':<18} {'same answers':>12}  {'perplexity':>16}  {'tokens/s':>8}  "
+          f"{f'b{batch} tok/s' if batch > 1 else '':>10}  {'first token':>11}  path")
     for fmt, entry in (result.get("formats") or {}).items():
         files = entry.get("files") or {fmt: entry}
         for kind, f in files.items():
@@ -65,8 +67,11 @@ def print_llm_result(result: dict[str, Any]) -> None:
             mark = "" if c.get("enforced") else "*"
             ppl = f"{c['perplexity']:.3f} ({c['perplexity_change']:+.2%})" if c.get("perplexity") else "-"
             speed = f"{c['tokens_per_s']:.1f}" if c.get("tokens_per_s") else "-"
+            batched = f"{c['batch_tokens_per_s']:.1f}" if c.get("batch_tokens_per_s") else ""
+            first = f"{c['ttft_s'] * 1000:.0f} ms" if c.get("ttft_s") else "-"
             print(f"{name:<18} {_size(f.get('bytes')):>10}  {c.get('runtime', '-'):<18} "
-                  f"{c.get('identical_answers', 0)}/{c.get('prompts', 0):<10}{mark} {ppl:>16}  {speed:>8}  {f.get('path')}")
+                  f"{c.get('identical_answers', 0)}/{c.get('prompts', 0):<10}{mark} {ppl:>16}  {speed:>8}  "
+                  f"{batched:>10}  {first:>11}  {f.get('path')}")
         if entry.get("modelfile"):
             print(f"{'':<18} Ollama: cd {Path(entry['modelfile']).parent} && ollama create NAME -f Modelfile")
     print("* reported, not enforced: a quantized file measured against the source model; the others must give "
@@ -79,7 +84,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {"formats": (args.formats or ("hf,gguf,onnx_genai" if llm else "onnx")).split(",")}
     spec.update({"source_run": ref["run"]} if "run" in ref else {"model": ref})
     for key in ("target", "host", "precision", "opset", "jetpack", "parity_samples", "max_batch", "adapter", "data",
-                "check_prompts", "check_tokens"):
+                "check_prompts", "check_tokens", "check_batch"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
@@ -119,6 +124,8 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--data", help="language models: the JSONL file (or built-in dataset) the formats are checked on")
     e.add_argument("--check-prompts", type=int, dest="check_prompts")
     e.add_argument("--check-tokens", type=int, dest="check_tokens")
+    e.add_argument("--check-batch", type=int, dest="check_batch",
+                   help="language models: tokens/s with this many requests at once (default 4; 0: skip)")
     e.add_argument("--target", help="Jetson model for the jetson format (orin_nano, agx_orin, ...)")
     e.add_argument("--host", help="a Jetson host (ember hosts list) to build and benchmark on")
     e.add_argument("--precision", choices=["fp32", "fp16", "int8"])

@@ -35,7 +35,7 @@ from engine.training.context import JobFailed
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 MANIFEST = "manifest.json"
 # written on the device by the scripts; not part of the bundle but allowed beside it
-DEVICE_OUTPUTS = frozenset({"model.plan", "build.log", "benchmark.log"})
+DEVICE_OUTPUTS = frozenset({"model.plan", "build.log", "benchmark.log", "benchmark.json"})
 FORMAT = "ember.jetson-bundle/1"
 
 
@@ -47,7 +47,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fill(template: str, values: dict[str, str]) -> str:
+def fill_template(template: str, values: dict[str, str]) -> str:
     text = (TEMPLATES / template).read_text(encoding="utf-8")
     for key, value in values.items():
         text = text.replace(f"@{key}@", value)
@@ -120,11 +120,7 @@ def write_bundle(out_dir: str | Path, *, onnx_files: list[Path], inputs: list[di
               "SHAPES": _shapes_text(shapes),
               "EXAMPLE": "digit.png" if task_name == "image_classification" else '"some text to classify"'}
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
+    def fill(tmp: Path) -> None:
         shutil.copyfile(onnx_files[0], tmp / "model.onnx")
         for extra in onnx_files[1:]:  # external data keeps the file name the model refers to
             shutil.copyfile(extra, tmp / extra.name)
@@ -136,23 +132,44 @@ def write_bundle(out_dir: str | Path, *, onnx_files: list[Path], inputs: list[di
             for src in tokenizer_files(Path(tokenizer_dir)):  # only the tokenizer: never the base model's weights
                 shutil.copyfile(src, tmp / src.name)
         shutil.copyfile(TEMPLATES / "jetson_infer.py", tmp / "infer.py")
-        (tmp / "README.md").write_text(_fill("jetson_README.md", values), encoding="utf-8")
+        (tmp / "README.md").write_text(fill_template("jetson_README.md", values), encoding="utf-8")
         for script, args in (("build_engine.sh", build), ("benchmark.sh", bench)):
-            text = _fill(f"{script}.in", {**values, "TRT_ARGS": " ".join(shlex.quote(a) for a in args[1:])})
-            (tmp / script).write_text(text, encoding="utf-8")
-            (tmp / script).chmod(0o755)
+            text = fill_template(f"{script}.in", {**values, "TRT_ARGS": " ".join(shlex.quote(a) for a in args[1:])})
+            write_script(tmp / script, text)
+
+    manifest = {
+        "format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source_run": source_run,
+        "spec_sha256": spec_sha256, "task": task_name, "target": target, "target_title": prof["title"],
+        "jetpack": versions["jetpack"], "l4t": versions["l4t"], "tensorrt": trt_version,
+        "cuda": versions["cuda"], "precision": precision, "shapes": shapes, "workspace_mb": workspace_mb,
+        "dla_core": dla_core, "benchmark_s": benchmark_s, "inputs": inputs, "outputs": outputs,
+        "labels": len(labels), "commands": {"build": build, "benchmark": bench},
+    }
+    return write_folder(out_dir, fill, manifest)
+
+
+def write_script(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+
+
+def write_folder(out_dir: Path, fill: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    """A bundle written all-or-nothing: ``fill(tmp)`` writes the files into a temporary sibling, the manifest
+    (``manifest`` plus every file's sha256 and size) goes last, then the folder is renamed into place
+    (replacing one there). Returns {path, files, manifest}."""
+    out_dir = Path(out_dir)
+    name = out_dir.name
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        fill(tmp)
         files = {}
         for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
             rel = path.relative_to(tmp).as_posix()
             files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-        manifest = {
-            "format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source_run": source_run,
-            "spec_sha256": spec_sha256, "task": task_name, "target": target, "target_title": prof["title"],
-            "jetpack": versions["jetpack"], "l4t": versions["l4t"], "tensorrt": trt_version,
-            "cuda": versions["cuda"], "precision": precision, "shapes": shapes, "workspace_mb": workspace_mb,
-            "dla_core": dla_core, "benchmark_s": benchmark_s, "inputs": inputs, "outputs": outputs,
-            "labels": len(labels), "commands": {"build": build, "benchmark": bench}, "files": files,
-        }
+        manifest = {**manifest, "files": files}
         part = tmp / f"{MANIFEST}.part"
         part.write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
         os.replace(part, tmp / MANIFEST)  # last: a bundle without its manifest is incomplete

@@ -6,13 +6,18 @@ The export job checks each language-model format in a fresh process with its own
 
 RUNTIME is ``transformers`` (a Hugging Face folder, or a LoRA adapter folder beside its base),
 ``onnxruntime-genai`` (a folder the model builder wrote) or ``llama.cpp`` (a .gguf file). CASES is a JSON file
-``{"prompts": [[ids]], "texts": [[ids]], "max_new_tokens": N, "eos": [ids], "n_ctx": N}`` tokenized once by the
-source model's tokenizer, so every runtime reads exactly the same tokens. OUT gets ``{"tokens": [[ids]],
-"nll": .., "count": .., "perplexity": .., "load_s": .., "ttft_s": .., "tokens_per_s": .., "peak_rss_bytes": ..}``.
+``{"prompts": [[ids]], "texts": [[ids]], "max_new_tokens": N, "eos": [ids], "n_ctx": N, "batch": B}`` tokenized
+once by the source model's tokenizer, so every runtime reads exactly the same tokens. OUT gets ``{"tokens":
+[[ids]], "nll": .., "count": .., "perplexity": .., "load_s": .., "ttft_s": .., "tokens_per_s": ..,
+"batch": B, "batch_tokens_per_s": .., "peak_rss_bytes": ..}``.
 
 Every runtime answers through the same loop (``greedy``): the prompt in one call, then one token at a time
 with the runtime's own key/value cache, the most likely token each step, up to an end-of-sequence id.
 The job runs the source model in PyTorch through the same loop for its reference.
+
+``batched``: B requests at once, as a server that batches them runs them: the first prompt B times, prefilled
+together, then B tokens a step (one forward pass each) for ``max_new_tokens`` steps, the end-of-sequence id
+not stopping any; tokens/s counts all B sequences' tokens over the whole time, prefill included.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import resource
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +39,7 @@ class Runtime(Protocol):
     def prefill(self, ids: list[int]) -> Any: ...  # the next-token logits after ``ids`` (a fresh sequence)
     def step(self, token: int) -> Any: ...  # the next-token logits after one more token
     def all_logits(self, ids: list[int]) -> Any: ...  # logits at every position of ``ids`` (a fresh sequence)
+    def batched(self, ids: list[int], n: int, new: int) -> int: ...  # ``ids`` n times, ``new`` tokens each: tokens made
 
 
 class TorchRuntime:
@@ -70,6 +77,16 @@ class TorchRuntime:
 
     def all_logits(self, ids: list[int]) -> Any:
         return self._run(ids, None)
+
+    def batched(self, ids: list[int], n: int, new: int) -> int:
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids] * n), use_cache=True)
+            for _ in range(new - 1):
+                token = out.logits[:, -1].argmax(-1, keepdim=True)
+                out = self.model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+        return n * new
 
 
 class GenaiRuntime:
@@ -114,6 +131,20 @@ class GenaiRuntime:
             self.gen.generate_next_token()
             yield int(self.gen.get_next_tokens()[0])
 
+    def batched(self, ids: list[int], n: int, new: int) -> int:
+        import numpy as np
+
+        params = self.og.GeneratorParams(self.model)
+        params.set_search_options(do_sample=False, batch_size=n, max_length=len(ids) + new,
+                                  min_length=len(ids) + new)  # no sequence ends at end-of-sequence
+        gen = self.og.Generator(self.model, params)
+        gen.append_tokens(np.asarray([ids] * n, dtype=np.int32))
+        steps = 1  # append_tokens computed the first token's logits; each generate_next_token picks one
+        while not gen.is_done():
+            gen.generate_next_token()
+            steps += 1
+        return n * min(steps, new)
+
 
 class LlamaCppRuntime:
     """llama.cpp through its Python bindings: the .gguf file; every position's logits kept when
@@ -147,6 +178,35 @@ class LlamaCppRuntime:
         self.llm.reset()
         self.llm.eval(ids)
         return self.llm.scores[: len(ids)]
+
+    def batched(self, ids: list[int], n: int, new: int) -> int:
+        """n sequences in one llama.cpp context (a sequence id each), decoded together a step at a time."""
+        import numpy as np
+        from llama_cpp import _internals
+
+        base = self.llm.context_params
+        params = type(base).from_buffer_copy(base)
+        per_sequence = -(-(len(ids) + new + 8) // 256) * 256  # llama.cpp rounds each sequence's share to 256
+        params.n_seq_max, params.n_ctx = n, n * per_sequence
+        params.n_batch = max(n * len(ids), n)  # every prompt's tokens go in one decode call
+        params.n_ubatch = min(params.n_batch, 512)
+        vocab = self.llm.n_vocab()
+        with closing(_internals.LlamaContext(model=self.llm._model, params=params, verbose=False)) as ctx, \
+                closing(_internals.LlamaBatch(n_tokens=max(n * len(ids), n), embd=0, n_seq_max=n, verbose=False)) as batch:
+            for seq in range(n):
+                batch.add_sequence(ids, seq, False)
+            ctx.decode(batch)
+            last = [len(ids) * (seq + 1) - 1 for seq in range(n)]  # where each sequence's logits are
+            for step in range(new - 1):
+                picked = [int(np.argmax(np.ctypeslib.as_array(ctx.get_logits_ith(i), shape=(vocab,)))) for i in last]
+                raw = batch.batch
+                raw.n_tokens = n
+                for seq, token in enumerate(picked):
+                    raw.token[seq], raw.pos[seq], raw.seq_id[seq][0] = token, len(ids) + step, seq
+                    raw.n_seq_id[seq], raw.logits[seq] = 1, True
+                ctx.decode(batch)
+                last = list(range(n))
+        return n * new
 
 
 def open_runtime(runtime: str, path: Path, n_ctx: int) -> Runtime:
@@ -203,7 +263,13 @@ def measure(rt: Runtime, cases: dict[str, Any], load_s: float = 0.0) -> dict[str
         s, n = nll(rt, list(ids))
         total, count = total + s, count + n
     ttft.sort()
-    return {"tokens": tokens, "nll": total, "count": count,
+    batch = int(cases.get("batch") or 0)
+    batch_tps = None
+    if batch > 1 and cases["prompts"]:
+        t0 = time.perf_counter()
+        made = rt.batched(list(cases["prompts"][0]), batch, int(cases["max_new_tokens"]))
+        batch_tps = made / (time.perf_counter() - t0)
+    return {"tokens": tokens, "nll": total, "count": count, "batch": batch, "batch_tokens_per_s": batch_tps,
             "perplexity": math.exp(total / count) if count else None, "load_s": round(load_s, 3),
             "ttft_s": ttft[len(ttft) // 2] if ttft else None,
             "tokens_per_s": new / gen_s if gen_s > 0 else None,

@@ -119,7 +119,7 @@ def cases(src: Source, spec: ExportSpec) -> dict[str, Any]:
              ["input_ids"] for r in rows[: spec.parity_samples]]
     longest = max([len(p) + spec.check_tokens for p in prompts] + [len(t) for t in texts])
     return {"prompts": prompts, "texts": texts, "max_new_tokens": spec.check_tokens,
-            "eos": _eos_ids(src.model, tok), "n_ctx": longest + 8,
+            "eos": _eos_ids(src.model, tok), "n_ctx": longest + 8, "batch": spec.check_batch,
             "references": [split_row(r)[1] for r in rows[: spec.check_prompts]]}
 
 
@@ -158,7 +158,7 @@ class LlmExport:
         self.reference = llm_check.measure(llm_check.TorchRuntime(self.src.model), self.cases)
         params = list(self.src.model.parameters())
         self.result["reference"] = {
-            **{k: self.reference[k] for k in ("perplexity", "ttft_s", "tokens_per_s")},
+            **{k: self.reference[k] for k in ("perplexity", "ttft_s", "tokens_per_s", "batch", "batch_tokens_per_s")},
             "runtime": "torch", "metrics": answer_metrics(self.src.tokenizer, self.reference["tokens"],
                                                           self.cases["references"]),
             "bytes": sum(p.numel() * p.element_size() for p in params), "params": sum(p.numel() for p in params)}
@@ -191,7 +191,8 @@ class LlmExport:
         got_file.unlink()
         log.unlink()
         report = {**llm_check.compare(self.reference, got), "runtime": runtime,
-                  **{k: got[k] for k in ("load_s", "ttft_s", "tokens_per_s", "peak_rss_bytes")},
+                  **{k: got.get(k) for k in ("load_s", "ttft_s", "tokens_per_s", "batch", "batch_tokens_per_s",
+                                             "peak_rss_bytes")},
                   "metrics": answer_metrics(self.src.tokenizer, got["tokens"], self.cases["references"])}
         change = report["perplexity_change"]
         self.ctx.log(f"{name} in {runtime}: {report['identical_answers']}/{report['prompts']} identical answers, "

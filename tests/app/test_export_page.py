@@ -495,7 +495,7 @@ SMOL = finetune_record("r20260101-smol", "smollm2-short-answers",
 def _check(same: int, ppl: float, enforced: bool) -> dict[str, Any]:
     return {"prompts": 8, "identical_answers": same, "perplexity": ppl, "reference_perplexity": 2.0,
             "perplexity_change": ppl / 2.0 - 1, "token_agreement": same / 8, "runtime": "llama.cpp",
-            "tokens_per_s": 40.0, "ttft_s": 0.05, **({"enforced": True} if enforced else {"reported_because": "quantized"})}
+            "tokens_per_s": 40.0, "ttft_s": 0.05, "batch": 4, "batch_tokens_per_s": 120.0, **({"enforced": True} if enforced else {"reported_because": "quantized"})}
 
 
 LLM_RESULT = {"source_run": SMOL["id"], "task": "causal_lm", "reference": {"perplexity": 2.0}, "formats": {
@@ -534,6 +534,7 @@ def test_a_language_model_exports_to_its_own_formats_checked_by_generating(qtbot
     spec = page.spec()
     assert spec["formats"] == ["hf", "gguf", "onnx_genai"] and spec["gguf_types"] == ["f16", "q8_0"]
     assert spec["genai_precisions"] == ["fp32", "int4"] and spec["adapter"] == "separate" and "opset" not in spec
+    assert spec["check_batch"] == 4
     assert page.errors == {} and page.next_button.isEnabled()
 
     # No GGUF type ticked: the message is under the types, on this step.
@@ -552,9 +553,10 @@ def test_a_language_model_exports_to_its_own_formats_checked_by_generating(qtbot
     settle(qtbot, engine.client)
     engine.client.publish("run/r-exp/result", {"kind": "result", **LLM_RESULT})
     cells = page.run_step.format_cells()
-    assert cells["hf"][1:] == ["hf", "513.1 MiB", "2.000 (+0.00%)", "8 of 8", "passed"]
-    assert cells["gguf f16"][1:] == ["gguf/smol-f16.gguf", "257.5 MiB", "2.004 (+0.20%)", "8 of 8", "passed"]
-    assert cells["gguf q4_k_m"][3:] == ["2.200 (+10.00%)", "5 of 8", "reported"]
-    headers = [page.results_table.horizontalHeaderItem(c).text() for c in range(6)]
-    assert headers[3:] == ["Perplexity (change)", "Same greedy answers", "Check"]
+    assert cells["hf"][1:] == ["hf", "513.1 MiB", "2.000 (+0.00%)", "8 of 8", "40.0 · 120.0 (4)", "50 ms", "passed"]
+    assert cells["gguf f16"][1:4] == ["gguf/smol-f16.gguf", "257.5 MiB", "2.004 (+0.20%)"]
+    assert cells["gguf q4_k_m"][3:] == ["2.200 (+10.00%)", "5 of 8", "40.0 · 120.0 (4)", "50 ms", "reported"]
+    headers = [page.results_table.horizontalHeaderItem(c).text() for c in range(8)]
+    assert headers[3:] == ["Perplexity (change)", "Same greedy answers", "Tokens/s (1 · N at once)", "First token",
+                           "Check"]
     assert "token for token" in page.run_step.parity_label.text()

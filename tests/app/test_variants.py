@@ -357,6 +357,7 @@ def test_compare_page_hosts_the_variants_tab(qtbot):
 def _llm_check(ppl: float, tokens_per_s: float, em: float, rouge: float, runtime: str, agreement: float,
                peak: int) -> dict[str, Any]:
     return {"perplexity": ppl, "tokens_per_s": tokens_per_s, "token_agreement": agreement, "runtime": runtime,
+            "batch": 4, "batch_tokens_per_s": 2.5 * tokens_per_s, "ttft_s": 2 / tokens_per_s,
             "peak_rss_bytes": peak, "metrics": {"exact_match": em, "rouge_l": rouge}, "prompts": 8,
             "identical_answers": 8 if agreement == 1 else 3}
 
@@ -366,6 +367,7 @@ SMOL_EXPORT = {  # a language-model export's deployment as engine/daemon/job_rec
     "device": None, "compat": None,
     "llm": {"check_rows": "validation data of r-smol",
             "reference": {"perplexity": 2.0, "tokens_per_s": 20.0, "bytes": 538 * MB, "params": 134_500_000,
+                          "batch": 4, "batch_tokens_per_s": 40.0, "ttft_s": 0.12,
                           "metrics": {"exact_match": 0.5, "rouge_l": 0.6}},
             "files": [
                 {"format": "hf", "kind": "hf", "path": "/runs/r-files/export/hf", "bytes": 538 * MB,
@@ -396,6 +398,9 @@ def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtb
     assert texts(view, "delta") == ["—", "+0.00", "+0.01", "+0.30"]
     assert texts(view, "em") == ["50.0%", "50.0%", "50.0%", "37.5%"] and texts(view, "rouge")[3] == "50.0%"
     assert texts(view, "b1") == ["50.00", "52.63", "25.00", "12.50"]  # ms per generated token
+    assert texts(view, "bn") == ["25.00", "21.05", "10.00", "5.00"]  # with 4 requests batched: all tokens together
+    assert texts(view, "ttft") == ["120 ms", "105 ms", "50 ms", "25 ms"] and not view.table.isColumnHidden(COLUMN["ttft"])
+    assert view.model.headerData(COLUMN["bn"], Qt.Orientation.Horizontal) == "ms/token b4"
     assert texts(view, "compression") == ["1.00×", "1.00×", "1.99×", "5.12×"]
     assert texts(view, "speedup")[3] == "4.00×"
     header = view.model.headerData(COLUMN["b1"], Qt.Orientation.Horizontal)
@@ -417,3 +422,4 @@ def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtb
 
 def test_a_classifiers_table_has_no_answer_score_columns(view):
     assert view.table.isColumnHidden(COLUMN["em"]) and view.table.isColumnHidden(COLUMN["rouge"])
+    assert view.table.isColumnHidden(COLUMN["ttft"])

@@ -51,7 +51,7 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     for name in ("hf", "gguf/f16", "onnx_genai/fp32"):  # full precision: the same answers, token for token
         c = checks[name]
         assert c["enforced"] and c["identical_answers"] == c["prompts"] == 3 and abs(c["perplexity_change"]) < 0.01, (name, c)
-        assert c["tokens_per_s"] > 0 and c["ttft_s"] > 0
+        assert c["tokens_per_s"] > 0 and c["ttft_s"] > 0 and c["batch"] == 4 and c["batch_tokens_per_s"] > 0
     for name in ("gguf/q4_k_m", "onnx_genai/int4"):  # 4-bit: reported, and measurably not the same model
         c = checks[name]
         assert c["reported_because"] == "quantized" and c["perplexity"] > ref_ppl * 1.001 and 0 <= c["token_agreement"] <= 1
@@ -62,6 +62,8 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert modelfile.startswith("FROM ./smollm2-135m-instruct-q4_k_m.gguf") and "<|im_start|>" in modelfile
     assert "PARAMETER stop \"<|im_end|>\"" in modelfile
     assert "same answers" in out.stdout and "gguf q4_k_m" in out.stdout and "ollama create" in out.stdout
+    assert "b4 tok/s" in out.stdout and "first token" in out.stdout
+    assert result["reference"]["batch"] == 4 and result["reference"]["batch_tokens_per_s"] > 0
     assert not any(p.name.startswith(".") for p in (Path(job["run_dir"]) / "export").iterdir())  # nothing left over
 
     # Each file served in its own runtime behind Ember's OpenAI-compatible server: the fp32 ONNX and the f16 GGUF

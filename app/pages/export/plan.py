@@ -47,7 +47,7 @@ FORMAT_INFO: dict[str, tuple[str, str]] = {
 assert tuple(FORMAT_INFO) == EXPORT_FORMATS + LLM_FORMATS
 GGUF_TYPES = ("f16", "bf16", "q8_0", "q5_k_m", "q4_k_m", "q4_0")
 GENAI_PRECISIONS = ("fp32", "fp16", "int4")
-LLM_OPTIONS = ("gguf_types", "genai_precisions", "adapter", "check_prompts")
+LLM_OPTIONS = ("gguf_types", "genai_precisions", "adapter", "check_prompts", "check_batch")
 
 # Jetson titles (engine/export/jetson_profiles.py has the full profiles; the GUI needs the names only).
 TARGET_TITLES: dict[str, str] = {
@@ -84,7 +84,7 @@ def default_options() -> dict[str, Any]:
             "target": "orin_nano", "jetpack": "", "precision": "fp16", "dla_core": None,
             "workspace_mb": 1024, "host": None, "benchmark_s": 10.0,
             "gguf_types": ["f16", "q4_k_m"], "genai_precisions": ["fp32", "int4"], "adapter": "merge",
-            "check_prompts": 8}
+            "check_prompts": 8, "check_batch": 4}
 
 
 def onnx_only(record: dict[str, Any] | None) -> bool:
@@ -126,7 +126,8 @@ def build_spec(record: dict[str, Any] | None, options: dict[str, Any]) -> dict[s
     formats = [f for f in EXPORT_FORMATS + LLM_FORMATS if f in options["formats"]]
     if formats and all(f in LLM_FORMATS for f in formats):  # a language model's own options only
         spec = {"source_run": str((record or {}).get("id") or ""), "formats": formats,
-                "check_prompts": options["check_prompts"], "parity_samples": options["parity_samples"]}
+                "check_prompts": options["check_prompts"], "check_batch": options["check_batch"],
+                "parity_samples": options["parity_samples"]}
         if "gguf" in formats:
             spec["gguf_types"] = [t for t in GGUF_TYPES if t in options["gguf_types"]]
         if "onnx_genai" in formats:

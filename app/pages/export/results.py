@@ -16,7 +16,8 @@ PASSED, FAILED, REPORTED = "passed", "failed", "reported"
 VERDICT_COLOURS = {PASSED: "#2b8a3e", FAILED: "#c92a2a", REPORTED: "#5a6472"}
 SEVERITY_COLOURS = {"error": "#c92a2a", "warning": "#a35f00", "info": "#5a6472"}
 FORMAT_COLUMNS = ("Format", "File", "Size", "Max abs diff", "Top-1 agreement", "Parity")
-LLM_COLUMNS = ("Format", "File", "Size", "Perplexity (change)", "Same greedy answers", "Check")
+LLM_COLUMNS = ("Format", "File", "Size", "Perplexity (change)", "Same greedy answers", "Tokens/s (1 · N at once)",
+               "First token", "Check")
 FINDING_COLUMNS = ("Severity", "Node", "Op", "Message", "Fix")
 
 
@@ -90,8 +91,14 @@ def llm_rows(name: str, entry: dict[str, Any]) -> list[tuple[str, ...]]:
             else NONE
         same = f"{check['identical_answers']} of {check['prompts']}" if "prompts" in check else NONE
         size = fmt.size(f["bytes"]) if isinstance(f.get("bytes"), (int, float)) else NONE
+        speed = NONE
+        if isinstance(check.get("tokens_per_s"), (int, float)):
+            speed = f"{check['tokens_per_s']:.1f}"
+            if isinstance(check.get("batch_tokens_per_s"), (int, float)):
+                speed += f" · {check['batch_tokens_per_s']:.1f} ({check.get('batch')})"
+        first = f"{check['ttft_s'] * 1000:.0f} ms" if isinstance(check.get("ttft_s"), (int, float)) else NONE
         rows.append((name if kind == name else f"{name} {kind}", _in_export(str(f.get("path") or "")) or NONE, size,
-                     shown_ppl, same, _llm_verdict(check)))
+                     shown_ppl, same, speed, first, _llm_verdict(check)))
     return rows
 
 

@@ -36,7 +36,7 @@ class FormatsStep(FormStep):
     title = "Formats"
     prefixes = ("formats", "opset", "dynamic_batch", "dynamic_sequence", "max_batch", "opt_batch", "seq_len",
                 "slim", "torchscript_mode", "parity_samples", "tolerance", "gguf_types", "genai_precisions", "adapter",
-                "check_prompts")
+                "check_prompts", "check_batch")
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -111,6 +111,9 @@ class FormatsStep(FormStep):
                              "A LoRA run's merged checkpoint, or its adapter alone beside the base model"))
         self.add_field(form, "check_prompts", "Check prompts",
                        spin(1, 1000, "validation prompts every file answers greedily, compared with the source model"))
+        self.add_field(form, "check_batch", "Requests at once",
+                       spin(0, 64, "tokens/s with this many requests batched together in each file's runtime, beside "
+                                   "one at a time (0: skip)"))
         outer.addWidget(self.llm_card)
         outer.addWidget(self.general_message)
         outer.addStretch(1)

@@ -272,7 +272,9 @@ class RunStep(Step):
     def _render_formats(self) -> None:
         table = self.results_table
         llm = any(is_llm(e) for e in self.formats.values())
-        table.setHorizontalHeaderLabels(list(LLM_COLUMNS if llm else FORMAT_COLUMNS))
+        columns = LLM_COLUMNS if llm else FORMAT_COLUMNS
+        table.setColumnCount(len(columns))
+        table.setHorizontalHeaderLabels(list(columns))
         rows = [(cells, format_tooltip(entry)) for name, entry in self.formats.items()
                 for cells in (llm_rows(name, entry) if is_llm(entry) else [format_row(name, entry)])]
         table.setRowCount(len(rows))

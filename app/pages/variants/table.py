@@ -33,6 +33,8 @@ COLUMNS = (
                           "punctuation and articles)"),
     ("rouge", "ROUGE-L", "Language models: longest common word sequence with the data's answers (F-measure)"),
     ("b1", "p50 b1 (ms)", "Median latency of one example"),
+    ("ttft", "First token", "Language models: time from the prompt to the first generated token (median), one "
+                            "request at a time, in the file's own runtime"),
     ("bn", "p50 bN (ms)", "Median latency of a batch of N examples"),
     ("speedup", "Speed-up", "Parent latency / variant latency at batch N, both measured in the variant's own job"),
     ("size", "Size", "The model file(s)"),
@@ -104,7 +106,8 @@ class VariantsModel(QAbstractTableModel):
             if key == "metric":
                 return self.metric_header()
             if key in ("b1", "bn") and self.per_token():
-                return "ms/token b1" if key == "b1" else "ms/token bN"
+                batch = next((r.batch_n for r in self.rows if r.batch_n), None)
+                return "ms/token b1" if key == "b1" else f"ms/token b{batch or 'N'}"
             if key == "bn":
                 batch = next((r.batch_n for r in self.rows if r.batch_n), None)
                 return f"p50 b{batch} (ms)" if batch else header
@@ -114,7 +117,9 @@ class VariantsModel(QAbstractTableModel):
                 return tip.replace("accuracy in points", "perplexity (lower is better)")
             if key in ("b1", "bn") and self.per_token():
                 return ("Milliseconds per generated token (1 / tokens per second), greedy, one request at a time, "
-                        "in the file's own runtime" if key == "b1" else "Milliseconds per token with N requests at once")
+                        "in the file's own runtime" if key == "b1" else
+                        "Milliseconds per generated token (1 / tokens per second of all requests together) with N "
+                        "requests at once, batched in the file's own runtime: lower than b1 when batching pays")
             if key == "agreement" and self.per_token():
                 return "Language models: share of the source model's greedy tokens matched before the first difference"
             return tip or None
@@ -173,6 +178,8 @@ class VariantsModel(QAbstractTableModel):
             return _fixed(row.b1_ms, 2)
         if key == "bn":
             return _fixed(row.bn_ms, 2)
+        if key == "ttft":
+            return _fixed(row.ttft_s * 1000 if row.ttft_s is not None else None, 0, " ms")
         if key in ("speedup", "compression"):
             return _fixed(getattr(row, key), 2, "×")
         if key == "size":
@@ -189,7 +196,8 @@ class VariantsModel(QAbstractTableModel):
         values = {"technique": row.technique if not row.is_parent else "", "name": row.name.lower(),
                   "state": row.state, "metric": row.metric, "delta": 0.0 if row.is_parent else row.delta,
                   "agreement": row.agreement, "em": row.quality.get("exact_match"),
-                  "rouge": row.quality.get("rouge_l"), "b1": row.b1_ms, "bn": row.bn_ms, "speedup": row.speedup,
+                  "rouge": row.quality.get("rouge_l"), "b1": row.b1_ms, "bn": row.bn_ms, "ttft": row.ttft_s,
+                  "speedup": row.speedup,
                   "size": row.size_bytes, "compression": row.compression, "params": row.params,
                   "peak": row.peak_bytes,
                   "device": ((row.device or {}).get("latency_ms") or {}).get("median")}

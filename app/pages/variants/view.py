@@ -287,7 +287,7 @@ class VariantsView(QWidget):
         self._rows = rows
         self.model.set_rows(rows)
         llm = self.model.per_token()
-        for key in ("em", "rouge"):  # a language model's answer scores; a classifier has none
+        for key in ("em", "rouge", "ttft"):  # a language model's answer scores and first token; a classifier has none
             self.table.setColumnHidden(COLUMN[key], not llm)
         self.latency_limit.setSuffix(" ms/token" if llm else " ms")
         self._fit_table()
