@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp for the GGUF export and its checks (docs/export.md#gguf): llama-cpp-python built from its
 # source distribution (which carries llama.cpp itself), and llama.cpp's converter (convert_hf_to_gguf.py,
-# conversion/, gguf-py/) from the same source, installed into .venv (.venv/share/llama.cpp).
+# conversion/, gguf-py/) from the same source, installed into .venv (.venv/share/llama.cpp), with the
+# source needed to build llama.cpp's tools (llama.cpp-src.tar.gz, ~10 MB) for a Jetson bundle.
 #
 # The build takes about 3.5 minutes on 2 cores, so the wheel is kept in ~/.cache/ember-studio (or
 # $EMBER_BUILD_CACHE) per version and built once per machine; later installs take seconds.
@@ -38,6 +39,13 @@ install() {
   rm -rf "$share" && mkdir -p "$share"
   tar -xzf "$SDIST" -C "$share" --strip-components=3 \
     "$top/convert_hf_to_gguf.py" "$top/conversion" "$top/gguf-py" "$top/LICENSE"
+  # The source a language model's Jetson bundle carries, to build llama.cpp on the device (engine/export/llm_bundle.py).
+  local src
+  src="$(mktemp -d)"
+  tar -xzf "$SDIST" -C "$src" --strip-components=3 "$top/CMakeLists.txt" "$top/cmake" "$top/common" "$top/ggml" \
+    "$top/include" "$top/src" "$top/tools" "$top/vendor" "$top/LICENSE"
+  tar -czf "$share/llama.cpp-src.tar.gz" -C "$src" .
+  rm -rf "$src"
   echo "$VERSION" > "$share/VERSION"
 }
 

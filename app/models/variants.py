@@ -115,15 +115,21 @@ def latest_device(deployments: list[dict[str, Any]] | None) -> dict[str, Any] | 
     """The newest finished export with device figures (the engine lists them newest first)."""
     for d in deployments or []:
         device = d.get("device") or {}
-        if d.get("state") == "succeeded" and (device.get("latency_ms") or device.get("throughput_qps")):
+        if d.get("state") == "succeeded" and (device.get("latency_ms") or device.get("throughput_qps")
+                                              or device.get("tokens_per_s")):
             return {**device, "job": d.get("job")}
     return None
 
 
 def device_text(device: dict[str, Any] | None) -> str:
-    """'1.02 ms · 950/s' from a device entry: median latency and throughput."""
+    """'1.02 ms · 950/s' from a device entry: median latency and throughput; a language model's (llama.cpp on
+    the device): '41.2 tok/s · first token 180 ms'."""
     if not device:
         return ""
+    if device.get("runtime") == "llama.cpp":
+        tps, first = _num(device.get("tokens_per_s")), _num(device.get("ttft_ms"))
+        return " · ".join(([f"{tps:.1f} tok/s"] if tps is not None else [])
+                          + ([f"first token {first:.0f} ms"] if first is not None else []))
     median = _num((device.get("latency_ms") or {}).get("median") or (device.get("latency_ms") or {}).get("mean"))
     qps = _num(device.get("throughput_qps"))
     parts = ([f"{median:.2f} ms"] if median is not None else []) + ([f"{qps:.0f}/s"] if qps is not None else [])
@@ -162,6 +168,9 @@ def llm_rows(deployment: dict[str, Any]) -> list[Row]:
                   runtime=str(check.get("runtime") or ""),
                   quality={k: v for k, v in (check.get("metrics") or {}).items() if _num(v) is not None},
                   entry={"check": check, "path": f.get("path")}, parent_entry=ref)
+        device = deployment.get("device") or {}
+        if fmt_name == "gguf" and device.get("gguf_type") == kind and not device.get("stopped"):
+            row.device = device  # this very file, timed on the Jetson
         ref_ppl = _num(ref.get("perplexity"))
         if row.metric is not None and ref_ppl is not None:
             row.delta = row.metric - ref_ppl

@@ -159,6 +159,8 @@ class ExportSpec(Spec):
     genai_precisions: list[Literal["fp32", "fp16", "int4"]] = Field(
         default_factory=lambda: ["fp32", "int4"], min_length=1,
         description="ONNX-GenAI models to build: fp32, fp16, int4 (weight-only, MatMulNBits)")
+    jetson_gguf: Literal["f16", "bf16", "q8_0", "q5_k_m", "q4_k_m", "q4_0"] | None = Field(
+        None, description="language models: the GGUF type in the Jetson bundle; None = the smallest written")
     adapter: Literal["merge", "separate"] = Field(
         "merge", description="hf of a LoRA run: merge the adapter into the weights, or keep it separate")
     data: str | None = Field(None, min_length=1, max_length=4096,
@@ -206,11 +208,17 @@ class ExportSpec(Spec):
         if len(set(self.formats)) != len(self.formats):
             problems.append("formats lists a format twice")
         llm = [f for f in self.formats if f in LLM_FORMATS]
-        if llm and len(llm) != len(self.formats):
+        others = [f for f in self.formats if f not in LLM_FORMATS and f != "jetson"]
+        if llm and others:
             problems.append(f"{', '.join(llm)} (language-model formats) cannot share a job with "
-                            f"{', '.join(f for f in self.formats if f not in LLM_FORMATS)}: export them separately")
+                            f"{', '.join(others)}: export them separately")
         if self.model is not None and not llm:
-            problems.append("a base model (model) exports to the language-model formats only: hf, gguf, onnx_genai")
+            problems.append("a base model (model) exports to the language-model formats only: hf, gguf, onnx_genai "
+                            "(and jetson with gguf)")
+        if llm and "jetson" in self.formats and "gguf" not in self.formats:
+            problems.append("a language model's Jetson bundle carries a GGUF file: add gguf to formats")
+        if self.jetson_gguf and self.jetson_gguf not in self.gguf_types:
+            problems.append(f"jetson_gguf {self.jetson_gguf} is not in gguf_types ({', '.join(self.gguf_types)})")
         if self.model is not None and self.model.run:
             problems.append("name a run with source_run, not model.run")
         for name in ("gguf_types", "genai_precisions"):
@@ -314,6 +322,14 @@ class ServeSpec(Spec):
     max_new_tokens: int = Field(512, ge=1, le=32768, description="a request's max_tokens when it sends none, and "
                                                                  "the most it may ask for")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: a CUDA GPU when there is one")
+    backend: Literal["auto", "ember", "vllm"] = Field(
+        "auto", description="auto: vLLM for a language model where CUDA GPUs and vLLM are (tensor parallel across "
+                            "the GPUs), else Ember's server (transformers, llama.cpp or ONNX Runtime GenAI)")
+    tensor_parallel: int | None = Field(None, ge=1, le=64, description="vLLM: GPUs the model is split across; "
+                                                                        "None = every GPU the machine has")
+    vllm_python: str | None = Field(None, min_length=1, max_length=4096,
+                                    description="vLLM: the Python that has it (often a venv of its own); None = "
+                                                "the engine's")
     api_key_file: str | None = Field(None, min_length=1, max_length=4096,
                                      description="a file holding the key clients must send (Authorization: Bearer "
                                                  "KEY); None: none on loopback, and on any other address the job "

@@ -99,7 +99,9 @@ def llm_files(result: dict[str, Any]) -> dict[str, Any]:
     """A language-model export's measured files (Compare's rows): the reference, then one entry per file."""
     files = []
     for fmt, entry in (result.get("formats") or {}).items():
-        for kind, f in ((entry.get("files") or {fmt: entry}).items() if isinstance(entry, dict) else ()):
+        if not isinstance(entry, dict):
+            continue
+        for kind, f in (entry["files"] if isinstance(entry.get("files"), dict) else {fmt: entry}).items():
             if isinstance(f, dict) and isinstance(f.get("check"), dict):
                 files.append({"format": fmt, "kind": kind, "path": f.get("path"), "bytes": f.get("bytes"),
                               "check": f["check"]})

@@ -52,6 +52,7 @@ from engine.training.context import JobFailed
 
 MANIFEST = "manifest.json"
 BUILD_SCRIPT = "build_engine.sh"
+LLM_BUILD_SCRIPT = "build_llama_cpp.sh"  # a language model's bundle (engine/export/llm_bundle.py)
 BENCH_SCRIPT = "benchmark.sh"
 TRT_BIN = "/usr/src/tensorrt/bin"  # where JetPack installs trtexec (not on PATH by default)
 PART = ".ember-part"  # suffix of a file being uploaded; renamed to its real name once whole
@@ -151,10 +152,11 @@ class JetsonLink:
                               "Check that the host's Python is 3.8 or newer.") from None
 
     # ---- facts
-    async def probe(self) -> dict[str, Any]:
-        """node_ctl's probe facts plus ``trtexec``: {path, tensorrt_version, banner} (path None when not found)."""
+    async def probe(self, trtexec: bool = True) -> dict[str, Any]:
+        """node_ctl's probe facts plus ``trtexec``: {path, tensorrt_version, banner} (path None when not found,
+        or not looked for)."""
         facts = await self._python(NODE_CTL_SOURCE, "probe", {"workdir": self.host.workdir, "import_torch": False})
-        found = await self._python(HOST_HELPER, "trtexec", {}, timeout=120)
+        found = await self._python(HOST_HELPER, "trtexec", {}, timeout=120) if trtexec else {}
         facts["trtexec"] = {"path": found.get("path"), "tensorrt_version": tensorrt_version(found.get("banner")),
                             "banner": found.get("banner"), "error": found.get("error")}
         self.use_facts(facts)
@@ -355,14 +357,14 @@ class JetsonLink:
                     return
 
 
-def probe(host: HostSpec, known_hosts: Path) -> dict[str, Any]:
+def probe(host: HostSpec, known_hosts: Path, trtexec: bool = True) -> dict[str, Any]:
     """The host's facts (JetsonLink.probe) over a connection of its own; RemoteError becomes JobFailed."""
 
     async def _probe() -> dict[str, Any]:
         link = JetsonLink(host, known_hosts)
         try:
             await link.connect()
-            return await link.probe()
+            return await link.probe(trtexec)
         finally:
             link.close()
 
@@ -380,15 +382,21 @@ def _failed(host: HostSpec, script: str, rc: int, tail: collections.deque, hint:
 def deploy(host: HostSpec, known_hosts: Path, bundle_dir: Path, remote_dir: str, *, on_event: OnEvent,
            should_stop: Callable[[], bool] = lambda: False, build: bool = True, benchmark: bool = True,
            facts: dict[str, Any] | None = None, build_timeout: float = BUILD_TIMEOUT_S,
-           bench_timeout: float = BENCH_TIMEOUT_S) -> dict[str, Any]:
-    """probe -> upload -> build_engine.sh -> benchmark.sh -> the parsed trtexec summary (see the module docstring).
+           bench_timeout: float = BENCH_TIMEOUT_S, runtime: str = "tensorrt") -> dict[str, Any]:
+    """probe -> upload -> the build script -> benchmark.sh -> the parsed figures (see the module docstring).
 
-    ``facts``: a probe already made (by deploy.probe) for this host, not asked again. Returns {host, remote_dir,
-    facts: {jetson, trtexec}, upload, build: {rc, seconds}, benchmark}, and ``stopped: <stage>`` when
-    should_stop() ended it early. Failures raise JobFailed with what to do."""
-    from engine.export import trtexec
+    ``runtime``: ``tensorrt`` (build_engine.sh with trtexec, which must be there; trtexec's summary) or
+    ``llama.cpp`` (a language model's bundle: build_llama_cpp.sh uses or builds llama.cpp; llama-bench's
+    figures). ``facts``: a probe already made (by deploy.probe) for this host, not asked again. Returns {host,
+    remote_dir, facts: {jetson, trtexec}, upload, build: {rc, seconds}, benchmark}, and ``stopped: <stage>``
+    when should_stop() ended it early. Failures raise JobFailed with what to do."""
+    from engine.export import llama_bench, trtexec
 
-    result: dict[str, Any] = {"host": host.name, "remote_dir": remote_dir}
+    tensorrt = runtime == "tensorrt"
+    build_script = BUILD_SCRIPT if tensorrt else LLM_BUILD_SCRIPT
+    parse = trtexec.parse_output if tensorrt else llama_bench.parse_output
+    hints = _HINTS if tensorrt else _LLM_HINTS
+    result: dict[str, Any] = {"host": host.name, "remote_dir": remote_dir, "runtime": runtime}
     stage = {"now": "connecting"}
 
     async def _run() -> dict[str, Any]:
@@ -396,13 +404,13 @@ def deploy(host: HostSpec, known_hosts: Path, bundle_dir: Path, remote_dir: str,
         try:
             await link.connect()
             stage["now"] = "probing"
-            if facts and facts.get("trtexec"):
+            if facts and (facts.get("trtexec") or not tensorrt):
                 found = facts
                 link.use_facts(facts)
             else:
-                found = await link.probe()
+                found = await link.probe(trtexec=tensorrt)
             result["facts"] = {"jetson": found.get("jetson"), "trtexec": found.get("trtexec")}
-            if build and not (found.get("trtexec") or {}).get("path"):
+            if tensorrt and build and not (found.get("trtexec") or {}).get("path"):
                 raise JobFailed(f"trtexec was not found on {where(host)} (looked in $TRTEXEC, PATH, {TRT_BIN} and "
                                 f"{_dirname(found)})",
                                 "Install TensorRT with JetPack (sudo apt install nvidia-jetpack), or set TRTEXEC "
@@ -417,7 +425,7 @@ def deploy(host: HostSpec, known_hosts: Path, bundle_dir: Path, remote_dir: str,
             if result["upload"].pop("stopped", False) or should_stop():
                 return {**result, "stopped": "upload"}
             on_event("upload", 1.0, f"bundle complete on {host.name}:{base}")
-            steps = [(BUILD_SCRIPT, "build", build_timeout)] if build else []
+            steps = [(build_script, "build", build_timeout)] if build else []
             steps += [(BENCH_SCRIPT, "benchmark", bench_timeout)] if benchmark else []
             for script, name, limit in steps:
                 stage["now"] = f"running {script}"
@@ -436,14 +444,15 @@ def deploy(host: HostSpec, known_hosts: Path, bundle_dir: Path, remote_dir: str,
                 if should_stop():  # killed on the host: its rc and output say nothing about the model
                     return {**result, "stopped": name}
                 if rc != 0:
-                    raise _failed(host, script, rc, tail, _HINTS[name])
+                    raise _failed(host, script, rc, tail, hints[name])
                 if name == "build":
                     result["build"] = {"rc": rc, "seconds": seconds}
                 else:
                     try:
-                        result["benchmark"] = trtexec.parse_output("\n".join(lines))
+                        result["benchmark"] = parse("\n".join(lines))
                     except ValueError as exc:
-                        raise JobFailed(f"{script} on {host.name} ended without trtexec's figures: {exc}",
+                        raise JobFailed(f"{script} on {host.name} ended without {'trtexec' if tensorrt else 'llama-bench'}'s "
+                                        f"figures: {exc}",
                                         "Run bash benchmark.sh in the bundle's folder on the device and read its "
                                         "output (benchmark.log).") from None
             return result
@@ -455,8 +464,8 @@ def deploy(host: HostSpec, known_hosts: Path, bundle_dir: Path, remote_dir: str,
     except LinkLost as exc:
         again = {"uploading": "run the export again: the upload resumes (the files already on the host are kept; "
                               "only missing or changed ones are sent).",
-                 f"running {BUILD_SCRIPT}": "run the export again: the bundle on the host is complete and is not "
-                                            "sent again; the engine is built again.",
+                 f"running {build_script}": "run the export again: the bundle on the host is complete and is not "
+                                            "sent again; the build runs again.",
                  f"running {BENCH_SCRIPT}": "run the export again: the bundle on the host is not sent again."}
         raise JobFailed(str(exc), f"Check the network, then {again.get(stage['now'], 'run the export again.')}") \
             from None
@@ -474,4 +483,11 @@ _HINTS = {
              "sha256 error means the bundle changed after it was written (export it again).",
     "benchmark": "Read the device's output (above, and in the run's log): an engine built by another TensorRT version must be rebuilt "
                  "(run the export again); shapes outside the profile need a larger max_batch.",
+}
+_LLM_HINTS = {
+    "build": "Read the device's output (above, and in the run's log): a missing cmake or compiler means "
+             "sudo apt install cmake build-essential on the device; a manifest or sha256 error means the bundle "
+             "changed after it was written (export it again).",
+    "benchmark": "Read the device's output (above, and in the run's log): 'out of memory' or a failed load means "
+                 "a smaller GGUF type (jetson_gguf), or fewer layers on the GPU (EMBER_NGL on the device).",
 }

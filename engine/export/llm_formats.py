@@ -45,6 +45,18 @@ def llama_cpp_home() -> Path | None:
     return None
 
 
+def llama_source() -> tuple[Path | None, str]:
+    """(llama.cpp's source as a .tar.gz, its version) from the converter's folder, for a Jetson bundle to build
+    on the device; (None, version or 'unknown') when scripts/llama_cpp.sh kept no source here."""
+    home = llama_cpp_home()
+    if home is None:
+        return None, "unknown"
+    version_file = home / "VERSION"
+    version = version_file.read_text().strip() if version_file.is_file() else "unknown"
+    source = home / "llama.cpp-src.tar.gz"
+    return (source if source.is_file() else None), version
+
+
 def gguf_missing() -> str | None:
     """Why GGUF cannot be written here, or None."""
     try:

@@ -8,7 +8,6 @@ Reads the source run's ``model/`` (never changes it) and writes this run's
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import sys
@@ -19,12 +18,12 @@ from typing import Any
 from engine.api.job_terms import FINETUNE
 from engine.api.specs import LLM_FORMATS, ExportSpec
 from engine.compress.variant import progress
+from engine.recipes.deploy_step import deploy_host, run_deploy
 from engine.trainer import source as sources
 from engine.training.context import JobContext, JobFailed, run_job
 
 TORCH_ONLY = ("torchscript", "pt2")
 NEEDS_ONNX = ("onnx", "ort", "tensorrt", "triton", "jetson")
-HOST_FILE = "deploy_host.json"  # the Jetson host's profile, written by the engine when the job is submitted
 
 
 class Export:
@@ -261,34 +260,14 @@ class Export:
         return report
 
     def deploy(self, host: tuple[Any, Path], bundle: Path, facts: dict[str, Any] | None) -> dict[str, Any]:
-        from engine.export import deploy
-
-        spec, known_hosts = host
-        remote_dir = f"{spec.workdir.rstrip('/')}/deploy/{self.run_dir.name}"
-        last = {"t": 0.0}
-
-        def on_event(stage: str, *args: Any) -> None:
-            if stage == "upload":
-                fraction, message = args
-                now = time.monotonic()
-                if now - last["t"] > 0.5 or fraction >= 1:
-                    last["t"] = now
-                    progress(self.ctx, "upload", 0.65 + 0.1 * float(fraction), message)
-                return
-            line = str(args[0])
-            self.ctx.emit("device", stage=stage, line=line)
-            self.ctx.log(f"[{spec.name} {stage}] {line}")
-
-        progress(self.ctx, "deploy", 0.65, f"copying the bundle to {spec.name}:{remote_dir}")
-        out = deploy.deploy(spec, known_hosts, bundle, remote_dir, on_event=on_event, facts=facts,
-                            should_stop=lambda: self.ctx.stop_requested)
+        spec = host[0]
+        out = run_deploy(self.ctx, host, bundle, facts)
         if out.get("stopped"):
-            self.ctx.log(f"stopped during the {out['stopped']} on {spec.name}; the files there are kept")
-            return {"host": spec.name, "remote_dir": out.get("remote_dir", remote_dir), "stopped": out["stopped"]}
+            return {"host": spec.name, "remote_dir": out["remote_dir"], "stopped": out["stopped"]}
         bench = out.get("benchmark") or {}
         device_facts = out.get("facts") or {}
         jetson = device_facts.get("jetson") or {}
-        device = {"host": spec.name, "remote_dir": out.get("remote_dir", remote_dir),
+        device = {"host": spec.name, "remote_dir": out["remote_dir"],
                   "jetpack": jetson.get("jetpack"), "l4t": jetson.get("l4t"),
                   "tensorrt": bench.get("tensorrt_version")
                   or (device_facts.get("trtexec") or {}).get("tensorrt_version"),
@@ -301,23 +280,7 @@ class Export:
 
     # ---- helpers
     def deploy_host(self) -> tuple[Any, Path] | None:
-        if not self.spec.host:
-            return None
-        from engine.api.host_spec import HostSpec
-
-        path = self.run_dir / HOST_FILE
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise JobFailed(f"The job has no profile for host {self.spec.host!r} ({path}: {exc})",
-                            "Submit the export through the engine (the GUI or `ember run`), which records it.") from exc
-        spec = HostSpec.model_validate(doc["host"])
-        if spec.auth == "password":
-            raise JobFailed(f"Host {spec.name} logs in with a password, which only the engine holds in memory",
-                            "Use key or agent authentication for one-click deploy (Hosts page > Edit).")
-        if spec.role != "jetson":
-            self.ctx.log(f"note: host {spec.name} is marked as a {spec.role} host, not a Jetson")
-        return spec, Path(doc["known_hosts"])
+        return deploy_host(self.ctx, self.spec.host)
 
     def labels(self) -> list[str]:
         from engine.export.metadata import labels

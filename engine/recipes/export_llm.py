@@ -25,6 +25,7 @@ from engine.api.specs import ExportSpec
 from engine.compress.variant import progress
 from engine.evaluate.facts import file_bytes
 from engine.export import llm_check, llm_formats
+from engine.recipes.deploy_step import deploy_host, run_deploy
 from engine.training.context import JobContext, JobFailed
 
 FULL_PRECISION = {"hf", "onnx_genai/fp32", "gguf/f16", "gguf/bf16"}
@@ -139,6 +140,12 @@ class LlmExport:
         self.staging: Path | None = None
 
     def check_tools(self) -> None:
+        if "jetson" in self.spec.formats:
+            from engine.export import jetson_profiles
+
+            if self.spec.target is None:
+                raise JobFailed("format jetson needs target", "Pick the Jetson (orin_nano, orin_nx, agx_orin, ...).")
+            jetson_profiles.jetpack_versions(self.spec.target, self.spec.jetpack)
         for fmt, missing in (("gguf", llm_formats.gguf_missing), ("onnx_genai", llm_formats.genai_missing)):
             if fmt in self.spec.formats and (why := missing()):
                 hint = llm_formats.SETUP_HINT if fmt == "gguf" else "Install it, or export the other formats."
@@ -263,6 +270,50 @@ class LlmExport:
                                                 self.src.tokenizer.eos_token)
         return {"path": str(root), "files": files, "modelfile": str(modelfile), "bytes": file_bytes(root)}
 
+    def jetson(self) -> dict[str, Any]:
+        """The Jetson bundle (engine/export/llm_bundle.py) of a GGUF file, and with a host the one-click deploy."""
+        from engine.export import jetson_bundle, jetson_profiles, llm_bundle
+
+        assert self.spec.target is not None
+        kind, gguf = llm_bundle.pick_gguf(self.result["formats"]["gguf"]["files"], self.spec.jetson_gguf)
+        host = deploy_host(self.ctx, self.spec.host)
+        facts, jetpack = None, self.spec.jetpack
+        if host is not None:
+            from engine.export import deploy
+
+            progress(self.ctx, "probe", 0.9, f"probing {host[0].name} ({host[0].address})")
+            facts = deploy.probe(host[0], host[1], trtexec=False)
+            reported = jetson_profiles.from_probe(facts.get("jetson") or {}).get("jetpack")
+            if not jetpack and reported in jetson_profiles.JETPACKS:
+                jetpack = reported
+        source, version = llm_formats.llama_source()
+        name = _stem(self.src.label)
+        bundle = llm_bundle.write_llm_bundle(self.out / "jetson" / name, gguf=gguf, gguf_type=kind,
+                                             target=self.spec.target, jetpack=jetpack, source=self.src.label,
+                                             spec_sha256=None, llama_source=source, llama_version=version)
+        manifest = bundle["manifest"]
+        for note in manifest["notes"]:
+            self.ctx.log(f"note: {note}")
+        report: dict[str, Any] = {"path": bundle["path"], "files": bundle["files"], "bytes": file_bytes(Path(bundle["path"])),
+                                  "target": self.spec.target, "jetpack": manifest["jetpack"], "runtime": "llama.cpp",
+                                  "gguf_type": kind, "has_source": manifest["has_source"], "notes": manifest["notes"]}
+        if self.spec.archive:
+            report["archive"] = jetson_bundle.write_archive(Path(bundle["path"]), self.out / "jetson" / f"{name}.tar.gz")
+        if host is not None:
+            out = run_deploy(self.ctx, host, Path(bundle["path"]), facts, runtime="llama.cpp")
+            if out.get("stopped"):
+                report["device"] = {"host": host[0].name, "remote_dir": out["remote_dir"], "stopped": out["stopped"]}
+                return report
+            bench = out.get("benchmark") or {}
+            found = (out.get("facts") or {}).get("jetson") or {}
+            report["device"] = self.result["device"] = {
+                "host": host[0].name, "remote_dir": out["remote_dir"], "runtime": "llama.cpp", "gguf_type": kind,
+                "jetpack": found.get("jetpack"), "l4t": found.get("l4t"), "build_s": (out.get("build") or {}).get("seconds"),
+                "upload": out.get("upload"), **{k: bench.get(k) for k in (
+                    "tokens_per_s", "prompt_tokens_per_s", "ttft_ms", "prompt_tokens", "gen_tokens", "backends",
+                    "gpu_info", "build_commit", "n_gpu_layers")}}
+        return report
+
     def finish(self) -> None:
         for leftover in (self.staging, self.out / ".genai-cache"):
             if leftover is not None and leftover.exists():
@@ -279,7 +330,7 @@ def run(ctx: JobContext, spec: ExportSpec) -> str | None:
     if job.out.exists():
         shutil.rmtree(job.out)  # a re-run starts clean: nothing half-written is mistaken for a result
     job.load(Path(ctx.run_dir).resolve().parent)
-    order = [f for f in ("hf", "onnx_genai", "gguf") if f in spec.formats]
+    order = [f for f in ("hf", "onnx_genai", "gguf", "jetson") if f in spec.formats]
     try:
         for i, fmt in enumerate(order):
             if ctx.stop_requested:

@@ -544,6 +544,12 @@ def test_a_language_model_exports_to_its_own_formats_checked_by_generating(qtbot
     # The ONNX logits graph is a job of its own.
     tick(page, "hf", "onnx")
     assert "cannot share a job" in step.field_messages["formats"].text() and not page.next_button.isEnabled()
+    # A Jetson bundle of the GGUF file: the Jetson and host, no TensorRT engine options.
+    tick(page, "gguf", "jetson")
+    spec = page.spec()
+    assert spec["formats"] == ["jetson", "gguf"] and spec["target"] == "orin_nano" and "precision" not in spec
+    assert page.errors == {} and not step.options_card.isVisibleTo(page)
+    assert not page.target_step.fields["precision"].isEnabled() and page.target_step.fields["target"].isEnabled()
     tick(page, "hf", "gguf")
 
     page.go_to(3)

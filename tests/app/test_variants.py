@@ -363,8 +363,11 @@ def _llm_check(ppl: float, tokens_per_s: float, em: float, rouge: float, runtime
 
 
 SMOL_EXPORT = {  # a language-model export's deployment as engine/daemon/job_records.py lists it
-    "job": "r-files", "name": "smol-files", "state": "succeeded", "ended_at": time.time(), "formats": ["gguf", "hf"],
-    "device": None, "compat": None,
+    "job": "r-files", "name": "smol-files", "state": "succeeded", "ended_at": time.time(),
+    "formats": ["gguf", "hf", "jetson"], "compat": None,
+    "device": {"host": "orin", "runtime": "llama.cpp", "gguf_type": "q4_k_m", "tokens_per_s": 41.2, "ttft_ms": 180.4,
+               "prompt_tokens": 128, "gen_tokens": 64, "prompt_tokens_per_s": 900.0, "backends": "CUDA",
+               "gpu_info": "Orin", "jetpack": "6.1"},
     "llm": {"check_rows": "validation data of r-smol",
             "reference": {"perplexity": 2.0, "tokens_per_s": 20.0, "bytes": 538 * MB, "params": 134_500_000,
                           "batch": 4, "batch_tokens_per_s": 40.0, "ttft_s": 0.12,
@@ -407,6 +410,9 @@ def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtb
     assert header == "ms/token b1" and view.model.headerData(COLUMN["metric"], Qt.Orientation.Horizontal) == "Perplexity"
     assert not view.table.isColumnHidden(COLUMN["em"])
     assert "llama.cpp" in view.proxy.index(3, COLUMN["technique"]).data(Qt.ItemDataRole.ToolTipRole)
+    # The q4_k_m file as timed on the Jetson by llama-bench (the export's device figures), and on the parent row.
+    assert texts(view, "device") == ["41.2 tok/s · first token 180 ms", "—", "—", "41.2 tok/s · first token 180 ms"]
+    assert "llama-bench" in view.proxy.index(3, COLUMN["device"]).data(Qt.ItemDataRole.ToolTipRole)
     # The smallest file within 0.5 perplexity of the source model and under 30 ms a token.
     view.set_limits(30.0, 0.5)
     assert view.recommended_id() == "r-files:gguf/q4_k_m"

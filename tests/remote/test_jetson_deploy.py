@@ -322,3 +322,84 @@ def test_export_job_one_click_to_jetson_through_the_engine(engine_proc, sshd, je
     assert any("[orin build]" in line for line in lines) and any("Throughput" in line for line in lines)
     deployment = c.call("compress.variants", id=parent["id"])["parent_deployments"][0]
     assert deployment["job"] == job["id"] and deployment["device"]["throughput_qps"] == device["throughput_qps"]
+
+
+FAKE_LLAMA_BENCH = Path(__file__).resolve().parent.parent / "fixtures" / "fake_llama_bench"
+
+
+def tiny_chat_model(folder: Path) -> Path:
+    """A 2-layer Llama with SmolLM2's tokenizer (llama.cpp's converter knows it), random weights drawn wide so
+    every next token has a clear winner (the f16 file gives the same greedy tokens): a GGUF of 8 MB."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.export.metadata import tokenizer_files
+    from engine.inference.models import model_folder
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         tie_word_embeddings=True, initializer_range=0.5)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    for f in tokenizer_files(model_folder({"builtin": "smollm2-135m-instruct"})):
+        shutil.copyfile(f, folder / f.name)
+    return folder
+
+
+@pytest.mark.timeout(300)
+def test_a_language_model_one_click_to_jetson_builds_times_and_reports_tokens_per_s(engine_proc, sshd, jetson,
+                                                                                       tmp_path):
+    """A GGUF export with format jetson and a host: the bundle (the GGUF, llama.cpp's source, the scripts), copied
+    over SSH, build_llama_cpp.sh finding the installed llama.cpp (here tests/fixtures/fake_llama_bench: a
+    STAND-IN for the device's CUDA build that runs the real file through the real llama.cpp on this CPU),
+    benchmark.sh's llama-bench JSON back as the device's figures."""
+    bench = jetson["trtexec"].parent / "llama-bench"
+    bench.write_text(f"#!{jetson['host'].python}\n" + FAKE_LLAMA_BENCH.read_text().split("\n", 1)[1])
+    bench.chmod(0o755)
+    model = tiny_chat_model(tmp_path / "tinysmol")
+    c = engine_proc.client(timeout=150)
+    host = jetson["host"]
+    if not any(h["name"] == "orin" for h in c.call("hosts.list")["hosts"]):
+        c.call("hosts.add", host=sshd.host("orin", python=host.python, workdir=host.workdir, role="jetson"))
+        c.call("hosts.trust", name="orin", fingerprint=sshd.fingerprint)
+    spec = {"model": {"path": str(model)}, "formats": ["gguf", "jetson"], "gguf_types": ["f16"],
+            "target": "orin_nano", "host": "orin", "check_prompts": 2, "check_tokens": 4, "parity_samples": 2,
+            "check_batch": 0, "archive": False}
+    from tests.engine.test_compress_jobs import finish
+
+    job = finish(c, c.call("jobs.start", kind="export.model", spec=spec, name="llm-to-orin")["id"])
+    assert job["state"] == "succeeded", c.call("jobs.logs", id=job["id"], tail=40)["lines"]
+    result = json.loads((Path(job["run_dir"]) / "result.json").read_text())
+    bundle = result["formats"]["jetson"]
+    names = set(bundle["files"])
+    assert {"tinysmol-f16.gguf", "build_llama_cpp.sh", "benchmark.sh", "chat.sh", "README.md",
+            "manifest.json"} <= names and bundle["gguf_type"] == "f16" and bundle["runtime"] == "llama.cpp"
+    from engine.export import llm_formats
+
+    if llm_formats.llama_source()[0] is not None:  # scripts/llama_cpp.sh keeps it: the device can build
+        assert "llama.cpp-src.tar.gz" in names and bundle["has_source"]
+    device = result["device"]
+    assert device["host"] == "orin" and device["runtime"] == "llama.cpp" and device["gguf_type"] == "f16"
+    assert device["tokens_per_s"] > 0 and device["prompt_tokens_per_s"] > 0 and device["ttft_ms"] > 0
+    assert device["prompt_tokens"] == 128 and device["gen_tokens"] == 64 and "stand-in" in device["backends"]
+    remote = Path(device["remote_dir"])
+    assert (remote / "manifest.json").is_file() and json.loads((remote / "benchmark.json").read_text())
+    lines = c.call("jobs.logs", id=job["id"], tail=1000)["lines"]
+    assert any("[orin build] llama.cpp is installed" in line for line in lines), lines[-30:]
+    assert any("[orin benchmark]" in line for line in lines)
+
+    # On a device with neither llama.cpp nor cmake the build script says what to install (and builds nothing).
+    bare = tmp_path / "bare-bin"
+    bare.mkdir()
+    import subprocess
+    import sys
+
+    (bare / "python3").symlink_to(sys.executable)
+    for tool in ("bash", "sha256sum", "head", "dirname", "tar", "mkdir", "rm"):
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+
+    out = subprocess.run(["bash", str(remote / "build_llama_cpp.sh")], capture_output=True, text=True, timeout=60,
+                         env={"PATH": str(bare), "HOME": str(tmp_path), "EMBER_LLAMA_CPP_DIR": str(tmp_path / "lc")})
+    assert out.returncode == 3 and "cmake is missing" in out.stderr and "build-essential" in out.stderr, out

@@ -36,7 +36,9 @@ FORMAT_INFO: dict[str, tuple[str, str]] = {
     "triton": ("Triton repository", "A model repository (config.pbtxt and the model) for NVIDIA Triton "
                                     "Inference Server."),
     "jetson": ("Jetson bundle", "A folder and .tar.gz with the ONNX model and scripts that build and "
-                                "benchmark the TensorRT engine on the Jetson itself."),
+                                "benchmark the TensorRT engine on the Jetson itself; for a language model, its "
+                                "GGUF file with llama.cpp's source and scripts that build llama.cpp (CUDA) and "
+                                "time it there."),
     "hf": ("Merged checkpoint", "A Hugging Face folder (safetensors, tokenizer, chat template), LoRA merged or "
                                 "kept as an adapter: what vLLM, TGI, SGLang and transformers load."),
     "gguf": ("GGUF (llama.cpp)", "Files for llama.cpp, Ollama and LM Studio, written by llama.cpp's converter and "
@@ -121,13 +123,21 @@ def _number(text: Any) -> Any:
     return text
 
 
+def is_llm_choice(formats: list[str]) -> bool:
+    """Language-model formats ticked, with nothing else but a Jetson bundle (of their GGUF file)."""
+    return any(f in LLM_FORMATS for f in formats) and all(f in LLM_FORMATS or f == "jetson" for f in formats)
+
+
 def build_spec(record: dict[str, Any] | None, options: dict[str, Any]) -> dict[str, Any]:
     """The export.model spec for the form's values (what Review shows, before the engine's defaults)."""
     formats = [f for f in EXPORT_FORMATS + LLM_FORMATS if f in options["formats"]]
-    if formats and all(f in LLM_FORMATS for f in formats):  # a language model's own options only
+    if is_llm_choice(formats):  # a language model's own options only
         spec = {"source_run": str((record or {}).get("id") or ""), "formats": formats,
                 "check_prompts": options["check_prompts"], "check_batch": options["check_batch"],
                 "parity_samples": options["parity_samples"]}
+        if "jetson" in formats:  # its GGUF file on a Jetson, timed there by llama.cpp
+            jetpack = str(options.get("jetpack") or "").strip()
+            spec.update({"target": options["target"], "jetpack": jetpack or None, "host": options["host"]})
         if "gguf" in formats:
             spec["gguf_types"] = [t for t in GGUF_TYPES if t in options["gguf_types"]]
         if "onnx_genai" in formats:

@@ -14,6 +14,7 @@ from app.pages.export.plan import (
     GGUF_TYPES,
     LLM_FORMATS,
     default_options,
+    is_llm_choice,
     onnx_only,
     source_task,
     unavailable_reason,
@@ -164,7 +165,7 @@ class FormatsStep(FormStep):
         mode.setEnabled(self.format_checks["torchscript"].isChecked())
         ticked = set(self.checked())
         self.llm_card.setVisible(bool(ticked & set(LLM_FORMATS)))
-        self.options_card.setVisible(not ticked or not ticked <= set(LLM_FORMATS))
+        self.options_card.setVisible(not is_llm_choice(sorted(ticked)))  # ONNX options: not for a GGUF's bundle
         self.fields["gguf_types"].setEnabled("gguf" in ticked)
         self.fields["genai_precisions"].setEnabled("onnx_genai" in ticked)
         self.fields["adapter"].setEnabled("hf" in ticked)

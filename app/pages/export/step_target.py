@@ -11,7 +11,13 @@ from typing import Any
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QLineEdit, QWidget
 
 from app.pages.export.form import FormStep, combo, spin
-from app.pages.export.plan import TARGET_TITLES, default_options, host_label, jetson_hosts
+from app.pages.export.plan import (
+    TARGET_TITLES,
+    default_options,
+    host_label,
+    is_llm_choice,
+    jetson_hosts,
+)
 from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column
 from app.widgets.wizard_parts import show_text, step_header
@@ -111,10 +117,15 @@ class TargetStep(FormStep):
         self._update_rows()
 
     def _update_rows(self) -> None:
-        jetson = "jetson" in getattr(self, "_formats", [])
+        formats = getattr(self, "_formats", [])
+        jetson = "jetson" in formats
+        llm = is_llm_choice(formats)  # a GGUF file for llama.cpp: no TensorRT engine to build
         for key in ("target", "jetpack", "host"):
             self.fields[key].setEnabled(jetson)
-        self.fields["benchmark_s"].setEnabled(jetson and self.fields["host"].currentData() is not None)
+        for key in ("precision", "dla_core", "workspace_mb", "tensorrt_version"):
+            if key in self.fields:
+                self.fields[key].setEnabled(not llm)
+        self.fields["benchmark_s"].setEnabled(jetson and not llm and self.fields["host"].currentData() is not None)
 
     def emit_changed(self, *args: Any) -> None:
         self._update_rows()

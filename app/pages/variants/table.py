@@ -41,7 +41,9 @@ COLUMNS = (
     ("compression", "Compression", "Parent size / variant size"),
     ("params", "Params", ""),
     ("peak", "Peak memory", "Resident memory the model added while running"),
-    ("device", "On device", "Median latency and throughput of the TensorRT engine built and benchmarked on a "
+    ("device", "On device", "Language models: tokens/s and time to first token of the GGUF file on the Jetson "
+                            "(llama.cpp's llama-bench). Classifiers: median latency and throughput of the TensorRT "
+                            "engine built and benchmarked on a "
                             "Jetson by an export of this model (Export page)"),
 )
 COLUMN = {key: i for i, (key, _h, _t) in enumerate(COLUMNS)}
@@ -200,7 +202,8 @@ class VariantsModel(QAbstractTableModel):
                   "speedup": row.speedup,
                   "size": row.size_bytes, "compression": row.compression, "params": row.params,
                   "peak": row.peak_bytes,
-                  "device": ((row.device or {}).get("latency_ms") or {}).get("median")}
+                  "device": ((row.device or {}).get("latency_ms") or {}).get("median")
+                  or (row.device or {}).get("tokens_per_s")}
         return values.get(key)
 
     def tooltip(self, row: Row, key: str) -> str | None:
@@ -214,6 +217,12 @@ class VariantsModel(QAbstractTableModel):
             return "On the Pareto front: no other model is both faster and better"
         if key == "state" and row.error:
             return row.error
+        if key == "device" and row.device and row.device.get("runtime") == "llama.cpp":
+            d = row.device
+            return (f"{d.get('host')}: llama.cpp ({d.get('backends') or '?'}{', ' + d['gpu_info'] if d.get('gpu_info') else ''}), "
+                    f"JetPack {d.get('jetpack') or '?'}, GGUF {d.get('gguf_type')}: {d.get('gen_tokens')} tokens generated "
+                    f"at {d.get('tokens_per_s')} tok/s, a {d.get('prompt_tokens')}-token prompt read at "
+                    f"{d.get('prompt_tokens_per_s')} tok/s (llama-bench; export job {d.get('job') or '?'})")
         if key == "device" and row.device:
             d = row.device
             lat = d.get("latency_ms") or {}
