@@ -45,6 +45,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         spec["host"] = args.host
     if args.bind:
         spec["bind"] = args.bind
+    for key in ("backend", "tensor_parallel", "vllm_python"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
     if args.api_key_file:
         spec["api_key_file"] = os.path.abspath(os.path.expanduser(args.api_key_file))
     with ensure_engine() as client:
@@ -130,6 +133,10 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--bind", help="the address to listen on (default 127.0.0.1); any other, e.g. 0.0.0.0, needs an "
                                   "API key: the job writes one to its folder unless --api-key-file names one")
     s.add_argument("--api-key-file", help="a file holding the key clients must send (Authorization: Bearer KEY)")
+    s.add_argument("--backend", choices=("auto", "ember", "vllm"),
+                   help="auto (default): vLLM where CUDA GPUs and vLLM are, else Ember's server")
+    s.add_argument("--tensor-parallel", type=int, help="vLLM: GPUs to split the model across (default: all)")
+    s.add_argument("--vllm-python", help="vLLM: the Python that has it (default: the engine's)")
     s.set_defaults(fn=cmd_serve)
     b = sub.add_parser("bench-serve", help="load-test an OpenAI-compatible URL: N streaming clients for T seconds")
     b.add_argument("url", help="the base URL, e.g. http://127.0.0.1:8000/v1")

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine.api.specs import ServeSpec
 from engine.recipes.evaluate import open_ref
@@ -62,15 +65,40 @@ def api_key(spec: ServeSpec, run_dir: Path) -> tuple[str | None, str | None]:
     return key, str(path)
 
 
+def _url(host: str, port: int) -> str:
+    host = WILDCARD.get(host, host)
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/v1"
+
+
+def report(ctx: JobContext, url: str, name: str, auth: dict[str, Any], snapshot: Callable[[], dict[str, Any]],
+           alive: Callable[[], None] = lambda: None) -> None:
+    """Every STATS_S seconds until Stop, a ``serving`` event with the figures and their rates."""
+    last, last_t = snapshot(), time.monotonic()
+    while not ctx.wait(STATS_S):
+        alive()
+        now, now_t = snapshot(), time.monotonic()
+        if not now:
+            continue
+        dt = max(now_t - last_t, 1e-6)
+        ctx.emit("serving", url=url, model=name, **auth, **now,
+                 requests_per_s=round((now["requests"] - last.get("requests", 0)) / dt, 3),
+                 tokens_per_s=round((now["tokens"] - last.get("tokens", 0)) / dt, 2))
+        last, last_t = now, now_t
+
+
 def main(ctx: JobContext, spec: ServeSpec) -> str | None:
     from engine.inference.models import open_model, pick_device
     from engine.serve.openai_api import Service, server
 
     runs = Path(ctx.run_dir).resolve().parent
+    ref = open_ref(spec, runs)
+    vllm = vllm_plan(ctx, spec, ref)
+    if vllm is not None:
+        return serve_vllm(ctx, spec, *vllm)
     device = pick_device(spec.device)
     ctx.log(f"loading {spec.model.label()} on {device}")
     t0 = time.perf_counter()
-    kind, loaded, info = open_model(open_ref(spec, runs), device)
+    kind, loaded, info = open_model(ref, device)
     runtime = info.get("runtime") or ("transformers" if kind == "chat" else "torch")
     key, key_file = api_key(spec, Path(ctx.run_dir))
     service = Service(kind, loaded, served_name(spec), spec.max_new_tokens, key)
@@ -80,9 +108,8 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
         raise JobFailed(f"Cannot listen on {spec.bind}:{spec.port}: {exc.strerror or exc}",
                         "Another program (or another serve job) holds that port: pick another port, or 0 for "
                         "any free one.") from exc
-    host, port = httpd.server_address[:2]
-    host = WILDCARD.get(host, host)
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/v1"
+    port = httpd.server_address[1]
+    url = _url(httpd.server_address[0], port)
     auth = {"bind": spec.bind, "api_key_file": key_file} if key_file else {"bind": spec.bind}
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
@@ -90,21 +117,107 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
              load_s=round(time.perf_counter() - t0, 2), **auth)
     ctx.log(f"serving {service.name} ({runtime}) at {url}, listening on {spec.bind}:{port} (OpenAI-compatible; "
             "stop the job to end it)" + (f"; clients send the API key in {key_file}" if key_file else ""))
-    last, last_t = service.stats.snapshot(), time.monotonic()
     try:
-        while not ctx.wait(STATS_S):
-            now, now_t = service.stats.snapshot(), time.monotonic()
-            dt = max(now_t - last_t, 1e-6)
-            ctx.emit("serving", url=url, model=service.name, **auth, **now,
-                     requests_per_s=round((now["requests"] - last["requests"]) / dt, 3),
-                     tokens_per_s=round((now["tokens"] - last["tokens"]) / dt, 2))
-            last, last_t = now, now_t
+        report(ctx, url, service.name, auth, service.stats.snapshot)
     finally:
         httpd.shutdown()  # no new requests; an answer in progress finishes on its own thread
         httpd.server_close()
         with service.lock:  # wait for it
             pass
     ctx.log(f"stopped serving; {service.stats.snapshot()['requests']} requests in all")
+    return "stopped"
+
+
+# ---------------------------------------------------------------- vLLM (engine/serve/vllm_backend.py)
+
+
+def _hf_folder(ref: dict[str, Any]) -> Path | None:
+    """The Hugging Face folder vLLM can load for a reference, or None (a GGUF file, an ONNX folder, a LoRA
+    run whose adapter is not merged, a classifier)."""
+    from engine.inference.models import model_folder
+
+    if ref.get("run_dir"):
+        folder = Path(ref["run_dir"]) / "model"
+    elif ref.get("url"):
+        return None
+    else:
+        folder = model_folder(ref)
+    if not (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file():
+        return None
+    return folder if any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) else None
+
+
+def vllm_plan(ctx: JobContext, spec: ServeSpec, ref: dict[str, Any]) -> tuple[Path, str, int] | None:
+    """(folder, vLLM's Python, tensor-parallel size) when vLLM serves this job, else None (Ember's server)."""
+    if spec.backend == "ember":
+        return None
+    from engine.serve.vllm_backend import has_vllm
+
+    python = spec.vllm_python or sys.executable
+    gpus = 0
+    if spec.device != "cpu":
+        import torch
+
+        gpus = torch.cuda.device_count()
+    folder = _hf_folder(ref)
+    if spec.backend == "auto":
+        if not gpus:
+            return None
+        why = ("the model is not a Hugging Face folder vLLM loads (export it as hf: merged)" if folder is None else
+               "" if has_vllm(python) else f"{python} has no vLLM (pip install vllm; or set vllm_python)")
+        if why:
+            ctx.log(f"{gpus} CUDA GPU(s) here, but not serving with vLLM: {why}; Ember's server instead")
+            return None
+        return folder, python, spec.tensor_parallel or gpus
+    if folder is None:
+        raise JobFailed(f"vLLM serves a Hugging Face model folder, and {spec.model.label()} is not one (a GGUF "
+                        "file, an ONNX-GenAI folder, a classifier or a LoRA run with its adapter apart)",
+                        "Export the run as hf (merged checkpoint) and serve that folder, or use backend: auto.")
+    if not has_vllm(python):
+        raise JobFailed(f"vLLM is not installed for {python}",
+                        "On a CUDA machine: python -m venv ~/vllm && ~/vllm/bin/pip install vllm, then set "
+                        "vllm_python: ~/vllm/bin/python; or use backend: auto (Ember's server without it).")
+    return folder, python, spec.tensor_parallel or max(1, gpus)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def serve_vllm(ctx: JobContext, spec: ServeSpec, folder: Path, python: str, tensor_parallel: int) -> str:
+    from engine.serve.vllm_backend import VllmServer, command
+
+    name = served_name(spec)
+    key, key_file = api_key(spec, Path(ctx.run_dir))
+    host = WILDCARD.get(spec.bind, spec.bind)
+    port = spec.port or _free_port(spec.bind)
+    cmd = command(python, folder, name, spec.bind, port, tensor_parallel, spec.max_new_tokens, key)
+    shown = " ".join("***" if key and part == key else part for part in cmd)  # the key never reaches a log
+    ctx.log(f"starting vLLM (tensor parallel {tensor_parallel}): {shown}")
+    t0 = time.perf_counter()
+    server = VllmServer(cmd, host, port, key, Path(ctx.run_dir) / "vllm.log")
+    server.start()
+    try:
+        if not server.wait_ready(lambda: ctx.stop_requested):
+            return "stopped"
+        url = _url(spec.bind, port)
+        auth = {"bind": spec.bind, "api_key_file": key_file} if key_file else {"bind": spec.bind}
+        ctx.emit("serving", url=url, model=name, model_kind="chat", device="cuda", runtime="vllm",
+                 tensor_parallel=tensor_parallel, load_s=round(time.perf_counter() - t0, 2), **auth)
+        ctx.log(f"serving {name} (vLLM, tensor parallel {tensor_parallel}) at {url} (OpenAI-compatible; stop the "
+                "job to end it)" + (f"; clients send the API key in {key_file}" if key_file else ""))
+
+        def alive() -> None:
+            if server.proc is not None and server.proc.poll() is not None:
+                raise JobFailed(f"vLLM ended (exit {server.proc.returncode}) while serving:\n{server.tail()}",
+                                "Read vllm.log in the job's folder.")
+
+        report(ctx, url, name, auth, server.metrics, alive)
+    finally:
+        server.stop()
+    ctx.log("stopped serving (vLLM)")
     return "stopped"
 
 

@@ -15,6 +15,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,53 @@ def test_api_keys_and_endpoints_in_specs_say_what_is_wrong(tmp_path):
         validate_spec("serve.model", {"model": {"path": "/m"}, "host": "gpu1", "bind": "0.0.0.0"})
     with pytest.raises(Exception, match="api_key_file goes with url"):
         validate_spec("serve.model", {"model": {"builtin": "tiny-llama", "api_key_file": "/k"}})
+
+
+FAKE_VLLM = ROOT / "tests" / "fixtures" / "fake_vllm"
+
+
+def test_the_vllm_backend_starts_vllms_server_and_reports_its_figures(engine_proc, tmp_path):
+    """backend: vllm runs `python -m vllm.entrypoints.openai.api_server` with the model folder, tensor parallel
+    size and API key; here that Python finds tests/fixtures/fake_vllm, a STAND-IN for vLLM (no CUDA GPU here)
+    that serves with Ember's server on the CPU and answers /metrics in vLLM's names. The job's own code path
+    (start, readiness, figures from /metrics, the key kept out of logs, Stop) is the real one."""
+    python = tmp_path / "vllm-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{FAKE_VLLM}:{ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    with engine_proc.client() as c:
+        c.timeout = 60
+        refused = c.call("jobs.start", kind="serve.model", spec={"model": {"builtin": "tiny-llama"}, "port": 0,
+                                                                 "backend": "vllm"})
+        failed = wait_final(c, refused["id"], timeout=120)
+        assert failed["state"] == "failed" and "vLLM is not installed" in failed["error"]["message"], failed
+        assert "vllm_python" in failed["error"]["hint"]
+
+        spec = {"model": {"builtin": "tiny-llama"}, "port": 0, "backend": "vllm", "tensor_parallel": 2,
+                "vllm_python": str(python), "bind": "0.0.0.0"}
+        job = c.call("jobs.start", kind="serve.model", spec=spec)
+        wait_for(lambda: events_of(c, job["id"], "serving") or c.call("jobs.get", id=job["id"])["state"] == "failed",
+                 timeout=180, what="vLLM to answer")
+        first = events_of(c, job["id"], "serving")
+        assert first, c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        first = first[0]
+        assert first["runtime"] == "vllm" and first["tensor_parallel"] == 2 and first["url"].startswith("http://127.0.0.1:")
+        run_dir = Path(c.call("jobs.get", id=job["id"])["run_dir"])
+        args = json.loads((run_dir / "vllm-args.json").read_text())
+        assert args["tensor_parallel_size"] == 2 and args["served_model_name"] == "tiny-llama" and args["api_key"]
+        assert args["model"].endswith("tiny-llama") or (Path(args["model"]) / "config.json").is_file()
+        key = open(first["api_key_file"]).read().strip()
+        logs = "\n".join(c.call("jobs.logs", id=job["id"], tail=200)["lines"])
+        assert "--tensor-parallel-size 2" in logs and "--api-key ***" in logs and key not in logs
+
+        client = openai.OpenAI(base_url=first["url"], api_key=key, max_retries=0, timeout=120)
+        reply = client.chat.completions.create(model="tiny-llama", messages=QUESTION, temperature=0, max_tokens=12)
+        expected, _n = direct_greedy(QUESTION, 12)
+        assert reply.choices[0].message.content == expected
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=first["url"], api_key="wrong", max_retries=0).models.list()
+        wait_for(lambda: (events_of(c, job["id"], "serving")[-1].get("tokens") or 0) >= 12, timeout=30,
+                 what="vLLM's figures")
+        figures = events_of(c, job["id"], "serving")[-1]
+        assert figures["requests"] >= 1 and figures["queue"] == 0 and figures["ttft_p50_s"] is not None
+        stop_serving(c, job["id"], first["url"])
+        assert "stand-in for vLLM: shut down" in (run_dir / "vllm.log").read_text()
