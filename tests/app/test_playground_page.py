@@ -355,6 +355,19 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
         (job,) = [j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model"]
     assert job["state"] == "stopped" and job["name"] == "tiny-llama"
 
+    # A folder or file may be served on an SSH host instead (copied there): Serve… offers the hosts, not Jetsons.
+    from app.pages.playground.choices import folder_choice
+
+    started = []
+    page.serve_bar.start = lambda ref, title, host=None: started.append((ref, host))
+    gguf = folder_choice("/exports/gguf/smol-q4_k_m.gguf")
+    menu = page.serve_menu(gguf, [{"name": "gpu1", "role": "gpu"}, {"name": "orin", "role": "jetson"}])
+    actions = menu.actions()
+    assert [a.text() for a in actions] == ["On this machine", "On gpu1 (copied there; reached through SSH)"]
+    actions[1].trigger()
+    assert started == [({"path": "/exports/gguf/smol-q4_k_m.gguf"}, "gpu1")]
+    assert page.serve_menu(gguf, []) is None and started[-1] == (gguf.ref, None)  # no host: served here at once
+
 
 def test_browse_a_served_endpoint_checks_the_url_and_lists_it(qtbot):
     from app.pages.playground.choices import ENDPOINTS

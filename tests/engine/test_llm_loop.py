@@ -63,7 +63,8 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
         # The tuned model as files other runtimes load: merged checkpoint, GGUF, ONNX for generation.
         export = c.call("jobs.start", kind="export.model", name="tuned-files", spec={
             "source_run": job["id"], "formats": ["hf", "gguf", "onnx_genai"], "gguf_types": ["f16", "q4_k_m"],
-            "genai_precisions": ["fp32", "int4"], "check_prompts": 4, "check_tokens": 8, "parity_samples": 6})
+            "genai_precisions": ["fp32", "int4"], "check_prompts": 4, "check_tokens": 8, "parity_samples": 6,
+            "check_batch": 0})  # the batched speed is tested on the base model (tests/engine/test_export_llm.py)
         done = wait_final(c, export["id"], timeout=600)
         assert done["state"] == "succeeded", c.call("jobs.logs", id=export["id"])["lines"][-20:]
         result = json.loads((Path(export["run_dir"]) / "result.json").read_text())
@@ -90,7 +91,7 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
         # The LoRA adapter on its own, beside its base model: what vLLM and peft load as an adapter.
         adapter = c.call("jobs.start", kind="export.model", name="tuned-adapter", spec={
             "source_run": job["id"], "formats": ["hf"], "adapter": "separate", "check_prompts": 2, "check_tokens": 8,
-            "parity_samples": 2})
+            "parity_samples": 2, "check_batch": 0})
         done = wait_final(c, adapter["id"], timeout=300)
         assert done["state"] == "succeeded", c.call("jobs.logs", id=adapter["id"])["lines"][-20:]
         hf = json.loads((Path(adapter["run_dir"]) / "result.json").read_text())["formats"]["hf"]

@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
+    QMenu,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -80,7 +81,7 @@ class PlaygroundPage(QWidget):
         self.saved_dialog: SavedChats | None = None
         self.serve_button = QPushButton("Serve…")
         self.serve_button.setToolTip("Serve this model behind an OpenAI-compatible endpoint on 127.0.0.1 "
-                                     "(docs/serve.md), until you stop it")
+                                     "(docs/serve.md), until you stop it; a folder or file may go to an SSH host")
         self.serve_button.clicked.connect(self.serve)
         for widget in (self.side_check, self.new_button, self.saved_button, self.export_button, self.serve_button):
             header.addWidget(widget, 0, Qt.AlignmentFlag.AlignBottom)
@@ -362,10 +363,33 @@ class PlaygroundPage(QWidget):
     # -- serving (serving.py) -----------------------------------------------------------------------
 
     def serve(self) -> None:
+        """Serve the picked model here; a folder or file may go to an SSH host instead (a menu of the hosts)."""
         choice = self.picker_a.current()
-        if choice is not None:
-            self.serve_bar.start(choice.ref, choice.title)
-            self._update()
+        if choice is None:
+            return
+        if not choice.ref.get("path"):  # a run, a built-in or a cached Hub model is served on this machine
+            self._serve_on(choice, None)
+            return
+        self._client.request("hosts.list", {}, lambda reply: self.serve_menu(choice, reply.get("hosts") or []),
+                             lambda _err: self._serve_on(choice, None))
+
+    def serve_menu(self, choice: Any, hosts: list[dict[str, Any]]) -> QMenu | None:
+        """Where to serve a folder or file: this machine or an SSH host (the model is copied there)."""
+        names = [h["name"] for h in hosts if isinstance(h, dict) and h.get("name") and h.get("role") != "jetson"]
+        if not names:
+            self._serve_on(choice, None)
+            return None
+        menu = QMenu(self)
+        menu.addAction("On this machine", lambda: self._serve_on(choice, None))
+        for name in names:
+            menu.addAction(f"On {name} (copied there; reached through SSH)", lambda n=name: self._serve_on(choice, n))
+        self._serve_where = menu  # kept: a popup menu without an owner would be collected
+        menu.popup(self.serve_button.mapToGlobal(self.serve_button.rect().bottomLeft()))
+        return menu
+
+    def _serve_on(self, choice: Any, host: str | None) -> None:
+        self.serve_bar.start(choice.ref, choice.title, host)
+        self._update()
 
     # -- buttons --------------------------------------------------------------------------------
 

@@ -137,19 +137,21 @@ class ServeBar(QWidget):
     def serving(self) -> bool:
         return self.job_id is not None
 
-    def start(self, ref: dict[str, Any], title: str) -> None:
-        """Serve ``ref`` on any free loopback port."""
+    def start(self, ref: dict[str, Any], title: str, host: str | None = None) -> None:
+        """Serve ``ref`` on any free loopback port, here or on the SSH host ``host`` (forwarded here)."""
         if self.serving or self._starting:
             return
         self.url, self._starting = "", True
-        self._set(f"Starting a server for {title}…", busy=True)
+        self._set(f"Starting a server for {title}" + (f" on {host} (copying the model there)…" if host else "…"),
+                  busy=True)
         since = self._client.last_seq  # the job's events all come after this
 
         def failed(err: Any) -> None:
             self._starting = False
             self._set(f"Could not serve: {err}")
 
-        self._client.request("jobs.start", {"kind": SERVE, "spec": {"model": ref, "port": 0}, "name": title},
+        spec: dict[str, Any] = {"model": ref, "port": 0, **({"host": host} if host else {})}
+        self._client.request("jobs.start", {"kind": SERVE, "spec": spec, "name": title},
                              lambda job: self._follow(job, since), failed)
 
     def adopt(self, jobs: list[dict[str, Any]]) -> None:
@@ -174,6 +176,8 @@ class ServeBar(QWidget):
             self.key_file = str(data["api_key_file"])
         if self.url:
             line = f"Serving {data.get('model', '')} at {self.url} (OpenAI-compatible)"
+            if data.get("host"):
+                line += f", on {data['host']} ({data.get('remote_url')} there, forwarded here)"
             if self.key_file:
                 line += f", listening on {data.get('bind') or 'every address'}; clients send the API key in {self.key_file}"
             self._set(line + (f"\n{figures_text(data)}" if "requests" in data else ""), busy=False)
