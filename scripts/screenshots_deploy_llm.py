@@ -8,6 +8,8 @@ given (docs/images):
   export-llm-run.png       the export finished: each file's perplexity and identical greedy answers, checked in
                            transformers, llama.cpp and ONNX Runtime GenAI
   variants-llm.png         Compare › Variants: the fine-tune and every file, measured in its own runtime
+  variants-llm-speed.png   the same table scrolled right: ms per token one at a time and 4 at once, first token,
+                           size, compression, memory
   serve-live.png           the Playground serving the fine-tune: URL, live figures and chart, a load test's result
 
 Runs of an earlier call in the same EMBER_HOME (same names, finished) are used again; SHOTS=serve (or export,
@@ -52,6 +54,11 @@ def main() -> int:
         view.set_limits(40.0, 10.0)
         pump(app, 2)
         shoot(app, window, "variants-llm.png")
+        bar = view.table.horizontalScrollBar()  # the speed columns, further right in the same table
+        bar.setValue(bar.maximum())
+        pump(app, 1)
+        shoot(app, window, "variants-llm-speed.png")
+        bar.setValue(0)
     if "serve" in shots:
         serve(app, window, lm)
     window.close()

@@ -273,7 +273,20 @@ def measure(rt: Runtime, cases: dict[str, Any], load_s: float = 0.0) -> dict[str
             "perplexity": math.exp(total / count) if count else None, "load_s": round(load_s, 3),
             "ttft_s": ttft[len(ttft) // 2] if ttft else None,
             "tokens_per_s": new / gen_s if gen_s > 0 else None,
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "peak_rss_bytes": peak_rss_bytes()}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory: Linux's VmHWM, which starts again at exec (ru_maxrss does not: a
+    check started from the job would report the job's own peak, torch and the source model included)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def compare(reference: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:

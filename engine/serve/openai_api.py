@@ -2,7 +2,8 @@
 
 ``GET /v1/models``; ``POST /v1/chat/completions`` and ``/v1/completions`` (``stream: true`` sends
 server-sent events, ``data: {...}`` lines ending with ``data: [DONE]``, and ``stream_options.include_usage``
-a last chunk with the token counts); ``POST /v1/classify`` for a classifier (every class's probability).
+a last chunk with the token counts; the first piece of text goes at once, later ones are gathered for
+STREAM_EVERY_S); ``POST /v1/classify`` for a classifier (every class's probability).
 Errors are OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
 
 The standard library's threading HTTP server: one thread per connection, so many clients can wait at once;
@@ -30,6 +31,7 @@ from engine.api.playground import GenerateSettings
 
 MAX_BODY = 4 << 20  # a request larger than this is refused (413)
 FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop", "length": "length"}
+STREAM_EVERY_S = 0.02  # a streamed answer's pieces are gathered for this long (50 events a second at most)
 
 
 class ApiError(Exception):
@@ -296,11 +298,26 @@ class Handler(BaseHTTPRequestHandler):
         if chat:
             self._event(chunk({"role": "assistant", "content": ""}, None, None))
 
-        def on_text(text: str) -> None:
-            if text:
+        pending: list[str] = []
+        flushed = [0.0]  # when the last piece went out (0: none yet, so the first goes at once)
+
+        def flush() -> None:
+            if pending:
+                text = "".join(pending)
+                pending.clear()
                 self._event(chunk({"content": text}, text, None))
+                flushed[0] = time.monotonic()
+
+        def on_text(text: str) -> None:
+            # The first piece at once (time to first token); then at most one event per STREAM_EVERY_S, so a fast
+            # runtime's tokens do not each cost a write, a flush and a wake-up of the client.
+            if text:
+                pending.append(text)
+                if not flushed[0] or time.monotonic() - flushed[0] >= STREAM_EVERY_S:
+                    flush()
 
         answer = svc.run(settings, given, on_text)
+        flush()
         self._event(chunk({}, "", FINISH.get(answer.stopped, "stop")))
         if (body.get("stream_options") or {}).get("include_usage"):
             self._event({"id": rid, "object": chunk_kind, "created": created, "model": svc.name, "choices": [],

@@ -33,9 +33,9 @@ COLUMNS = (
                           "punctuation and articles)"),
     ("rouge", "ROUGE-L", "Language models: longest common word sequence with the data's answers (F-measure)"),
     ("b1", "p50 b1 (ms)", "Median latency of one example"),
+    ("bn", "p50 bN (ms)", "Median latency of a batch of N examples"),
     ("ttft", "First token", "Language models: time from the prompt to the first generated token (median), one "
                             "request at a time, in the file's own runtime"),
-    ("bn", "p50 bN (ms)", "Median latency of a batch of N examples"),
     ("speedup", "Speed-up", "Parent latency / variant latency at batch N, both measured in the variant's own job"),
     ("size", "Size", "The model file(s)"),
     ("compression", "Compression", "Parent size / variant size"),
@@ -122,6 +122,9 @@ class VariantsModel(QAbstractTableModel):
                         "in the file's own runtime" if key == "b1" else
                         "Milliseconds per generated token (1 / tokens per second of all requests together) with N "
                         "requests at once, batched in the file's own runtime: lower than b1 when batching pays")
+            if key == "peak" and self.per_token():
+                return ("Language models: peak resident memory of the fresh process that ran the file (its runtime "
+                        "and the model)")
             if key == "agreement" and self.per_token():
                 return "Language models: share of the source model's greedy tokens matched before the first difference"
             return tip or None
