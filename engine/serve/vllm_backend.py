@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ class VllmServer:
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, cwd=self.log.parent)
+                                         start_new_session=True, cwd=self.log.parent, preexec_fn=_die_with_parent)
 
     def tail(self, n: int = 8) -> str:
         try:
@@ -119,6 +120,15 @@ class VllmServer:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+def _die_with_parent() -> None:
+    """In the child, before vLLM starts: SIGTERM when the job process ends, however it ends (a SIGKILL
+    included), so a killed job never leaves vLLM holding the GPUs (Linux's PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")

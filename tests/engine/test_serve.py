@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, alive, wait_for
@@ -246,3 +248,17 @@ def test_the_vllm_backend_starts_vllms_server_and_reports_its_figures(engine_pro
         assert figures["requests"] >= 1 and figures["queue"] == 0 and figures["ttft_p50_s"] is not None
         stop_serving(c, job["id"], first["url"])
         assert "stand-in for vLLM: shut down" in (run_dir / "vllm.log").read_text()
+
+        # A job killed outright (SIGKILL: no Stop, no cleanup) takes vLLM with it: nothing keeps the GPUs.
+        job = c.call("jobs.start", kind="serve.model", spec={**spec, "bind": "127.0.0.1"})
+        wait_for(lambda: events_of(c, job["id"], "serving"), timeout=180, what="vLLM to answer again")
+        url = events_of(c, job["id"], "serving")[0]["url"]
+        pid = c.call("jobs.get", id=job["id"])["pid"]
+        children = psutil.Process(pid).children()
+        assert children and "vllm.entrypoints.openai.api_server" in " ".join(children[0].cmdline())
+        os.kill(pid, signal.SIGKILL)
+        psutil.wait_procs(children, timeout=30)
+        assert not any(ch.is_running() and ch.status() != psutil.STATUS_ZOMBIE for ch in children)
+        host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+        with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
+            pass
