@@ -173,6 +173,9 @@ def _usage(answer: Any) -> dict[str, int]:
 class Handler(BaseHTTPRequestHandler):
     server_version = "EmberStudio"
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: a streamed event is a small write; with Nagle's algorithm it could wait for the client's
+    # delayed ACK of the one before (up to 40 ms on Linux), which shows as a later first token.
+    disable_nagle_algorithm = True
     service: Service  # set on the class server() makes
     _streaming = False  # this request's event stream has started
 
