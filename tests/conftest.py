@@ -39,8 +39,10 @@ def pytest_terminal_summary(terminalreporter):
 # The longest files first: with `-n 2 --dist loadfile` (scripts/test.sh) each worker takes the next file
 # when it is free, so the long ones must not come last or one worker idles while the other finishes them.
 LONGEST_FIRST = (
-    "tests/engine/test_llm_loop.py", "tests/engine/test_finetune.py", "tests/engine/test_compress_jobs.py", "tests/engine/test_strategies.py",
-    "tests/remote/test_multinode.py", "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
+    "tests/engine/test_llm_loop.py", "tests/engine/test_export_llm.py", "tests/engine/test_finetune.py",
+    "tests/engine/test_compress_jobs.py", "tests/engine/test_strategies.py",
+    "tests/remote/test_multinode.py", "tests/remote/test_jetson_deploy.py", "tests/engine/test_serve.py",
+    "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
     "tests/engine/test_lora_merge.py", "tests/app/test_newcomer.py", "tests/app/test_end_to_end.py",
     "tests/app/test_runs_page.py",
     "tests/app/test_compare.py", "tests/faults/test_soak.py", "tests/engine/test_export_formats.py",
