@@ -84,7 +84,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {"formats": (args.formats or ("hf,gguf,onnx_genai" if llm else "onnx")).split(",")}
     spec.update({"source_run": ref["run"]} if "run" in ref else {"model": ref})
     for key in ("target", "host", "precision", "opset", "jetpack", "parity_samples", "max_batch", "adapter", "data",
-                "check_prompts", "check_tokens", "check_batch"):
+                "check_prompts", "check_tokens", "check_batch", "jetson_gguf"):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
@@ -124,6 +124,8 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--data", help="language models: the JSONL file (or built-in dataset) the formats are checked on")
     e.add_argument("--check-prompts", type=int, dest="check_prompts")
     e.add_argument("--check-tokens", type=int, dest="check_tokens")
+    e.add_argument("--jetson-gguf", dest="jetson_gguf",
+                   help="language models: the GGUF type in the Jetson bundle (default: the smallest written)")
     e.add_argument("--check-batch", type=int, dest="check_batch",
                    help="language models: tokens/s with this many requests at once (default 4; 0: skip)")
     e.add_argument("--target", help="Jetson model for the jetson format (orin_nano, agx_orin, ...)")

@@ -86,6 +86,26 @@ class Classifier:
                 "probs": [float(p) for p in probs], "seconds": time.perf_counter() - t0}
 
 
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """(one vector per text: the encoder's last hidden states averaged over the text's tokens, the tokens
+        read); a text classifier's torch model only."""
+        if self.image is not None or self.runner is not None:
+            what = "an image classifier" if self.image is not None else "an ONNX variant (no hidden states)"
+            raise JobFailed(f"This model is {what}: embeddings come from a text encoder's hidden states",
+                            "Serve the fine-tune itself (a text classifier) for /v1/embeddings.")
+        import torch
+
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=True,
+                             return_tensors="pt")
+        device = next(self.model.parameters()).device
+        inputs = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        with torch.inference_mode():
+            hidden = self.model(**inputs, output_hidden_states=True).hidden_states[-1].float()
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        vectors = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return vectors.cpu().tolist(), int(inputs["attention_mask"].sum())
+
+
 def _causal_folder(spec: TrainSpec) -> Path:
     from engine.tasks import causal_lm
 

@@ -3,7 +3,8 @@
 ``GET /v1/models``; ``POST /v1/chat/completions`` and ``/v1/completions`` (``stream: true`` sends
 server-sent events, ``data: {...}`` lines ending with ``data: [DONE]``, and ``stream_options.include_usage``
 a last chunk with the token counts; the first piece of text goes at once, later ones are gathered for
-STREAM_EVERY_S); ``POST /v1/classify`` for a classifier (every class's probability).
+STREAM_EVERY_S); ``POST /v1/classify`` for a classifier (every class's probability) and ``POST /v1/embeddings``
+for a text classifier's encoder (its last hidden states averaged over each text's tokens).
 Errors are OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
 
 The standard library's threading HTTP server: one thread per connection, so many clients can wait at once;
@@ -14,9 +15,11 @@ otherwise), compared in constant time.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import secrets
+import struct
 import sys
 import threading
 import time
@@ -28,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.api.playground import GenerateSettings
+from engine.training.context import JobFailed
 
 MAX_BODY = 4 << 20  # a request larger than this is refused (413)
 FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop", "length": "length"}
@@ -232,9 +236,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._generate(route.endswith("chat/completions"), body)
             elif route == "/v1/classify":
                 self._classify(body)
+            elif route == "/v1/embeddings":
+                self._embeddings(body)
             else:
                 raise ApiError(404, f"No route POST {self.path}; the routes are /v1/chat/completions, "
-                                    "/v1/completions and /v1/classify", code="not_found")
+                                    "/v1/completions, /v1/classify and /v1/embeddings", code="not_found")
         except ApiError as err:
             svc.stats.add(errors=1)
             self._error(err)
@@ -262,6 +268,33 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"object": "list", "model": svc.name, "data": [
             {"index": i, "label": r["label"], "labels": r["labels"], "probs": r["probs"]}
             for i, r in enumerate(results)]})
+
+    def _embeddings(self, body: dict[str, Any]) -> None:
+        """OpenAI's embeddings for a text encoder (a text classifier's): the mean of its last hidden states."""
+        svc = self.service
+        if svc.kind != "classify" or not hasattr(svc.model, "embed"):
+            raise ApiError(400, f"{svc.name} is a language model: /v1/embeddings serves text encoders (a text "
+                                "classifier's)", code="wrong_model_kind")
+        if body.get("model") not in (None, svc.name):
+            raise ApiError(404, f"The model {body.get('model')!r} does not exist here; this server serves "
+                                f"{svc.name!r}", "model", "model_not_found")
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            raise ApiError(400, "input must be a text or a list of texts (token ids are not taken)", "input")
+        encoding = body.get("encoding_format") or "float"
+        if encoding not in ("float", "base64"):
+            raise ApiError(400, "encoding_format must be float or base64", "encoding_format")
+        with svc.lock:
+            try:
+                vectors, tokens = svc.model.embed(texts)
+            except JobFailed as exc:
+                raise ApiError(400, f"{exc}", code="wrong_model_kind") from None
+        if encoding == "base64":  # little-endian float32, as OpenAI sends it (its Python client asks for this)
+            vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+        self._json(200, {"object": "list", "model": svc.name,
+                         "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     # -- generation -------------------------------------------------------------------------------
 

@@ -75,6 +75,8 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
             client.chat.completions.create(model="gpt-4o", messages=QUESTION)
         with pytest.raises(openai.BadRequestError, match="max_tokens"):
             client.chat.completions.create(model="tiny-llama", messages=QUESTION, max_tokens=10**6)
+        with pytest.raises(openai.BadRequestError, match="text encoders"):
+            client.embeddings.create(model="tiny-llama", input="hello")
 
         # Eight streaming clients at once: each gets its whole answer; none fails.
         answers: dict[int, str] = {}
@@ -99,11 +101,11 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
         # while the last client still waited shows it queued: wait for one written after all had ended.
         def settled() -> bool:
             last = events_of(c, job_id, "serving")[-1]
-            return (last.get("requests") or 0) >= 13 and last.get("queue") == 0 and last.get("active") == 0
+            return (last.get("requests") or 0) >= 14 and last.get("queue") == 0 and last.get("active") == 0
 
         wait_for(settled, timeout=30, what="the figures after the last request")
         figures = events_of(c, job_id, "serving")[-1]
-        assert figures["requests"] == 13 and figures["errors"] == 2 and figures["tokens"] >= 12 + 12 + 5 + 8 * 1 and figures["queue"] == 0
+        assert figures["requests"] == 14 and figures["errors"] == 3 and figures["tokens"] >= 12 + 12 + 5 + 8 * 1 and figures["queue"] == 0
 
         # The load test from a terminal: 4 streaming clients for 3 s, no errors.
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -165,6 +167,24 @@ def test_a_classifier_answers_its_route_and_a_busy_port_fails_clearly(engine_wit
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(chat, timeout=60)
         assert err.value.code == 400 and "is a classifier" in json.load(err.value)["error"]["message"]
+
+        # Its encoder's embeddings through the openai client: one vector per text, the same text the same vector,
+        # a paraphrase nearer than another topic.
+        import numpy as np
+
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=60)
+        texts = ["I was charged twice for my order", "I was billed two times for one purchase",
+                 "The app crashes when I open it", "I was charged twice for my order"]
+        reply = client.embeddings.create(model=client.models.list().data[0].id, input=texts)
+        vectors = np.array([d.embedding for d in reply.data])
+        assert vectors.shape[0] == 4 and vectors.shape[1] >= 64 and reply.usage.prompt_tokens > 12
+        assert np.allclose(vectors[0], vectors[3], atol=1e-5)
+        cos = vectors @ vectors.T / np.outer(np.linalg.norm(vectors, axis=1), np.linalg.norm(vectors, axis=1))
+        assert cos[0, 1] > cos[0, 2], cos
+        raw = urllib.request.Request(url + "/embeddings", json.dumps({"input": texts[0], "encoding_format": "float"}).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(raw, timeout=60) as r:  # floats as JSON numbers, the same vector
+            assert np.allclose(json.load(r)["data"][0]["embedding"], vectors[0], atol=1e-5)
 
         # A second server on the same port: the job fails with the reason and what to do.
         port = int(url.rsplit(":", 1)[1].split("/")[0])
