@@ -419,6 +419,7 @@ def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtb
     view.set_limits(30.0, 0.1)
     assert view.recommended_id() == "r-files:gguf/f16"
     assert view.latency_limit.suffix() == " ms/token"
+    assert [view.basis_combo.itemText(i) for i in range(2)] == ["one request at a time", "4 requests at once"]
     # An exported file is not a run to export again: the button says what it is.
     assert view.select_run("r-files:gguf/q4_k_m") and not view.export_variant_button.isEnabled()
     assert "s-q4_k_m.gguf" in view.export_variant_button.toolTip()

@@ -72,7 +72,9 @@ class VariantsScatter(QWidget):
         per_token = any(r.per_token for r in drawn)
         self.title.setText(f"{'Time per token' if per_token else 'Latency'} and {metric}")
         item = self.plot.getPlotItem()
-        item.setLabel("bottom", f"ms per generated token at {LATENCY_BASES.get(basis, basis)}" if per_token
+        batch = next((r.batch_n for r in drawn if r.batch_n), None)
+        requests = "one request at a time" if basis == "b1" else f"{batch or 'N'} requests at once"
+        item.setLabel("bottom", f"ms per generated token, {requests}" if per_token
                       else f"latency p50 at {LATENCY_BASES.get(basis, basis)} (ms)")
         item.setLabel("left", f"{metric} ({better})")
         self.empty.setText("" if drawn else "Nothing measured yet: the chart fills in as the variants' "

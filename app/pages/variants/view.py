@@ -290,6 +290,11 @@ class VariantsView(QWidget):
         for key in ("em", "rouge", "ttft"):  # a language model's answer scores and first token; a classifier has none
             self.table.setColumnHidden(COLUMN[key], not llm)
         self.latency_limit.setSuffix(" ms/token" if llm else " ms")
+        batch = next((r.batch_n for r in rows if r.batch_n), None)
+        for i, key in enumerate(("b1", "bN")):  # a language model's latency is per token: one request, or N at once
+            text = (("one request at a time" if key == "b1" else f"{batch or 'N'} requests at once") if llm
+                    else f"p50 at {LATENCY_BASES[key]}")
+            self.basis_combo.setItemText(i, text)
         self._fit_table()
         metric = next((r for r in rows if r.metric is not None), None)
         higher = metric.higher_is_better if metric else True
