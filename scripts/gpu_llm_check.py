@@ -74,7 +74,8 @@ def int4_check() -> dict:
     before = weight_bytes()
     quant = copy.deepcopy(base)
     copied = weight_bytes() - before
-    quantize_(quant, Int4WeightOnlyConfig(group_size=128))
+    # tinygemm's layout: torchao's default (plain) needs the mslk kernels, which pip does not bring along
+    quantize_(quant, Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"))
     torch.cuda.empty_cache()
     after = weight_bytes() - before
     with torch.inference_mode():
