@@ -6,8 +6,8 @@
    CPU (the same text), with its tokens/s and time to first token on the GPU;
 2. the OpenAI-compatible server (engine/serve/openai_api.py) over HTTP with that CUDA model: the streamed
    answer equals the in-process one;
-3. torchao int4 weight-only (tinygemm) on CUDA, on a 0.2B Llama-shaped model with random weights (no
-   pretrained weights travel to the machine): logits' relative error against bf16, next-token agreement,
+3. torchao int4 weight-only (tinygemm) on CUDA, on a 0.16B Llama-shaped model with random weights (a bare
+   GPU machine has no pretrained ones): logits' relative error against bf16, next-token agreement,
    the weights' bytes on the GPU and decode tokens/s, bf16 beside int4.
 
 ``--device cpu`` runs 1 and 2 on the CPU (plumbing only) and says 3 needs CUDA.
