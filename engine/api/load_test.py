@@ -25,18 +25,23 @@ def _connection(parts: urllib.parse.SplitResult, timeout: float) -> http.client.
     return cls(parts.hostname, parts.port, timeout=timeout)
 
 
-def list_models(url: str, api_key: str | None = None, timeout: float = 30.0) -> list[str]:
-    """The ids ``GET {url}/models`` lists; RuntimeError with the server's message when it refuses."""
-    parts = urllib.parse.urlsplit(url.rstrip("/") + "/models")
+def http_get(url: str, api_key: str | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
+    """(status, body) of ``GET url``; OSError when nothing answers."""
+    parts = urllib.parse.urlsplit(url)
     conn = _connection(parts, timeout)
     try:
         conn.request("GET", parts.path, headers=_headers(api_key))
         resp = conn.getresponse()
-        raw = resp.read()
+        return resp.status, resp.read()
     finally:
         conn.close()
-    if resp.status != 200:
-        raise RuntimeError(f"HTTP {resp.status}: {_message(raw)}")
+
+
+def list_models(url: str, api_key: str | None = None, timeout: float = 30.0) -> list[str]:
+    """The ids ``GET {url}/models`` lists; RuntimeError with the server's message when it refuses."""
+    status, raw = http_get(url.rstrip("/") + "/models", api_key, timeout)
+    if status != 200:
+        raise RuntimeError(f"HTTP {status}: {_message(raw)}")
     return [m["id"] for m in json.loads(raw)["data"]]
 
 

@@ -143,8 +143,7 @@ class LlmExport:
         if "jetson" in self.spec.formats:
             from engine.export import jetson_profiles
 
-            if self.spec.target is None:
-                raise JobFailed("format jetson needs target", "Pick the Jetson (orin_nano, orin_nx, agx_orin, ...).")
+            assert self.spec.target is not None  # ExportSpec requires it with jetson
             jetson_profiles.jetpack_versions(self.spec.target, self.spec.jetpack)
         for fmt, missing in (("gguf", llm_formats.gguf_missing), ("onnx_genai", llm_formats.genai_missing)):
             if fmt in self.spec.formats and (why := missing()):

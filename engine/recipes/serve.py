@@ -65,6 +65,11 @@ def api_key(spec: ServeSpec, run_dir: Path) -> tuple[str | None, str | None]:
     return key, str(path)
 
 
+def _auth(spec: ServeSpec, key_file: str | None) -> dict[str, Any]:
+    """What every ``serving`` event says of access: the address bound, and the key's file when there is one."""
+    return {"bind": spec.bind, "api_key_file": key_file} if key_file else {"bind": spec.bind}
+
+
 def _url(host: str, port: int) -> str:
     host = WILDCARD.get(host, host)
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}/v1"
@@ -110,7 +115,7 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
                         "any free one.") from exc
     port = httpd.server_address[1]
     url = _url(httpd.server_address[0], port)
-    auth = {"bind": spec.bind, "api_key_file": key_file} if key_file else {"bind": spec.bind}
+    auth = _auth(spec, key_file)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
     ctx.emit("serving", url=url, model=service.name, model_kind=kind, device=device, runtime=runtime,
@@ -191,19 +196,18 @@ def serve_vllm(ctx: JobContext, spec: ServeSpec, folder: Path, python: str, tens
 
     name = served_name(spec)
     key, key_file = api_key(spec, Path(ctx.run_dir))
-    host = WILDCARD.get(spec.bind, spec.bind)
     port = spec.port or _free_port(spec.bind)
-    cmd = command(python, folder, name, spec.bind, port, tensor_parallel, spec.max_new_tokens, key)
+    cmd = command(python, folder, name, spec.bind, port, tensor_parallel, key)
     shown = " ".join("***" if key and part == key else part for part in cmd)  # the key never reaches a log
     ctx.log(f"starting vLLM (tensor parallel {tensor_parallel}): {shown}")
     t0 = time.perf_counter()
-    server = VllmServer(cmd, host, port, key, Path(ctx.run_dir) / "vllm.log")
+    url = _url(spec.bind, port)
+    server = VllmServer(cmd, url, key, Path(ctx.run_dir) / "vllm.log")
     server.start()
     try:
         if not server.wait_ready(lambda: ctx.stop_requested):
             return "stopped"
-        url = _url(spec.bind, port)
-        auth = {"bind": spec.bind, "api_key_file": key_file} if key_file else {"bind": spec.bind}
+        auth = _auth(spec, key_file)
         ctx.emit("serving", url=url, model=name, model_kind="chat", device="cuda", runtime="vllm",
                  tensor_parallel=tensor_parallel, load_s=round(time.perf_counter() - t0, 2), **auth)
         ctx.log(f"serving {name} (vLLM, tensor parallel {tensor_parallel}) at {url} (OpenAI-compatible; stop the "

@@ -95,10 +95,13 @@ class Service:
 
     # -- requests into settings ---------------------------------------------------------------
 
-    def settings(self, body: dict[str, Any]) -> GenerateSettings:
+    def check_model(self, body: dict[str, Any]) -> None:
         if body.get("model") not in (None, self.name):
             raise ApiError(404, f"The model {body.get('model')!r} does not exist here; this server serves "
                                 f"{self.name!r} (GET /v1/models)", "model", "model_not_found")
+
+    def settings(self, body: dict[str, Any]) -> GenerateSettings:
+        self.check_model(body)
         if int(body.get("n") or 1) != 1:
             raise ApiError(400, "n must be 1: one answer per request", "n")
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
@@ -275,9 +278,7 @@ class Handler(BaseHTTPRequestHandler):
         if svc.kind != "classify" or not hasattr(svc.model, "embed"):
             raise ApiError(400, f"{svc.name} is a language model: /v1/embeddings serves text encoders (a text "
                                 "classifier's)", code="wrong_model_kind")
-        if body.get("model") not in (None, svc.name):
-            raise ApiError(404, f"The model {body.get('model')!r} does not exist here; this server serves "
-                                f"{svc.name!r}", "model", "model_not_found")
+        svc.check_model(body)
         texts = body.get("input")
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):

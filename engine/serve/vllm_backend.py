@@ -11,7 +11,6 @@ group, then SIGKILL after a grace period. vLLM often lives in a venv of its own:
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import signal
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.api.load_test import http_get
 from engine.training.context import JobFailed
 
 READY_TIMEOUT_S = 1800.0  # a large model loads for minutes, and vLLM compiles its CUDA graphs
@@ -40,30 +40,19 @@ def has_vllm(python: str) -> bool:
 
 
 def command(python: str, folder: Path, name: str, host: str, port: int, tensor_parallel: int,
-            max_new_tokens: int, api_key: str | None) -> list[str]:
+            api_key: str | None) -> list[str]:
     cmd = [python, "-m", MODULE, "--model", str(folder), "--served-model-name", name, "--host", host,
            "--port", str(port), "--tensor-parallel-size", str(tensor_parallel)]
-    del max_new_tokens  # vLLM bounds an answer by the model's context; Ember's limit is the server's own
     if api_key:
         cmd += ["--api-key", api_key]  # vLLM checks it on every /v1 route, as Ember's server does
     return cmd
 
 
-def _http(host: str, port: int, path: str, api_key: str | None, timeout: float = 5.0) -> tuple[int, str]:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode(errors="replace")
-    finally:
-        conn.close()
-
-
 class VllmServer:
     """The vLLM child process of one serve job."""
 
-    def __init__(self, cmd: list[str], host: str, port: int, api_key: str | None, log: Path):
-        self.cmd, self.host, self.port, self.api_key, self.log = cmd, host, port, api_key, log
+    def __init__(self, cmd: list[str], url: str, api_key: str | None, log: Path):
+        self.cmd, self.url, self.api_key, self.log = cmd, url, api_key, log  # url: the server's .../v1
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -91,8 +80,7 @@ class VllmServer:
             if should_stop():
                 return False
             try:
-                status, _ = _http(self.host, self.port, "/v1/models", self.api_key, timeout=2)
-                if status == 200:
+                if http_get(self.url + "/models", self.api_key, timeout=2)[0] == 200:
                     return True
             except OSError:
                 pass
@@ -102,10 +90,10 @@ class VllmServer:
     def metrics(self) -> dict[str, Any]:
         """The serving figures from vLLM's /metrics (cumulative counts; the job makes rates of them)."""
         try:
-            status, text = _http(self.host, self.port, "/metrics", self.api_key)
+            status, raw = http_get(self.url.removesuffix("/v1") + "/metrics", self.api_key, timeout=5)
         except OSError:
             return {}
-        return parse_metrics(text) if status == 200 else {}
+        return parse_metrics(raw.decode(errors="replace")) if status == 200 else {}
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
