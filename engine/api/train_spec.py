@@ -173,6 +173,9 @@ class DistributedSpec(_Part):
     offload_optimizer: bool = False
     offload_params: bool = False
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts a failed worker group this often")
+    tensor_parallel: int = Field(1, ge=1, le=64, description="causal_lm: split each decoder block's attention and MLP "
+                                 "matrices over this many processes (tensor parallelism); the processes left over "
+                                 "train data parallel (strategy fsdp: FSDP2 x TP)")
 
 
 class OptimSpec(_Part):
@@ -237,6 +240,32 @@ class SpeedSpec(_Part):
                                       "None: the GPU table (engine/training/mfu.py), a measured matmul peak on CPU")
 
 
+def _parallel_problems(spec: TrainSpec) -> list[str]:
+    d, tp = spec.distributed, spec.distributed.tensor_parallel
+    if tp == 1:
+        return []
+    problems = []
+    world = spec.world_size()
+    if spec.task != "causal_lm":
+        problems.append("distributed.tensor_parallel applies to causal_lm models (Llama, Qwen2, Mistral, SmolLM); "
+                        "set it to 1")
+    if world % tp:
+        problems.append(f"distributed.tensor_parallel {tp} must divide the processes ({world}); e.g. nproc "
+                        f"{tp} or {2 * tp}")
+    if d.strategy == "deepspeed":
+        problems.append("DeepSpeed does not combine with distributed.tensor_parallel here: use strategy fsdp "
+                        "(FSDP2 x TP)")
+    elif d.strategy == "ddp" and world // tp > 1:
+        problems.append("data parallel beside tensor_parallel uses FSDP2 (DDP does not take split matrices): "
+                        "set strategy fsdp")
+    if spec.method.kind in ("qlora", "prompt_tuning"):
+        problems.append(f"method {spec.method.kind} does not combine with distributed.tensor_parallel: use full "
+                        "or lora")
+    if spec.distill is not None:
+        problems.append("distill does not combine with distributed.tensor_parallel: set it to 1")
+    return problems
+
+
 class TrainSpec(_Part):
     """train.finetune: fine-tune a model for one of the tasks."""
 
@@ -253,6 +282,10 @@ class TrainSpec(_Part):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 on a CUDA GPU that has it (compute capability 8.0+), fp32 otherwise")
     activation_checkpointing: bool = False
+    activation_offload: bool = Field(False, description="keep the activations saved for the backward pass in CPU "
+                                     "memory instead of GPU memory (pinned, copied back when needed); with "
+                                     "activation_checkpointing only the blocks' inputs are saved, so little is "
+                                     "copied. A CUDA GPU only: on CPU activations are in CPU memory already")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0
     eval_every: int = Field(50, ge=1, description="optimizer steps between evaluations")
@@ -279,8 +312,14 @@ class TrainSpec(_Part):
             problems.append("set max_steps or epochs")
         if self.max_steps is not None and self.epochs is not None:
             problems.append("set max_steps or epochs, not both")
-        if self.distributed.strategy == "single" and self.world_size() > 1:
+        if self.distributed.strategy == "single" and self.data_parallel() > 1:
+            # Strategy says how the data-parallel replicas share their work: one replica (every process
+            # holds a slice of the one model, tensor_parallel) needs none.
             problems.append("more than one process needs strategy ddp, fsdp or deepspeed")
+        problems += _parallel_problems(self)
+        if self.activation_offload and self.device == "cpu":
+            problems.append("activation_offload moves activations from GPU to CPU memory; with device cpu they are "
+                            "in CPU memory already: turn it off, or use device auto or cuda")
         if self.method.kind == "qlora" and self.device == "cpu":
             problems.append("method qlora needs a CUDA GPU (bitsandbytes 4-bit); use lora on CPU")
         if self.distill is not None and self.method.kind != "full":
@@ -314,6 +353,10 @@ class TrainSpec(_Part):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def data_parallel(self) -> int:
+        """Processes that each train on their own batches: the rest split one model (tensor_parallel)."""
+        return max(1, self.world_size() // self.distributed.tensor_parallel)
 
     def world_size(self) -> int:
         d = self.distributed

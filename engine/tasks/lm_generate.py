@@ -68,7 +68,8 @@ def clip(text: str, limit: int = SAMPLE_CHARS) -> str:
 def sharded(spec: TrainSpec, world: dist.World) -> bool:
     """Whether every forward needs every rank (the parameters are spread over the processes)."""
     d = spec.distributed
-    return world.distributed and (d.strategy == "fsdp" or (d.strategy == "deepspeed" and d.zero_stage == 3))
+    return world.distributed and (d.strategy == "fsdp" or d.tensor_parallel > 1
+                                  or (d.strategy == "deepspeed" and d.zero_stage == 3))
 
 
 class AnswerEval:

@@ -19,7 +19,7 @@ from engine.api.train_spec import TrainSpec
 from engine.strategies import get_strategy
 from engine.tasks import task_for
 from engine.tasks.base import InputError
-from engine.training import checkpoint, dist, methods, speed
+from engine.training import checkpoint, dist, mesh, methods, speed
 from engine.training.context import JobFailed, disk_full
 from engine.training.data_order import ResumableOrder, eval_shards
 
@@ -65,18 +65,23 @@ def make_optimizer(params: list[Any], spec: TrainSpec) -> Any:
     import torch
 
     o = spec.optim
-    if o.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     impl = spec.speed.optimizer_impl
+    if spec.distributed.tensor_parallel > 1:
+        # The split matrices are DTensors, the whole ones (embeddings, norms) plain tensors: the multi-tensor
+        # kernels take one kind at a time.
+        impl = "for_loop"
+    if o.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
+                               **({"foreach": False} if impl == "for_loop" else {}))
     kernel = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for_loop": {"foreach": False}}.get(impl, {})
     return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
 
 
-def memory_record(world: dist.World) -> dict[str, Any]:
+def memory_record(world: dist.World, coords: dict[str, int] | None = None) -> dict[str, Any]:
     import psutil
     import torch
 
-    rec: dict[str, Any] = {"rank": world.rank, "host": world.host, "device": world.device,
+    rec: dict[str, Any] = {"rank": world.rank, **(coords or {}), "host": world.host, "device": world.device,
                            "rss": psutil.Process().memory_info().rss,
                            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if world.device.startswith("cuda"):
@@ -128,6 +133,7 @@ class Trainer:
         self.spec, self.speed = speed.resolve(self.spec, world.device, local_world)
         spec = self.spec
         seed_everything(spec.seed)
+        self.mesh = mesh.build(world, spec.distributed.tensor_parallel)
         self.task = task_for(spec)  # the preference task for objective dpo, orpo or kto
         # Stats a task sums over each step (all micro-batches and processes) for its step_metrics.
         self.step_keys: tuple[str, ...] = tuple(getattr(self.task, "STEP_SUMS", ()))
@@ -157,27 +163,55 @@ class Trainer:
         self.deepspeed = spec.distributed.strategy == "deepspeed"
         if self.deepspeed and (reason := self.strategy.available()):
             raise JobFailed(reason, "Or use distributed.strategy ddp or fsdp.")
-        self.model = self.strategy.wrap(model, world, spec, self.task)
+        if self.mesh.tp > 1:
+            self.model = self._split(model)
+        else:
+            self.model = self.strategy.wrap(model, world, spec, self.task)
+        self.offload = self._offload_hooks()
         params = [p for p in self.model.parameters() if p.requires_grad]
         # Kept for gradient clipping: walking the modules for them each step costs ~2 ms on a small model.
         self.train_params = params
         self.optimizer = make_optimizer(params, spec)
-        self.steps = total_steps(spec, len(self.data.train), world.size)
+        self.steps = total_steps(spec, len(self.data.train), self.mesh.dp)
         self.scheduler = make_schedule(self.optimizer, spec, self.steps)
         if self.deepspeed:
             self.model, self.optimizer, self.scheduler = self.strategy.initialize(
                 self.model, self.optimizer, self.scheduler, world, spec)
         use_scaler = spec.precision == "fp16" and world.device.startswith("cuda")
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
-        self.order = ResumableOrder(len(self.data.train), spec.batch_size, world.rank, world.size, spec.seed,
+        self.order = ResumableOrder(len(self.data.train), spec.batch_size, self.mesh.dp_rank, self.mesh.dp, spec.seed,
                                     lengths=self.data.lengths if spec.data.group_by_length else None)
         self.trainable_only = spec.method.kind != "full"
-        self.sharded = spec.distributed.strategy == "fsdp" and world.distributed
+        # Split parameters (FSDP shards, tensor-parallel slices) are saved as a distributed checkpoint.
+        self.sharded = (spec.distributed.strategy == "fsdp" and world.distributed) or self.mesh.tp > 1
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
         # Imported here: the other tasks' jobs need not import the causal LM task.
         from engine.tasks import lm_generate
 
         self.answers = lm_generate.for_run(spec, self.data, world, self.answer_scorer, self.rc)
+
+    def _split(self, model: Any) -> Any:
+        """Tensor parallelism over the mesh's "tp" dimension, then FSDP2 over its "dp" dimension."""
+        from engine.strategies import fsdp, tensor_parallel
+
+        issues = tensor_parallel.problems(model, self.mesh.tp)
+        if issues:
+            raise JobFailed("; ".join(issues), "Or train it with distributed.tensor_parallel 1.")
+        model = tensor_parallel.apply(model, self.mesh.device_mesh["tp"], tuple(self.task.block_types(model)))
+        if self.spec.distributed.strategy == "fsdp":
+            return fsdp.wrap(model, self.world, self.spec, self.task, dp_mesh=self.mesh.device_mesh["dp"])
+        return model  # one data-parallel replica (the spec refuses DDP beside tensor_parallel otherwise)
+
+    def _offload_hooks(self) -> Any:
+        if not self.spec.activation_offload:
+            return None
+        if not self.world.device.startswith("cuda"):
+            self.rc.emit("warning", message="activation_offload is off for this run: it runs on CPU, where the "
+                         "activations are in CPU memory already", hint="It applies to runs on a CUDA GPU.")
+            return None
+        from engine.training import offload
+
+        return offload.hooks()
 
     def _measure_flops(self, model: Any) -> None:
         """The model's training FLOPs per token (or example) and this device's peak, for MFU.
@@ -317,6 +351,7 @@ class Trainer:
         rc.emit("run_info", task=spec.task, model=spec.model_name(), method=spec.method.kind,
                 strategy=spec.distributed.strategy, world_size=world.size, device=world.device,
                 trainable_params=self.trainable, total_params=self.total_params, total_steps=self.steps,
+                mesh=self.mesh.describe(), activation_offload=self.offload is not None,
                 start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info,
                 speed=self.speed, peak_tflops=self.peak_tflops, peak_source=self.peak_source,
                 **self._flops_info())
@@ -341,8 +376,11 @@ class Trainer:
                 wait += time.perf_counter() - tw
                 epoch, index, _ = next(positions)
                 self.position = (epoch, index + 1)  # where a resumed run picks up
-                with self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast():
+                with (self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast(),
+                      self.offload or contextlib.nullcontext()):
                     loss, stats = self._forward(batch)
+                # The tp ranks of one replica see the same batch: each counts its share of it.
+                stats = {k: v * self.mesh.share for k, v in stats.items()} if self.mesh.tp > 1 else stats
                 if self.deepspeed:
                     # DeepSpeed divides by grad_accum itself and steps on the accumulation boundary.
                     self.model.backward(loss)
@@ -378,6 +416,7 @@ class Trainer:
                         hint="If this repeats, lower optim.lr.")
                 continue
             grad_norm = self._optimizer_step()
+            moved = self.offload.take() if self.offload is not None else 0
             self.step += 1
             dt = time.perf_counter() - t0
             step_times.append(dt)
@@ -388,6 +427,8 @@ class Trainer:
                          "grad_norm": grad_norm, "samples_per_s": totals[1] / dt, "step_time_s": dt,
                          "data_wait_frac": wait / dt if dt else 0.0, "epoch": self.position[0],
                          "progress": self.step / self.steps, "eta_s": eta}
+                if self.offload is not None:
+                    event["offloaded_bytes"] = moved  # saved activations copied to CPU in this step
                 if self.task.HAS_TOKENS:
                     event["tokens_per_s"] = totals[2] / dt
                     if totals[5]:
@@ -401,7 +442,7 @@ class Trainer:
                     event.update(self.task.step_metrics(dict(zip(self.step_keys, totals[7:], strict=True))))
                 rc.emit("train", **event)
             if self.step % spec.memory_every == 0 or self.step == 1:
-                records = dist.gather_objects(world, memory_record(world))
+                records = dist.gather_objects(world, memory_record(world, self.mesh.coords(world.rank)))
                 rc.emit("memory", step=self.step, ranks=records)
             stopping = bool(totals[4])
             if self.step % spec.eval_every == 0 or self.step == self.steps:
@@ -457,7 +498,12 @@ class Trainer:
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         params = [p for p in self.train_params if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+        if self.mesh.tp > 1:
+            from engine.strategies.tensor_parallel import clip_grad_norm
+
+            norm = clip_grad_norm(params, clip if clip else float("inf"))
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -471,7 +517,7 @@ class Trainer:
         import torch
 
         spec, world = self.spec, self.world
-        batches, most = eval_shards(len(self.data.val), spec.batch_size, world.rank, world.size)
+        batches, most = eval_shards(len(self.data.val), spec.batch_size, self.mesh.dp_rank, self.mesh.dp)
         sums: dict[str, float] = {}
         collate = self.data.val_collate or self.data.collate  # packed training, unpacked eval
         self.model.eval()
@@ -486,7 +532,9 @@ class Trainer:
                         sums[k] = sums.get(k, 0.0) + float(v)
         self.model.train()
         total: dict[str, float] = {}
-        for part in dist.gather_objects(world, sums):
+        for rank, part in enumerate(dist.gather_objects(world, sums)):
+            if self.mesh.coords(rank)["tp"]:
+                continue  # the same batches as its replica's first rank
             for k, v in part.items():  # type: ignore[union-attr]
                 total[k] = total.get(k, 0.0) + v
         return self.task.finalize_metrics(total)
