@@ -32,7 +32,7 @@ def problems(model: Any, tp: int) -> list[str]:
     heads = config.num_attention_heads
     sizes = {"attention heads": heads, "key/value heads": getattr(config, "num_key_value_heads", None) or heads,
              "MLP width": config.intermediate_size}
-    return [f"the model's {name} ({n}) do not split {tp} ways: pick a tensor_parallel that divides {n}"
+    return [f"the model's {name} ({n}) cannot be split {tp} ways: pick a tensor_parallel that divides {n}"
             for name, n in sizes.items() if n % tp]
 
 

@@ -326,7 +326,7 @@ class Trainer:
             return
         state = checkpoint.load(ckpt, self.model, self.optimizer,
                                 {"scheduler": self.scheduler, "scaler": self.scaler}, self.world,
-                                self.trainable_only)
+                                self.trainable_only, self.mesh.dp_rank)
         self.step = state["step"]
         self.position = tuple(state["position"])
         self.best, self.bad_evals = state.get("best"), state.get("bad_evals", 0)
@@ -563,7 +563,7 @@ class Trainer:
         path = checkpoint.save(
             self.ckpt_root, self.step, self.model, self.optimizer,
             {"scheduler": self.scheduler, "scaler": self.scaler},
-            {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals,
+            {"position": list(self.position), "best": self.best, "bad_evals": self.bad_evals, "mesh": self.mesh.describe(),
              "spec": self.spec.model_dump(mode="json")},
             self.world, self.layout, self.trainable_only, self.spec.keep_checkpoints)
         self.rc.emit("checkpoint", step=self.step, path=str(path), seconds=time.perf_counter() - t0)

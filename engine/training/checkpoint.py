@@ -224,9 +224,19 @@ def find_resumable(root: Path) -> tuple[Path | None, list[str]]:
     return None, notes
 
 
+def rng_source(state: dict[str, Any], dp_rank: int) -> int | None:
+    """Which saved rank's RNG this data-parallel replica continues with: the first rank of the same replica
+    in the saving run's layout (its ``mesh``; a run without one had one replica per process). Every process
+    of a tensor-parallel replica must draw the same dropout masks, so they all take the same one. None: the
+    saving run had fewer replicas, and this one keeps its seeded RNG."""
+    saved = state.get("mesh") or {"dp": state.get("world_size", 1), "tp": 1}
+    return dp_rank * saved["tp"] if dp_rank < saved["dp"] else None
+
+
 def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], world: dist.World,
-         trainable_only: bool) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler/scaler and this rank's RNG; returns trainer_state."""
+         trainable_only: bool, dp_rank: int | None = None) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler/scaler and this replica's RNG; returns trainer_state.
+    ``dp_rank``: this process's data-parallel replica (default: its rank)."""
     import torch
 
     state = json.loads((ckpt / "trainer_state.json").read_text())
@@ -256,7 +266,8 @@ def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], w
     for key, obj in trainer_objs.items():
         if obj is not None and key in objs:
             obj.load_state_dict(objs[key])
-    rng_file = ckpt / f"rng-{world.rank}.pt"
-    if rng_file.is_file():
+    source = rng_source(state, world.rank if dp_rank is None else dp_rank)
+    rng_file = ckpt / f"rng-{source}.pt"
+    if source is not None and rng_file.is_file():
         set_rng_state(torch.load(rng_file, map_location="cpu", weights_only=False))
     return state

@@ -1,0 +1,139 @@
+"""Tensor parallelism and FSDP2 x TP on CPU (gloo), real torchrun processes, the built-in tiny Llama: every
+layout's losses match the run it must equal step for step (fp32), and a checkpoint written on one mesh
+resumes on another."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.api.specs import SpecError, validate_spec
+
+pytestmark = pytest.mark.slow
+
+# A constant learning rate: a run resumed at step 10 follows the same schedule as one that never stopped.
+BASE = {"task": "causal_lm", "method": {"kind": "full"}, "device": "cpu", "batch_size": 4, "max_steps": 20,
+        "eval_every": 10, "checkpoint_every": 10, "keep_checkpoints": 2, "log_every": 1, "memory_every": 10,
+        "optim": {"lr": 0.003, "schedule": "constant"}, "generate_eval": {"prompts": 0},
+        "data": {"max_length": 64}}
+TOLERANCE = 1e-4  # relative, per step
+
+
+def run(tmp: Path, name: str, nproc: int = 1, resume_from: Path | None = None, **changes) -> dict:
+    spec = {**BASE, **changes}
+    run_dir = tmp / name
+    if resume_from is not None:  # the other layout's step-10 checkpoint, as this run's own
+        (run_dir / "checkpoints").mkdir(parents=True)
+        shutil.copytree(resume_from, run_dir / "checkpoints" / resume_from.name)
+        (run_dir / "checkpoints" / "latest").write_text(resume_from.name)
+    config = tmp / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)] if nproc > 1 \
+        else [sys.executable]
+    proc = subprocess.run([*launcher, "-m", "engine.recipes.finetune", "--config", str(config),
+                           "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    errors = [e for e in events if e["kind"] == "error"]
+    assert proc.returncode == 0 and not errors, (errors, proc.stderr[-3000:])
+    return {"dir": run_dir, "events": events,
+            "losses": {e["step"]: e["loss"] for e in events if e["kind"] == "train"},
+            "info": next(e for e in events if e["kind"] == "run_info")}
+
+
+def assert_same_losses(reference: dict, other: dict, steps: range) -> None:
+    for step in steps:
+        a, b = reference["losses"][step], other["losses"][step]
+        assert abs(a - b) <= TOLERANCE * abs(a), (step, a, b)
+
+
+def checkpoint(result: dict, step: int) -> Path:
+    return result["dir"] / "checkpoints" / f"step-{step:08d}"
+
+
+@pytest.mark.timeout(900)
+def test_tensor_parallel_and_fsdp2_x_tp_match_their_reference_and_resume_on_another_mesh(tmp_path):
+    single = run(tmp_path, "single")
+    assert sorted(single["losses"]) == list(range(1, 21))
+
+    tp = run(tmp_path, "tp2", nproc=2, distributed={"strategy": "fsdp", "nproc": 2, "tensor_parallel": 2})
+    assert tp["info"]["mesh"] == {"dp": 1, "tp": 2, "order": ["dp", "tp"]} and tp["info"]["world_size"] == 2
+    assert_same_losses(single, tp, range(1, 21))
+    # Both processes saw the same batches: the samples counted are one process's, not twice that.
+    assert tp["info"]["n_train"] == single["info"]["n_train"]
+    memory = next(e for e in tp["events"] if e["kind"] == "memory")
+    assert [(r["rank"], r["dp"], r["tp"]) for r in memory["ranks"]] == [(0, 0, 0), (1, 0, 1)]
+    evals = {e["step"]: e["metrics"]["loss"] for e in tp["events"] if e["kind"] == "eval"}
+    assert evals[20] == pytest.approx(next(e["metrics"]["loss"] for e in single["events"]
+                                           if e["kind"] == "eval" and e["step"] == 20), rel=TOLERANCE)
+    assert (checkpoint(tp, 10) / "dcp").is_dir()  # split parameters: a distributed checkpoint
+    from safetensors.torch import load_file
+
+    whole, split = (load_file(r["dir"] / "model" / "weights.safetensors") for r in (single, tp))
+    assert set(whole) == set(split)  # the final model is saved whole, as a single process saves it
+    assert max(float((whole[k] - split[k]).abs().max()) for k in whole) < 1e-4
+
+    # Stopped at step 10 with 2-way tensor parallelism, resumed on one process.
+    resumed = run(tmp_path, "tp2-to-single", resume_from=checkpoint(tp, 10))
+    assert next(e for e in resumed["events"] if e["kind"] == "resumed")["step"] == 10
+    assert sorted(resumed["losses"]) == list(range(11, 21))
+    assert_same_losses(single, resumed, range(11, 21))
+
+    # Two data-parallel replicas, LoRA: FSDP2 alone, then FSDP2 x TP (2 x 2) on the same batches; and the
+    # FSDP2 run's step-10 checkpoint resumed on the 2 x 2 mesh.
+    lora = {"method": {"kind": "lora", "lora_r": 8, "lora_alpha": 16}, "optim": {"lr": 0.03, "schedule": "constant"}}
+    fsdp = run(tmp_path, "fsdp", nproc=2, distributed={"strategy": "fsdp", "nproc": 2}, **lora)
+    two_d = run(tmp_path, "fsdp-x-tp", nproc=4, resume_from=checkpoint(fsdp, 10),
+                distributed={"strategy": "fsdp", "nproc": 4, "tensor_parallel": 2}, **lora)
+    assert two_d["info"]["mesh"]["dp"] == 2 and two_d["info"]["trainable_params"] == fsdp["info"]["trainable_params"]
+    assert sorted(two_d["losses"]) == list(range(11, 21))
+    assert_same_losses(fsdp, two_d, range(11, 21))
+    first, last = (sum(fsdp["losses"][s] for s in steps) / 5 for steps in (range(1, 6), range(16, 21)))
+    assert last < first, (first, last)  # the adapters learn (slowly: a random model, 20 steps)
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"distributed": {"strategy": "fsdp", "nproc": 3, "tensor_parallel": 2}}, "must divide the processes (3)"),
+    ({"distributed": {"strategy": "ddp", "nproc": 4, "tensor_parallel": 2}}, "set strategy fsdp"),
+    ({"distributed": {"strategy": "deepspeed", "nproc": 2, "tensor_parallel": 2}}, "use strategy fsdp"),
+    ({"task": "text_classification", "distributed": {"strategy": "fsdp", "nproc": 2, "tensor_parallel": 2}},
+     "applies to causal_lm"),
+    ({"method": {"kind": "prompt_tuning"}, "distributed": {"strategy": "fsdp", "nproc": 2, "tensor_parallel": 2}},
+     "use full or lora"),
+    ({"activation_offload": True}, "in CPU memory already"),
+])
+def test_layouts_that_cannot_work_are_refused_with_the_fix(changes, words):
+    with pytest.raises(SpecError) as err:
+        validate_spec("train.finetune", {**BASE, **changes})
+    assert words in str(err.value)
+
+
+def test_one_replica_split_two_ways_needs_no_data_parallel_strategy():
+    spec = validate_spec("train.finetune", {**BASE, "distributed": {"nproc": 2, "tensor_parallel": 2}})
+    assert spec.data_parallel() == 1
+    spec = validate_spec("train.finetune", {**BASE, "distributed": {"strategy": "fsdp", "nproc": 8,
+                                                                    "tensor_parallel": 4}})
+    assert spec.data_parallel() == 2
+
+
+def test_models_that_do_not_split_are_refused_with_the_reason():
+    from types import SimpleNamespace
+
+    from engine.strategies.tensor_parallel import problems
+
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(**config))
+
+    llama = {"model_type": "llama", "num_attention_heads": 6, "num_key_value_heads": 2, "intermediate_size": 768}
+    assert problems(model(**llama), 2) == []
+    assert problems(model(**llama), 3) == ["the model's key/value heads (2) cannot be split 3 ways: pick a "
+                                           "tensor_parallel that divides 2"]
+    (why,) = problems(model(model_type="gpt2"), 2)
+    assert "supports Llama-style models" in why and "gpt2" in why
