@@ -32,6 +32,11 @@ TERMS: dict[str, str] = {
     "ZeRO-2": "ZeRO stage 2 splits the optimizer state and the gradients across the processes.",
     "ZeRO-3": "ZeRO stage 3 splits the optimizer state, the gradients and the weights themselves across the "
               "processes, so a model larger than one device can train.",
+    "tensor parallel": "Tensor parallelism splits each layer's weight matrices over several GPUs, which compute "
+                       "their slices of every layer together: a model too large for one GPU trains, at the cost "
+                       "of communication inside every layer, best kept within one machine.",
+    "activation offload": "The activations kept for the backward pass wait in CPU memory instead of GPU memory "
+                          "and are copied back when needed: less GPU memory, some time for the copies.",
     "offload": "Offloading keeps part of the training state in CPU memory instead of on the device, which "
                "saves device memory at the cost of speed.",
     # Numbers and memory

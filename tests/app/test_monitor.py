@@ -198,3 +198,18 @@ def test_monitor_log_eta_and_event_lines_on_canned_events(qtbot):
     publish("run/r-tickets/train", {"t": now, "step": 100, "progress": 1.0, "eta_s": 0.0, "loss": 1.1})
     page._show_progress()
     assert page.eta_label.text() == "finishing"
+
+
+def test_a_tensor_parallel_runs_memory_names_each_ranks_place_and_offload_is_shown(qtbot):
+    from app.pages.monitor.run_charts import RunCharts
+    from app.pages.monitor.speed_line import perf_summary
+
+    charts = RunCharts()
+    qtbot.addWidget(charts)
+    ranks = [{"rank": r, "dp": r // 2, "tp": r % 2, "host": "gpu1", "device": f"cuda:{r}", "rss": 1e9,
+              "allocated": 2e9, "peak": 3e9} for r in range(4)]
+    charts.add_event("memory", {"step": 1, "ranks": ranks})
+    names = charts.memory_chart.series_names()
+    assert "rank 3@gpu1 (dp 1 · tp 1) peak" in names and len(names) == 8
+    line = perf_summary({"offloaded_bytes": 48 * 2**20, "data_wait_frac": 0.01}, {})
+    assert line == "activations offloaded 48 MiB/step  ·  data wait 1.0%"

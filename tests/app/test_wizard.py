@@ -185,3 +185,33 @@ def test_learning_rate_follows_the_method_until_the_user_sets_one(qtbot, make_wi
     page.method_step.method_radios["lora"].click()
     assert lr() == 1e-4  # the user's choice stays
     assert page.spec_for_launch()["optim"]["lr"] == 1e-4
+
+
+def test_a_language_model_split_over_processes_round_trips_and_picks_fsdp(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot, start=False)
+    spec = {"task": "causal_lm", "method": {"kind": "lora"}, "max_steps": 5,
+            "distributed": {"strategy": "fsdp", "nproc": 2, "tensor_parallel": 2}, "activation_checkpointing": True}
+    page.load_spec(spec, "tp-run")
+    step = page.training_step
+    page.go_to(4)
+    assert step.tp_field.isVisibleTo(step) and step.tp_spin.value() == 2
+    got, want = (TrainSpec.model_validate(s).model_dump() for s in (page.spec_for_launch(), spec))
+    # The form keeps what it shows (the wizard fills in the model, data and learning rate it would use).
+    assert [got[k] for k in ("distributed", "activation_checkpointing", "max_steps")] == \
+        [want[k] for k in ("distributed", "activation_checkpointing", "max_steps")]
+    # DDP and DeepSpeed cannot take split matrices; FSDP2 can (and shards the replicas when there are several).
+    for strategy in ("ddp", "deepspeed"):
+        step.strategy_combo.setCurrentIndex(step.strategy_combo.findData(strategy))
+        assert step.strategy_combo.currentData() == "fsdp"
+    launched = TrainSpec.model_validate(page.spec_for_launch())
+    assert (launched.distributed.tensor_parallel, launched.data_parallel()) == (2, 1)
+    # Activation offload is one of the advanced settings, and is summed up while they are folded.
+    step.advanced_check.setChecked(True)
+    step.act_offload_check.setChecked(True)
+    assert page.spec_for_launch()["activation_offload"] is True
+    step.advanced_check.setChecked(False)
+    assert "activation offload" in step.advanced_summary.text()
+    # A text classifier is not split: the field is not offered once it is back to 1.
+    step.tp_spin.setValue(1)
+    page.task_step.task_radios["text_classification"].setChecked(True)
+    assert not step.tp_field.isVisibleTo(step)

@@ -394,6 +394,11 @@ class MonitorPage(QWidget):
         self.run_facts = {k: v for k, v in facts.items() if v}
         world = info.get("world_size")
         procs = f"{world} process{'es' if world != 1 else ''} on {info.get('device', '?')}"
+        mesh = info.get("mesh") if isinstance(info.get("mesh"), dict) else {}
+        if isinstance(mesh.get("tp"), int) and mesh["tp"] > 1:
+            # Which share each process holds: "2 × 2 (data parallel × tensor parallel)".
+            procs += f" as {mesh.get('dp', '?')} × {mesh['tp']} (data parallel × tensor parallel)"
+            self.run_facts["mesh"] = f"{mesh.get('dp', '?')} × {mesh['tp']} (dp × tp)"
         parts = [facts["task"], facts["model"], facts["method"], facts["strategy"], procs]
         if "trainable params" in self.run_facts:
             parts.append(f"{self.run_facts['trainable params']} parameters train")

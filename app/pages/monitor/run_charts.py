@@ -127,6 +127,8 @@ class RunCharts(QWidget):
     def _on_memory(self, step: int, data: dict[str, Any]) -> None:
         for rank in data.get("ranks") or []:
             who = f"rank {rank.get('rank', '?')}@{rank.get('host') or '?'}"
+            if isinstance(rank.get("tp"), int) and isinstance(rank.get("dp"), int):
+                who += f" (dp {rank['dp']} · tp {rank['tp']})"  # the rank's place in a tensor-parallel mesh
             # CUDA: what the allocator holds now and at its peak; CPU: the process's RSS.
             if number(rank.get("allocated")) is not None:
                 pairs = [("allocated", rank.get("allocated")), ("peak", rank.get("peak"))]

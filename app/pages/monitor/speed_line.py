@@ -58,6 +58,9 @@ def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
     padding = number(train.get("padding_frac"))
     if padding is not None:
         parts.append(f"padding {_percent(padding)}")
+    moved = number(train.get("offloaded_bytes"))
+    if moved is not None:
+        parts.append(f"activations offloaded {_figure(moved / 2**20)} MiB/step")
     wait = number(train.get("data_wait_frac"))
     if wait is not None:
         parts.append(f"data wait {_percent(wait)}")

@@ -71,7 +71,7 @@ def _select(box: QComboBox, key: Any) -> None:
 
 
 # The spec paths of the folded "Advanced settings" (the Speed card's included).
-ADVANCED = ("precision", "grad_accum", "activation_checkpointing", "optim.schedule", "eval_every",
+ADVANCED = ("precision", "grad_accum", "activation_checkpointing", "activation_offload", "optim.schedule", "eval_every",
             "checkpoint_every", "speed", "data.num_workers", "data.packing", "data.group_by_length")
 
 
@@ -89,7 +89,8 @@ def _flat_advanced(spec: dict[str, Any]) -> dict[str, Any]:
 class TrainingStep(Step):
     title = "Training"
     prefixes = ("distributed", "optim", "batch_size", "grad_accum", "max_steps", "epochs",
-                "precision", "activation_checkpointing", "device", "eval_every", "checkpoint_every",
+                "precision", "activation_checkpointing", "activation_offload", "device", "eval_every",
+                "checkpoint_every",
                 "speed", "data.num_workers", "data.packing", "data.group_by_length")
     patch_requested = Signal(dict)  # a suggestion's spec_patch, to merge into the form
     hosts_page_requested = Signal()  # "Open the Hosts page": the wizard page passes it to its Navigator
@@ -127,6 +128,10 @@ class TrainingStep(Step):
         self._form = form
         self.strategy_combo = _combo(STRATEGIES)
         form.addRow("Strategy", with_message(self.strategy_combo, self.message_for("distributed.strategy")))
+        self.tp_spin = _spin(1, 64, 1)
+        self.tp_spin.setSuffix(" processes per model")
+        self.tp_field = with_message(self.tp_spin, self.message_for("distributed.tensor_parallel"))
+        form.addRow("Tensor parallel", self.tp_field)
         self.deepspeed_box = QWidget()
         ds = QFormLayout(self.deepspeed_box)
         ds.setContentsMargins(0, 0, 0, 0)
@@ -149,6 +154,9 @@ class TrainingStep(Step):
         form.addRow("Gradient accumulation", self._advanced[-1])
         self.checkpointing_check = QCheckBox("Activation checkpointing (less memory, ~30% slower)")
         self._advanced.append(with_message(self.checkpointing_check, self.message_for("activation_checkpointing")))
+        form.addRow(self._advanced[-1])
+        self.act_offload_check = QCheckBox("Activation offload to CPU memory (GPU only)")
+        self._advanced.append(with_message(self.act_offload_check, self.message_for("activation_offload")))
         form.addRow(self._advanced[-1])
         length = QWidget()
         row = QHBoxLayout(length)
@@ -192,6 +200,10 @@ class TrainingStep(Step):
         self.offload_params_check.setToolTip(field_tooltip("offload", "distributed.offload_params"))
         self.accum_spin.setToolTip(field_tooltip("gradient accumulation", "grad_accum"))
         self.checkpointing_check.setToolTip(field_tooltip("activation checkpointing", "activation_checkpointing"))
+        self.act_offload_check.setToolTip(field_tooltip("activation offload", "activation_offload"))
+        self.tp_spin.setToolTip(field_tooltip("tensor parallel", "distributed.tensor_parallel",
+                                              "Language models (Llama, Qwen2, Mistral, SmolLM); it must divide the "
+                                              "processes, and the rest train data parallel with FSDP2."))
         self.where_combo.setToolTip(field_tooltip("run on", "distributed.nodes"))
         self.device_combo.setToolTip(field_tooltip("device", "device"))
         self.strategy_combo.setToolTip(field_tooltip("strategy", "distributed.strategy"))
@@ -251,10 +263,11 @@ class TrainingStep(Step):
         for combo in (self.device_combo, self.strategy_combo, self.zero_combo,
                       self.precision_combo, self.schedule_combo, self.length_combo):
             combo.currentIndexChanged.connect(self._on_form)
-        for spin in (self.nproc_spin, self.batch_spin, self.accum_spin, self.max_steps_spin,
+        for spin in (self.nproc_spin, self.tp_spin, self.batch_spin, self.accum_spin, self.max_steps_spin,
                      self.epochs_spin, self.eval_every_spin, self.checkpoint_every_spin):
             spin.valueChanged.connect(self._on_form)
-        for check in (self.offload_optimizer_check, self.offload_params_check, self.checkpointing_check):
+        for check in (self.offload_optimizer_check, self.offload_params_check, self.checkpointing_check,
+                      self.act_offload_check):
             check.toggled.connect(self._on_form)
         self.lr_edit.textChanged.connect(self._on_form)
         self.speed.changed.connect(self._on_form)
@@ -277,6 +290,7 @@ class TrainingStep(Step):
         parts = [f"precision {self.precision_combo.currentData()}",
                  f"accumulation {self.accum_spin.value()}",
                  "activation checkpointing" if self.checkpointing_check.isChecked() else "",
+                 "activation offload" if self.act_offload_check.isChecked() else "",
                  f"{self.schedule_combo.currentText()} schedule",
                  f"evaluate every {self.eval_every_spin.value()}, checkpoint every "
                  f"{self.checkpoint_every_spin.value()} steps", self.speed.summary()]
@@ -414,6 +428,10 @@ class TrainingStep(Step):
         # More than one process in all needs a strategy: pick DDP rather than show an error.
         if self.total_processes() > 1 and self.strategy_combo.currentData() == "single":
             _select(self.strategy_combo, "ddp")
+        # Split matrices train with FSDP2 (sharding the replicas, when there are several); the spec refuses
+        # DeepSpeed, and DDP beside more than one replica.
+        if self.tp_spin.value() > 1 and self.strategy_combo.currentData() in ("ddp", "deepspeed"):
+            _select(self.strategy_combo, "fsdp")
         self._update_visibility()
         self._summarise_advanced()
         self.emit_changed()
@@ -451,6 +469,9 @@ class TrainingStep(Step):
                               "devices. A host's own GPUs are on the Hosts page." if multi else "")
         self.fit_note.setVisible(multi)
         self.deepspeed_box.setVisible(self.strategy_combo.currentData() == "deepspeed")
+        # Tensor parallelism splits a language model's blocks; it needs two processes at least.
+        self._form.setRowVisible(self.tp_field, (self._spec.get("task") == "causal_lm"
+                                                 and self.total_processes() > 1) or self.tp_spin.value() > 1)
         self.offload_params_check.setEnabled(self.zero_combo.currentData() == "3")
         steps = self.length_combo.currentData() == "steps"
         self.max_steps_spin.setVisible(steps)
@@ -475,6 +496,7 @@ class TrainingStep(Step):
         self.nproc_spin.setMaximum(max(self.max_processes(), int(dist.get("nproc", 1))))
         self.nproc_spin.setValue(int(dist.get("nproc", 1)))
         _select(self.strategy_combo, dist.get("strategy", "single"))
+        self.tp_spin.setValue(int(dist.get("tensor_parallel", 1)))
         _select(self.zero_combo, str(dist.get("zero_stage", 2)))
         self.offload_optimizer_check.setChecked(bool(dist.get("offload_optimizer")))
         self.offload_params_check.setChecked(bool(dist.get("offload_params")))
@@ -482,6 +504,7 @@ class TrainingStep(Step):
         self.batch_spin.setValue(int(spec.get("batch_size", 16)))
         self.accum_spin.setValue(int(spec.get("grad_accum", 1)))
         self.checkpointing_check.setChecked(bool(spec.get("activation_checkpointing")))
+        self.act_offload_check.setChecked(bool(spec.get("activation_offload")))
         by_epochs = spec.get("max_steps") is None and spec.get("epochs") is not None
         _select(self.length_combo, "epochs" if by_epochs else "steps")
         if spec.get("max_steps") is not None:
@@ -503,7 +526,7 @@ class TrainingStep(Step):
                     zero_stage=int(self.zero_combo.currentData()),
                     offload_optimizer=self.offload_optimizer_check.isChecked(),
                     offload_params=self.offload_params_check.isChecked()
-                    and self.offload_params_check.isEnabled(),
+                    and self.offload_params_check.isEnabled(), tensor_parallel=self.tp_spin.value(),
                     nodes=self.nodes_editor.nodes() if self.several_machines() else [])
         if self.several_machines():
             # On this machine alone these say nothing; a loaded spec's values stay as they were.
@@ -520,6 +543,7 @@ class TrainingStep(Step):
         spec.update(device=self.device_combo.currentData(), precision=self.precision_combo.currentData(),
                     batch_size=self.batch_spin.value(), grad_accum=self.accum_spin.value(),
                     activation_checkpointing=self.checkpointing_check.isChecked(),
+                    activation_offload=self.act_offload_check.isChecked(),
                     max_steps=self.max_steps_spin.value() if steps else None,
                     epochs=None if steps else round(self.epochs_spin.value(), 2),
                     eval_every=self.eval_every_spin.value(),
@@ -537,6 +561,7 @@ class TrainingStep(Step):
 
     def spec_changed(self, spec: dict[str, Any]) -> None:
         self._spec = spec
+        self._update_visibility()  # the task decides whether tensor parallelism is offered
         # Only while shown: the engine answers one request at a time, and an estimate for a
         # new model or dataset takes a while; the data and model checks come first.
         key = repr(launch_spec(spec))
