@@ -67,7 +67,8 @@ else
   pytest_limit=240 mfu_limit=220 scaling_limit=150
 fi
 
-pytest_files=(tests/engine/test_gpu.py tests/engine/test_estimate_gpu.py tests/engine/test_gpu_speed.py)
+pytest_files=(tests/engine/test_gpu.py tests/engine/test_estimate_gpu.py tests/engine/test_gpu_speed.py
+              tests/engine/test_parallel.py)
 run "pytest -m gpu" "$pytest_limit" "$out/pytest.log" \
   "$py" -m pytest -m gpu "${pytest_files[@]}" -p no:cacheprovider -o addopts="" -rA -q --timeout 200 \
   --junitxml "$out/gpu-tests.xml" || status=1

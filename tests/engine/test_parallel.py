@@ -137,3 +137,21 @@ def test_models_that_do_not_split_are_refused_with_the_reason():
                                            "tensor_parallel that divides 2"]
     (why,) = problems(model(model_type="gpt2"), 2)
     assert "supports Llama-style models" in why and "gpt2" in why
+
+
+@pytest.mark.gpu
+def test_activation_offload_lowers_the_gpus_peak_with_the_same_losses(tmp_path):
+    """Sized so that activations dominate: the 64-wide tiny Llama on packed 1024-token rows."""
+    sized = {"device": "cuda", "precision": "fp32", "batch_size": 8, "max_steps": 6, "eval_every": 6,
+             "checkpoint_every": 6, "memory_every": 1, "data": {"max_length": 1024, "packing": True}}
+    kept = run(tmp_path, "kept", **sized)
+    moved = run(tmp_path, "offloaded", activation_offload=True, **sized)
+    assert moved["info"]["activation_offload"] is True
+    assert_same_losses(kept, moved, range(1, 7))
+
+    def peak(result: dict) -> int:
+        return max(e["ranks"][0]["peak"] for e in result["events"] if e["kind"] == "memory")
+
+    offloaded = [e["offloaded_bytes"] for e in moved["events"] if e["kind"] == "train"]
+    assert min(offloaded) > 0
+    assert peak(moved) < 0.7 * peak(kept), (peak(moved), peak(kept))
