@@ -256,22 +256,3 @@ def test_methods_and_options_run_end_to_end(engine_proc, spec):
     assert os.path.isfile(os.path.join(ckpt, "spec.json")) and os.path.isfile(os.path.join(ckpt, "manifest.json"))
 
 
-@pytest.mark.parametrize("distributed", [{"strategy": "fsdp", "nproc": 2},
-                                         {"strategy": "deepspeed", "nproc": 2, "zero_stage": 3}],
-                         ids=["fsdp", "zero3"])
-def test_sharded_runs_stop_and_resume_from_their_own_checkpoint_format(engine_proc, distributed):
-    spec = digits_spec(max_steps=30, eval_every=30, checkpoint_every=100, distributed=distributed)
-    with engine_proc.client() as c:
-        job = c.call("jobs.start", kind="train.finetune", spec=spec)
-        wait_for(lambda: len(events_of(c, job["id"], "train")) >= 5, timeout=300, what="5 steps")
-        c.call("jobs.stop", id=job["id"])
-        assert wait_final(c, job["id"])["state"] == "stopped"
-        stop_step = events_of(c, job["id"], "stopped")[0]["step"]
-        c.call("jobs.resume", id=job["id"])
-        done = wait_final(c, job["id"], timeout=300)
-        assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
-        assert events_of(c, job["id"], "resumed")[0]["step"] == stop_step
-        assert sorted(train_losses(c, job["id"])) == list(range(1, 31))
-        assert events_of(c, job["id"], "eval")[-1]["metrics"]["accuracy"] > 0.8
-    layout = {"fsdp": "dcp", "deepspeed": "deepspeed"}[distributed["strategy"]]
-    assert os.path.isdir(os.path.join(done["run_dir"], "checkpoints", f"step-{stop_step:08d}", layout))

@@ -1,7 +1,9 @@
 """The LLM loop offline, as a first-time user runs it: the built-in SmolLM2-135M-Instruct LoRA-tuned on the
 built-in short-answers chat data through the real engine, then the base and the tuned model answer the
 held-out questions in the Playground, side by side, streamed; then the tuned model is exported to a merged
-checkpoint, GGUF and ONNX for generation, and as its LoRA adapter alone, each file checked in its runtime.
+checkpoint and GGUF, and as its LoRA adapter alone, each file checked in its runtime (ONNX for generation,
+whose conversion is the same for a tuned model once merged, is tested on the base model in
+tests/engine/test_export_llm.py).
 
 The base model knows most answers but replies in full sentences ("The opposite of hot is cold. ..."); the
 tuned one answers in the data's style ("Cold."), so its exact match on the held-out questions is higher.
@@ -60,19 +62,17 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
         workers = {w["label"]: w for w in c.call("playground.workers")["workers"]}
         assert set(workers) == {"smollm2-135m-instruct", job["id"]}  # both loaded at once, each its own process
 
-        # The tuned model as files other runtimes load: merged checkpoint, GGUF, ONNX for generation.
+        # The tuned model as files other runtimes load: merged checkpoint, GGUF.
         export = c.call("jobs.start", kind="export.model", name="tuned-files", spec={
-            "source_run": job["id"], "formats": ["hf", "gguf", "onnx_genai"], "gguf_types": ["f16", "q4_k_m"],
-            "genai_precisions": ["fp32", "int4"], "check_prompts": 4, "check_tokens": 8, "parity_samples": 6,
+            "source_run": job["id"], "formats": ["hf", "gguf"], "gguf_types": ["f16", "q4_k_m"], "check_prompts": 4, "check_tokens": 8, "parity_samples": 6,
             "check_batch": 0})  # the batched speed is tested on the base model (tests/engine/test_export_llm.py)
         done = wait_final(c, export["id"], timeout=600)
         assert done["state"] == "succeeded", c.call("jobs.logs", id=export["id"])["lines"][-20:]
         result = json.loads((Path(export["run_dir"]) / "result.json").read_text())
         assert result["check_rows"] == f"validation data of {job['id']}"
         formats = result["formats"]
-        checks = {"hf": formats["hf"]["check"], **{f"{fmt}/{k}": f["check"] for fmt in ("gguf", "onnx_genai")
-                                                   for k, f in formats[fmt]["files"].items()}}
-        for name in ("hf", "gguf/f16", "onnx_genai/fp32"):
+        checks = {"hf": formats["hf"]["check"], **{f"gguf/{k}": f["check"] for k, f in formats["gguf"]["files"].items()}}
+        for name in ("hf", "gguf/f16"):
             assert checks[name]["identical_answers"] == 4 and abs(checks[name]["perplexity_change"]) < 0.01, checks[name]
         assert formats["hf"]["content"] == "merged" and not (Path(formats["hf"]["path"]) / "adapter_config.json").exists()
         # The tuned answers' style survives in the 4-bit GGUF more often than not.
@@ -81,8 +81,7 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
         # Compare › Variants: the source model and each file, measured in its own runtime.
         reply = c.call("compress.variants", id=job["id"])
         rows = {r.run_id: r for r in build_rows(reply)}
-        assert set(rows) == {job["id"], *(f"{export['id']}:{k}" for k in ("hf/hf", "gguf/f16", "gguf/q4_k_m",
-                                                                          "onnx_genai/fp32", "onnx_genai/int4"))}
+        assert set(rows) == {job["id"], *(f"{export['id']}:{k}" for k in ("hf/hf", "gguf/f16", "gguf/q4_k_m"))}
         parent, q4 = rows[job["id"]], rows[f"{export['id']}:gguf/q4_k_m"]
         assert parent.runtime == "torch" and parent.quality["exact_match"] >= 0.25  # the tuned style: "Cold."
         assert q4.runtime == "llama.cpp" and q4.b1_ms > 0 and q4.compression > 4 and q4.peak_bytes > 0

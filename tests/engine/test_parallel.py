@@ -49,9 +49,15 @@ def run(tmp: Path, name: str, nproc: int = 1, resume_from: Path | None = None, *
 
 
 def assert_same_losses(reference: dict, other: dict, steps: range) -> None:
+    worst = 0.0
     for step in steps:
         a, b = reference["losses"][step], other["losses"][step]
         assert abs(a - b) <= TOLERANCE * abs(a), (step, a, b)
+        worst = max(worst, abs(a - b) / abs(a))
+    # The figures docs/parallelism.md quotes (pytest -s shows them).
+    name, ref = other["dir"].name, reference["dir"].name
+    print(f"{name} against {ref}, steps {steps.start}-{steps.stop - 1}: "  # noqa: T201 - the figures
+          f"largest relative difference {worst:.1e}")
 
 
 def checkpoint(result: dict, step: int) -> Path:

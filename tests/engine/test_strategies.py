@@ -1,7 +1,10 @@
 """MiniLM + LoRA on the built-in support tickets, on 2 CPU processes, with every strategy."""
 
+import os
+
 import pytest
 
+from tests.conftest import wait_for
 from tests.engine.test_finetune import events_of, train_losses, wait_final
 
 pytestmark = pytest.mark.slow
@@ -20,8 +23,16 @@ def minilm_spec(distributed):
     {"strategy": "deepspeed", "zero_stage": 3},
 ], ids=["ddp", "fsdp", "zero2", "zero3"])
 def test_minilm_lora_learns_with_every_strategy(engine_proc, distributed):
+    """The sharded strategies are also stopped and resumed from their own checkpoint format on the way."""
+    sharded = distributed["strategy"] == "fsdp" or distributed.get("zero_stage") == 3
     with engine_proc.client() as c:
         job = c.call("jobs.start", kind="train.finetune", spec=minilm_spec(distributed))
+        if sharded:
+            wait_for(lambda: len(events_of(c, job["id"], "train")) >= 5, timeout=300, what="5 steps")
+            c.call("jobs.stop", id=job["id"])
+            assert wait_final(c, job["id"])["state"] == "stopped"
+            stop_step = events_of(c, job["id"], "stopped")[0]["step"]
+            c.call("jobs.resume", id=job["id"])
         done = wait_final(c, job["id"], timeout=900)
         assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
         info = events_of(c, job["id"], "run_info")[0]
@@ -33,8 +44,14 @@ def test_minilm_lora_learns_with_every_strategy(engine_proc, distributed):
         accuracy = events_of(c, job["id"], "eval")[-1]["metrics"]["accuracy"]
         baseline = info["data"]["majority_baseline"]
         assert accuracy > baseline + 0.25, (accuracy, baseline)
-        checkpoints = events_of(c, job["id"], "checkpoint")
-        assert [e["step"] for e in checkpoints] == [20, 40]
+        checkpoints = [e["step"] for e in events_of(c, job["id"], "checkpoint")]
+        if not sharded:
+            assert checkpoints == [20, 40]
+            return
+        assert events_of(c, job["id"], "resumed")[0]["step"] == stop_step < 20
+        assert checkpoints == [stop_step, 20, 40]
+    layout = {"fsdp": "dcp", "deepspeed": "deepspeed"}[distributed["strategy"]]
+    assert os.path.isdir(os.path.join(done["run_dir"], "checkpoints", "step-00000040", layout))
 
 
 def test_deepspeed_runs_on_a_single_process(engine_proc):
