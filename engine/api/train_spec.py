@@ -173,6 +173,14 @@ class DistributedSpec(_Part):
     offload_optimizer: bool = False
     offload_params: bool = False
     max_restarts: int = Field(0, ge=0, le=100, description="torchrun restarts a failed worker group this often")
+    pipeline_parallel: int = Field(1, ge=1, le=64, description="causal_lm: cut the decoder's layers into this many "
+                                   "pipeline stages, one group of processes each (torch.distributed.pipelining)")
+    pipeline_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = Field(
+        "1f1b", description="how micro-batches flow through the stages: gpipe (all forwards, then all backwards), "
+                            "1f1b (less activation memory), interleaved_1f1b (two stages per process, a smaller "
+                            "bubble)")
+    pipeline_microbatches: int = Field(4, ge=1, le=1024, description="micro-batches each batch is cut into; it must "
+                                       "divide batch_size; more shrink the bubble, (p-1)/(m+p-1)")
     tensor_parallel: int = Field(1, ge=1, le=64, description="causal_lm: split each decoder block's attention and MLP "
                                  "matrices over this many processes (tensor parallelism); the processes left over "
                                  "train data parallel (strategy fsdp: FSDP2 x TP)")
@@ -241,28 +249,40 @@ class SpeedSpec(_Part):
 
 
 def _parallel_problems(spec: TrainSpec) -> list[str]:
-    d, tp = spec.distributed, spec.distributed.tensor_parallel
-    if tp == 1:
+    d, tp, pp = spec.distributed, spec.distributed.tensor_parallel, spec.distributed.pipeline_parallel
+    names = [n for n, size in (("tensor_parallel", tp), ("pipeline_parallel", pp)) if size > 1]
+    if not names:
         return []
+    what = " and ".join(f"distributed.{n}" for n in names)
     problems = []
-    world = spec.world_size()
+    world, split = spec.world_size(), tp * pp
     if spec.task != "causal_lm":
-        problems.append("distributed.tensor_parallel applies to causal_lm models (Llama, Qwen2, Mistral, SmolLM); "
-                        "set it to 1")
-    if world % tp:
-        problems.append(f"distributed.tensor_parallel {tp} must divide the processes ({world}); e.g. nproc "
-                        f"{tp} or {2 * tp}")
+        problems.append(f"{what} applies to causal_lm models (Llama, Qwen2, Mistral, SmolLM); set it to 1")
+    if world % split:
+        problems.append(f"{' x '.join(n.split('_')[0] for n in names)} parallel ({split} processes per model) must "
+                        f"divide the processes ({world}); e.g. nproc {split} or {2 * split}")
     if d.strategy == "deepspeed":
-        problems.append("DeepSpeed does not combine with distributed.tensor_parallel here: use strategy fsdp "
-                        "(FSDP2 x TP)")
-    elif d.strategy == "ddp" and world // tp > 1:
-        problems.append("data parallel beside tensor_parallel uses FSDP2 (DDP does not take split matrices): "
-                        "set strategy fsdp")
+        problems.append(f"DeepSpeed does not combine with {what} here: use strategy fsdp")
+    elif d.strategy == "ddp" and world // split > 1:
+        problems.append(f"data parallel beside {what} uses FSDP2 (DDP does not take split models): set strategy "
+                        "fsdp")
     if spec.method.kind in ("qlora", "prompt_tuning"):
-        problems.append(f"method {spec.method.kind} does not combine with distributed.tensor_parallel: use full "
-                        "or lora")
+        problems.append(f"method {spec.method.kind} does not combine with {what}: use full or lora")
     if spec.distill is not None:
-        problems.append("distill does not combine with distributed.tensor_parallel: set it to 1")
+        problems.append(f"distill does not combine with {what}: set it to 1")
+    if pp > 1:
+        m = d.pipeline_microbatches
+        if spec.batch_size % m:
+            problems.append(f"distributed.pipeline_microbatches {m} must divide batch_size {spec.batch_size}")
+        if d.pipeline_schedule == "interleaved_1f1b" and m % pp:
+            problems.append(f"schedule interleaved_1f1b runs micro-batches in rounds of {pp} (one per stage "
+                            f"process): make pipeline_microbatches a multiple of {pp}")
+        if spec.data.packing:
+            problems.append("data.packing does not combine with pipeline_parallel (the stages pass fixed-size "
+                            "activations without the packed rows' boundaries): turn packing off")
+        if spec.objective != "sft":
+            problems.append(f"objective {spec.objective} does not combine with pipeline_parallel yet: use sft, or "
+                            "tensor_parallel")
     return problems
 
 
@@ -355,8 +375,10 @@ class TrainSpec(_Part):
         return self
 
     def data_parallel(self) -> int:
-        """Processes that each train on their own batches: the rest split one model (tensor_parallel)."""
-        return max(1, self.world_size() // self.distributed.tensor_parallel)
+        """Replicas that each train on their own batches: the processes divided by those that split one model
+        (tensor_parallel x pipeline_parallel)."""
+        d = self.distributed
+        return max(1, self.world_size() // (d.tensor_parallel * d.pipeline_parallel))
 
     def world_size(self) -> int:
         d = self.distributed

@@ -133,7 +133,8 @@ class Trainer:
         self.spec, self.speed = speed.resolve(self.spec, world.device, local_world)
         spec = self.spec
         seed_everything(spec.seed)
-        self.mesh = mesh.build(world, spec.distributed.tensor_parallel)
+        self.mesh = mesh.build(world, spec.distributed.tensor_parallel, spec.distributed.pipeline_parallel)
+        self.pipe: Any = None  # engine.strategies.pipeline.Pipeline when the layers are split into stages
         self.task = task_for(spec)  # the preference task for objective dpo, orpo or kto
         # Stats a task sums over each step (all micro-batches and processes) for its step_metrics.
         self.step_keys: tuple[str, ...] = tuple(getattr(self.task, "STEP_SUMS", ()))
@@ -163,7 +164,10 @@ class Trainer:
         self.deepspeed = spec.distributed.strategy == "deepspeed"
         if self.deepspeed and (reason := self.strategy.available()):
             raise JobFailed(reason, "Or use distributed.strategy ddp or fsdp.")
-        if self.mesh.tp > 1:
+        if self.mesh.pp > 1:
+            self.pipe = self._pipeline(model)
+            self.model = self.pipe.model
+        elif self.mesh.tp > 1:
             self.model = self._split(model)
         else:
             self.model = self.strategy.wrap(model, world, spec, self.task)
@@ -183,12 +187,19 @@ class Trainer:
                                     lengths=self.data.lengths if spec.data.group_by_length else None)
         self.trainable_only = spec.method.kind != "full"
         # Split parameters (FSDP shards, tensor-parallel slices) are saved as a distributed checkpoint.
-        self.sharded = (spec.distributed.strategy == "fsdp" and world.distributed) or self.mesh.tp > 1
+        self.sharded = (spec.distributed.strategy == "fsdp" and world.distributed) or self.mesh.split
+        # The replica's loss is computed on its last pipeline stage, by each of that stage's tp processes.
+        self.loss_weight = 1.0 / self.mesh.tp if self.mesh.coords(world.rank)["pp"] == self.mesh.pp - 1 else 0.0
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
         # Imported here: the other tasks' jobs need not import the causal LM task.
         from engine.tasks import lm_generate
 
         self.answers = lm_generate.for_run(spec, self.data, world, self.answer_scorer, self.rc)
+        if self.pipe is not None and self.answers:
+            self.answers = None
+            self.rc.emit("warning", message="Answers are not generated at evaluations while the layers are split "
+                         "into pipeline stages", hint="Evaluate the finished run (Evaluate page or `ember evaluate`) "
+                         "for generation metrics.")
 
     def _split(self, model: Any) -> Any:
         """Tensor parallelism over the mesh's "tp" dimension, then FSDP2 over its "dp" dimension."""
@@ -201,6 +212,20 @@ class Trainer:
         if self.spec.distributed.strategy == "fsdp":
             return fsdp.wrap(model, self.world, self.spec, self.task, dp_mesh=self.mesh.device_mesh["dp"])
         return model  # one data-parallel replica (the spec refuses DDP beside tensor_parallel otherwise)
+
+    def _pipeline(self, model: Any) -> Any:
+        from engine.strategies import pipeline
+
+        d = self.spec.distributed
+        issues = pipeline.problems(model, d.pipeline_parallel, d.pipeline_schedule)
+        if self.mesh.tp > 1:
+            from engine.strategies import tensor_parallel
+
+            issues += tensor_parallel.problems(model, self.mesh.tp)
+        if issues:
+            raise JobFailed("; ".join(issues), "Or train it with distributed.pipeline_parallel 1.")
+        return pipeline.build(model, self.mesh, self.spec, self.task, self.world.device, self.world,
+                              int(self.data.info.get("pad_id") or 0))
 
     def _offload_hooks(self) -> Any:
         if not self.spec.activation_offload:
@@ -352,6 +377,7 @@ class Trainer:
                 strategy=spec.distributed.strategy, world_size=world.size, device=world.device,
                 trainable_params=self.trainable, total_params=self.total_params, total_steps=self.steps,
                 mesh=self.mesh.describe(), activation_offload=self.offload is not None,
+                pipeline=self.pipe.describe() if self.pipe is not None else None,
                 start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info,
                 speed=self.speed, peak_tflops=self.peak_tflops, peak_source=self.peak_source,
                 **self._flops_info())
@@ -378,10 +404,16 @@ class Trainer:
                 self.position = (epoch, index + 1)  # where a resumed run picks up
                 with (self.strategy.no_sync(self.model, micro == spec.grad_accum - 1), self.autocast(),
                       self.offload or contextlib.nullcontext()):
-                    loss, stats = self._forward(batch)
-                # The tp ranks of one replica see the same batch: each counts its share of it.
-                stats = {k: v * self.mesh.share for k, v in stats.items()} if self.mesh.tp > 1 else stats
-                if self.deepspeed:
+                    if self.pipe is not None:  # forward and backward through every stage, micro-batch by micro-batch
+                        pipe_loss, stats = self.pipe.train_step(batch, spec.grad_accum)
+                        loss = torch.tensor(pipe_loss)
+                    else:
+                        loss, stats = self._forward(batch)
+                # Every process of a replica sees the same batch: each counts its share of it.
+                stats = {k: v * self.mesh.share for k, v in stats.items()} if self.mesh.split else stats
+                if self.pipe is not None:
+                    pass  # the schedule ran the backward pass
+                elif self.deepspeed:
                     # DeepSpeed divides by grad_accum itself and steps on the accumulation boundary.
                     self.model.backward(loss)
                     self.model.step()
@@ -397,10 +429,10 @@ class Trainer:
                     extra[k] = extra.get(k, 0.0) + stats.get(k, 0.0)
             local_loss = float(loss_sum) / spec.grad_accum
             finite = math.isfinite(local_loss)
-            totals = dist.all_sum(world, [local_loss if finite else 0.0, samples, tokens,
+            totals = dist.all_sum(world, [local_loss * self.loss_weight if finite else 0.0, samples, tokens,
                                           0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0,
                                           slots, flops, *(extra.get(k, 0.0) for k in self.step_keys)])
-            mean_loss = totals[0] / world.size
+            mean_loss = totals[0] / self.mesh.dp
             if totals[3]:
                 if self.deepspeed:
                     raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
@@ -442,7 +474,8 @@ class Trainer:
                     event.update(self.task.step_metrics(dict(zip(self.step_keys, totals[7:], strict=True))))
                 rc.emit("train", **event)
             if self.step % spec.memory_every == 0 or self.step == 1:
-                records = dist.gather_objects(world, memory_record(world, self.mesh.coords(world.rank)))
+                coords = self.mesh.coords(world.rank) if self.mesh.split else None
+                records = dist.gather_objects(world, memory_record(world, coords))
                 rc.emit("memory", step=self.step, ranks=records)
             stopping = bool(totals[4])
             if self.step % spec.eval_every == 0 or self.step == self.steps:
@@ -497,8 +530,12 @@ class Trainer:
         clip = self.spec.optim.grad_clip
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
+        if self.pipe is not None:
+            self.pipe.sync_tied()
         params = [p for p in self.train_params if p.grad is not None]
-        if self.mesh.tp > 1:
+        if self.pipe is not None:
+            norm = self.pipe.clip_grad_norm(params, clip if clip else float("inf"))
+        elif self.mesh.tp > 1:
             from engine.strategies.tensor_parallel import clip_grad_norm
 
             norm = clip_grad_norm(params, clip if clip else float("inf"))
@@ -526,15 +563,15 @@ class Trainer:
                 real = i < len(batches)
                 idx = batches[i] if real else batches[0] if batches else [0]
                 batch = _to_device(collate([self.data.val[j] for j in idx]), world.device)
-                part = self.task.eval_sums(self.model, batch)
+                part = self.pipe.eval_sums(batch) if self.pipe is not None else self.task.eval_sums(self.model, batch)
                 if real:
                     for k, v in part.items():
                         sums[k] = sums.get(k, 0.0) + float(v)
         self.model.train()
         total: dict[str, float] = {}
         for rank, part in enumerate(dist.gather_objects(world, sums)):
-            if self.mesh.coords(rank)["tp"]:
-                continue  # the same batches as its replica's first rank
+            if not self.mesh.reports(rank):
+                continue  # its replica's figures come from the first tp slice of its last stage
             for k, v in part.items():  # type: ignore[union-attr]
                 total[k] = total.get(k, 0.0) + v
         return self.task.finalize_metrics(total)
@@ -581,7 +618,15 @@ class Trainer:
                 get_model_state_dict,
             )
 
-            sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            if self.pipe is None:
+                sd = get_model_state_dict(self.model,
+                                          options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            else:
+                # Each stage holds its own layers: one process per stage sends them, rank 0 writes them all.
+                sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+                c = self.mesh.coords(self.world.rank)
+                mine = {k: v.detach().cpu() for k, v in sd.items()} if c["dp"] == 0 and c["tp"] == 0 else {}
+                sd = {k: v for part in dist.gather_objects(self.world, mine) for k, v in part.items()}  # type: ignore[union-attr]
         else:
             sd = checkpoint.unwrap(self.model).state_dict()
         if self.world.is_main:

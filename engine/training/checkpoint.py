@@ -17,12 +17,14 @@ kill a job mid-save reliably. Unset, it costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,23 @@ def _write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _first_failure() -> Iterator[None]:
+    """torch.distributed.checkpoint gathers every rank's failure into a CheckpointException, a BaseException
+    that ``except Exception`` (the recipe's report of any failure) lets through: raise the first rank's own
+    exception instead (a full disk stays an OSError, a missing tensor a RuntimeError)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as exc:
+        failures = [f[0] if isinstance(f, tuple) else f for _, f in sorted(exc.failures.items())]
+        first = next((f for f in failures if isinstance(f, Exception)), None)
+        if first is None:
+            raise RuntimeError(str(exc)) from None
+        raise first from None
 
 
 def rng_state() -> dict[str, Any]:
@@ -145,7 +164,8 @@ def _save(root: Path, name: str, step: int, model: Any, optimizer: Any, trainer_
 
         model_sd, optim_sd = get_state_dict(model, optimizer,
                                             options=StateDictOptions(ignore_frozen_params=trainable_only))
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+        with _first_failure():
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
     elif world.is_main:
         # Single process and DDP: every rank holds the same state, so rank 0 writes it once.
         torch.save({"model": _plain_state(model, trainable_only), "optim": optimizer.state_dict()},
@@ -233,6 +253,26 @@ def rng_source(state: dict[str, Any], dp_rank: int) -> int | None:
     return dp_rank * saved["tp"] if dp_rank < saved["dp"] else None
 
 
+# An output head tied to the embeddings is one parameter, whose optimizer state a whole model saves under
+# one of its two names; a pipeline's last stage holds the head alone and looks for it under the other.
+TIED = ("lm_head.weight", "model.embed_tokens.weight")
+
+
+def _tied_aliases(state: dict[str, Any], saved: set[str]) -> dict[str, str]:
+    """For each optimizer state this model wants but the checkpoint lacks, the tied twin it has instead."""
+    def has(name: str) -> bool:
+        return any(key.startswith(f"optim.state.{name}.") for key in saved)
+
+    aliases = {}
+    for name in state:
+        if has(name):
+            continue
+        for mine, twin in (TIED, TIED[::-1]):
+            if name.endswith(mine) and has(other := name[: -len(mine)] + twin) and other not in state:
+                aliases[name] = other
+    return aliases
+
+
 def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], world: dist.World,
          trainable_only: bool, dp_rank: int | None = None) -> dict[str, Any]:
     """Restore model, optimizer, scheduler/scaler and this replica's RNG; returns trainer_state.
@@ -247,15 +287,35 @@ def load(ckpt: Path, model: Any, optimizer: Any, trainer_objs: dict[str, Any], w
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_state_dict,
-            set_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
         )
 
         options = StateDictOptions(ignore_frozen_params=trainable_only, strict=not trainable_only)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+        own = [list(group["params"]) for group in optim_sd.get("param_groups", [])]
+        saved = set(dcp.FileSystemReader(str(ckpt / "dcp")).read_metadata().state_dict_metadata)
+        aliased = _tied_aliases(optim_sd.get("state", {}), saved)
+        for name, alias in aliased.items():
+            optim_sd["state"][alias] = optim_sd["state"].pop(name)
         loaded = {"model": model_sd, "optim": optim_sd}
-        dcp.load(loaded, checkpoint_id=str(ckpt / "dcp"))
-        set_state_dict(model, optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"],
-                       options=options)
+        try:
+            with _first_failure():
+                dcp.load(loaded, checkpoint_id=str(ckpt / "dcp"))
+        except (KeyError, RuntimeError, ValueError) as exc:
+            from engine.training.context import JobFailed
+
+            raise JobFailed(f"Checkpoint {ckpt.name} does not fit this run: {str(exc).splitlines()[0]}",
+                            "It was written for another model or method (a LoRA run's checkpoint holds only the "
+                            "adapters). Resume with the spec it was written with, or start a new run.") from exc
+        for name, alias in aliased.items():
+            loaded["optim"]["state"][name] = loaded["optim"]["state"].pop(alias)
+        # The checkpoint's parameter lists are one rank's: a pipeline stage's when the saving run had stages.
+        # This process's own lists are the ones to fill (each parameter's state is saved under its name).
+        for group, names in zip(loaded["optim"].get("param_groups", []), own, strict=False):
+            group["params"] = names
+        set_model_state_dict(model, loaded["model"], options=options)
+        set_optimizer_state_dict(model, optimizer, loaded["optim"], options=options)
     else:
         saved = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
         result = unwrap(model).load_state_dict(saved["model"], strict=not trainable_only)
