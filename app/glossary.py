@@ -35,6 +35,13 @@ TERMS: dict[str, str] = {
     "tensor parallel": "Tensor parallelism splits each layer's weight matrices over several GPUs, which compute "
                        "their slices of every layer together: a model too large for one GPU trains, at the cost "
                        "of communication inside every layer, best kept within one machine.",
+    "pipeline parallel": "Pipeline parallelism cuts the model's layers into stages on different GPUs; each "
+                         "batch flows through them in micro-batches, and the stages idle a little at the start "
+                         "and end of each step (the bubble).",
+    "pipeline schedule": "The order in which micro-batches pass through the stages: GPipe runs all forwards "
+                         "then all backwards; 1F1B alternates them and keeps fewer activations; interleaved 1F1B "
+                         "gives each GPU two stages, which shrinks the bubble.",
+    "micro-batches": "The pieces each batch is cut into for the pipeline: more pieces, a smaller bubble.",
     "activation offload": "The activations kept for the backward pass wait in CPU memory instead of GPU memory "
                           "and are copied back when needed: less GPU memory, some time for the copies.",
     "offload": "Offloading keeps part of the training state in CPU memory instead of on the device, which "

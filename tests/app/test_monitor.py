@@ -213,3 +213,14 @@ def test_a_tensor_parallel_runs_memory_names_each_ranks_place_and_offload_is_sho
     assert "rank 3@gpu1 (dp 1 · tp 1) peak" in names and len(names) == 8
     line = perf_summary({"offloaded_bytes": 48 * 2**20, "data_wait_frac": 0.01}, {})
     assert line == "activations offloaded 48 MiB/step  ·  data wait 1.0%"
+
+
+def test_the_facts_say_how_a_split_models_processes_divide():
+    from app.pages.monitor.speed_line import layout_summary
+
+    pipeline = {"schedule": "1f1b", "stages": [[0, 1], [1, 2]], "microbatches": 4, "bubble": 0.2}
+    assert layout_summary({"mesh": {"pp": 2, "dp": 1, "tp": 2}, "pipeline": pipeline}) == \
+        "2 stages × 1 replica × 2-way tensor split (1f1b, 4 micro-batches, bubble 20%)"
+    assert layout_summary({"mesh": {"pp": 1, "dp": 2, "tp": 2}}) == "2 replicas × 2-way tensor split"
+    assert layout_summary({"mesh": {"pp": 1, "dp": 4, "tp": 1}}) == ""  # data parallel alone: nothing split
+    assert layout_summary({}) == ""  # a run from before the mesh was reported

@@ -211,6 +211,15 @@ def test_a_language_model_split_over_processes_round_trips_and_picks_fsdp(qtbot,
     assert page.spec_for_launch()["activation_offload"] is True
     step.advanced_check.setChecked(False)
     assert "activation offload" in step.advanced_summary.text()
+    # Two pipeline stages instead: the note says how the processes divide and what the bubble costs.
+    step.tp_spin.setValue(1)
+    step.pp_spin.setValue(2)
+    step.schedule_pp_combo.setCurrentIndex(step.schedule_pp_combo.findData("gpipe"))
+    assert step.pp_note.text() == ("1 replica(s) × 2 stages; the pipeline idles 20% of each step (GPipe, 4 "
+                                   "micro-batches: (p−1)/(m+p−1)).")
+    launched = TrainSpec.model_validate(page.spec_for_launch()).distributed
+    assert (launched.pipeline_parallel, launched.pipeline_schedule, launched.pipeline_microbatches) == (2, "gpipe", 4)
+    step.pp_spin.setValue(1)
     # A text classifier is not split: the field is not offered once it is back to 1.
     step.tp_spin.setValue(1)
     page.task_step.task_radios["text_classification"].setChecked(True)

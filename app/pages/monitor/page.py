@@ -35,7 +35,7 @@ from app.models.navigation import Navigator, playground_can_open
 from app.pages.monitor.answer_samples import AnswerSamples
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
-from app.pages.monitor.speed_line import perf_summary, speed_summary
+from app.pages.monitor.speed_line import layout_summary, perf_summary, speed_summary
 from app.widgets.common import label, show_text
 from app.widgets.empty_state import empty_state
 from app.widgets.log_pane import LogPane
@@ -394,11 +394,10 @@ class MonitorPage(QWidget):
         self.run_facts = {k: v for k, v in facts.items() if v}
         world = info.get("world_size")
         procs = f"{world} process{'es' if world != 1 else ''} on {info.get('device', '?')}"
-        mesh = info.get("mesh") if isinstance(info.get("mesh"), dict) else {}
-        if isinstance(mesh.get("tp"), int) and mesh["tp"] > 1:
-            # Which share each process holds: "2 × 2 (data parallel × tensor parallel)".
-            procs += f" as {mesh.get('dp', '?')} × {mesh['tp']} (data parallel × tensor parallel)"
-            self.run_facts["mesh"] = f"{mesh.get('dp', '?')} × {mesh['tp']} (dp × tp)"
+        layout = layout_summary(info)
+        if layout:
+            procs += f" as {layout}"
+            self.run_facts["layout"] = layout
         parts = [facts["task"], facts["model"], facts["method"], facts["strategy"], procs]
         if "trainable params" in self.run_facts:
             parts.append(f"{self.run_facts['trainable params']} parameters train")

@@ -67,6 +67,26 @@ def perf_summary(train: dict[str, Any], info: dict[str, Any]) -> str:
     return "  ·  ".join(parts)
 
 
+def layout_summary(info: dict[str, Any]) -> str:
+    """How a split model's processes divide: "2 stages × 1 replica × 2-way tensor split (1f1b, 4
+    micro-batches, bubble 20%)"; empty when nothing is split."""
+    mesh = info.get("mesh") if isinstance(info.get("mesh"), dict) else {}
+    pp, dp, tp = (mesh.get(k) for k in ("pp", "dp", "tp"))
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (pp, dp, tp)) or (pp == 1 and tp == 1):
+        return ""
+    parts = [f"{pp} stages"] if pp > 1 else []
+    parts.append(f"{dp} replica{'s' if dp != 1 else ''}")
+    if tp > 1:
+        parts.append(f"{tp}-way tensor split")
+    text = " × ".join(parts)
+    pipe = info.get("pipeline") if isinstance(info.get("pipeline"), dict) else {}
+    bubble = number(pipe.get("bubble"))
+    if pp > 1 and bubble is not None:
+        text += (f" ({pipe.get('schedule', '?')}, {pipe.get('microbatches', '?')} micro-batches, "
+                 f"bubble {_percent(bubble)})")
+    return text
+
+
 def _says(value: Any) -> bool:
     return isinstance(value, str) and value.strip() not in ("", "unknown")
 

@@ -132,6 +132,21 @@ class TrainingStep(Step):
         self.tp_spin.setSuffix(" processes per model")
         self.tp_field = with_message(self.tp_spin, self.message_for("distributed.tensor_parallel"))
         form.addRow("Tensor parallel", self.tp_field)
+        pipeline = QWidget()
+        row = QHBoxLayout(pipeline)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.pp_spin = _spin(1, 64, 1)
+        self.pp_spin.setSuffix(" stages")
+        self.schedule_pp_combo = _combo((("1f1b", "1F1B"), ("gpipe", "GPipe"),
+                                         ("interleaved_1f1b", "Interleaved 1F1B")))
+        self.microbatch_spin = _spin(1, 1024, 4)
+        self.microbatch_spin.setSuffix(" micro-batches")
+        for widget in (self.pp_spin, self.schedule_pp_combo, self.microbatch_spin):
+            row.addWidget(widget)
+        self.pp_field = with_message(pipeline, self.message_for("distributed.pipeline_parallel"))
+        form.addRow("Pipeline parallel", self.pp_field)
+        self.pp_note = label("", "muted", wrap=True)
+        form.addRow("", self.pp_note)
         self.deepspeed_box = QWidget()
         ds = QFormLayout(self.deepspeed_box)
         ds.setContentsMargins(0, 0, 0, 0)
@@ -201,6 +216,11 @@ class TrainingStep(Step):
         self.accum_spin.setToolTip(field_tooltip("gradient accumulation", "grad_accum"))
         self.checkpointing_check.setToolTip(field_tooltip("activation checkpointing", "activation_checkpointing"))
         self.act_offload_check.setToolTip(field_tooltip("activation offload", "activation_offload"))
+        self.pp_spin.setToolTip(field_tooltip("pipeline parallel", "distributed.pipeline_parallel",
+                                              "Language models; with tensor parallel it must divide the processes."))
+        self.schedule_pp_combo.setToolTip(field_tooltip("pipeline schedule", "distributed.pipeline_schedule"))
+        self.microbatch_spin.setToolTip(field_tooltip("micro-batches", "distributed.pipeline_microbatches",
+                                                      "It must divide the batch size."))
         self.tp_spin.setToolTip(field_tooltip("tensor parallel", "distributed.tensor_parallel",
                                               "Language models (Llama, Qwen2, Mistral, SmolLM); it must divide the "
                                               "processes, and the rest train data parallel with FSDP2."))
@@ -260,10 +280,10 @@ class TrainingStep(Step):
         self.rdzv_port_spin.valueChanged.connect(self._on_form)
         self.rdzv_host_edit.textChanged.connect(self._on_form)
         self.sync_check.toggled.connect(self._on_form)
-        for combo in (self.device_combo, self.strategy_combo, self.zero_combo,
+        for combo in (self.device_combo, self.strategy_combo, self.zero_combo, self.schedule_pp_combo,
                       self.precision_combo, self.schedule_combo, self.length_combo):
             combo.currentIndexChanged.connect(self._on_form)
-        for spin in (self.nproc_spin, self.tp_spin, self.batch_spin, self.accum_spin, self.max_steps_spin,
+        for spin in (self.nproc_spin, self.tp_spin, self.pp_spin, self.microbatch_spin, self.batch_spin, self.accum_spin, self.max_steps_spin,
                      self.epochs_spin, self.eval_every_spin, self.checkpoint_every_spin):
             spin.valueChanged.connect(self._on_form)
         for check in (self.offload_optimizer_check, self.offload_params_check, self.checkpointing_check,
@@ -430,7 +450,8 @@ class TrainingStep(Step):
             _select(self.strategy_combo, "ddp")
         # Split matrices train with FSDP2 (sharding the replicas, when there are several); the spec refuses
         # DeepSpeed, and DDP beside more than one replica.
-        if self.tp_spin.value() > 1 and self.strategy_combo.currentData() in ("ddp", "deepspeed"):
+        split = self.tp_spin.value() > 1 or self.pp_spin.value() > 1
+        if split and self.strategy_combo.currentData() in ("ddp", "deepspeed"):
             _select(self.strategy_combo, "fsdp")
         self._update_visibility()
         self._summarise_advanced()
@@ -469,13 +490,37 @@ class TrainingStep(Step):
                               "devices. A host's own GPUs are on the Hosts page." if multi else "")
         self.fit_note.setVisible(multi)
         self.deepspeed_box.setVisible(self.strategy_combo.currentData() == "deepspeed")
-        # Tensor parallelism splits a language model's blocks; it needs two processes at least.
-        self._form.setRowVisible(self.tp_field, (self._spec.get("task") == "causal_lm"
-                                                 and self.total_processes() > 1) or self.tp_spin.value() > 1)
+        # Tensor and pipeline parallelism split a language model; they need two processes at least.
+        offered = self._spec.get("task") == "causal_lm" and self.total_processes() > 1
+        self._form.setRowVisible(self.tp_field, offered or self.tp_spin.value() > 1)
+        self._form.setRowVisible(self.pp_field, offered or self.pp_spin.value() > 1)
+        self.schedule_pp_combo.setEnabled(self.pp_spin.value() > 1)
+        self.microbatch_spin.setEnabled(self.pp_spin.value() > 1)
+        self.pp_note.setText(self._layout_note())
+        self._form.setRowVisible(self.pp_note, bool(self.pp_note.text()))
         self.offload_params_check.setEnabled(self.zero_combo.currentData() == "3")
         steps = self.length_combo.currentData() == "steps"
         self.max_steps_spin.setVisible(steps)
         self.epochs_spin.setVisible(not steps)
+
+    def _layout_note(self) -> str:
+        """How the processes divide, and the pipeline's bubble: "2 replicas × 2 stages × 2-way split; the
+        pipeline idles 20% of each step (1F1B, 4 micro-batches)"."""
+        tp, pp, procs = self.tp_spin.value(), self.pp_spin.value(), self.total_processes()
+        if tp == 1 and pp == 1:
+            return ""
+        if procs % (tp * pp):
+            return f"{tp * pp} processes per model do not divide {procs} processes."
+        parts = [f"{procs // (tp * pp)} replica(s)"] + ([f"{pp} stages"] if pp > 1 else []) + \
+            ([f"{tp}-way split"] if tp > 1 else [])
+        note = " × ".join(parts)
+        if pp > 1:
+            m = self.microbatch_spin.value()
+            v = 2 if self.schedule_pp_combo.currentData() == "interleaved_1f1b" else 1
+            idle = (pp - 1) / (v * m + pp - 1)
+            note += (f"; the pipeline idles {100 * idle:.0f}% of each step ({self.schedule_pp_combo.currentText()}, "
+                     f"{m} micro-batches: (p−1)/({'2' if v == 2 else ''}m+p−1))")
+        return note + "."
 
     def _load(self, spec: dict[str, Any]) -> None:
         dist = spec.get("distributed") or {}
@@ -497,6 +542,9 @@ class TrainingStep(Step):
         self.nproc_spin.setValue(int(dist.get("nproc", 1)))
         _select(self.strategy_combo, dist.get("strategy", "single"))
         self.tp_spin.setValue(int(dist.get("tensor_parallel", 1)))
+        self.pp_spin.setValue(int(dist.get("pipeline_parallel", 1)))
+        _select(self.schedule_pp_combo, dist.get("pipeline_schedule", "1f1b"))
+        self.microbatch_spin.setValue(int(dist.get("pipeline_microbatches", 4)))
         _select(self.zero_combo, str(dist.get("zero_stage", 2)))
         self.offload_optimizer_check.setChecked(bool(dist.get("offload_optimizer")))
         self.offload_params_check.setChecked(bool(dist.get("offload_params")))
@@ -527,6 +575,8 @@ class TrainingStep(Step):
                     offload_optimizer=self.offload_optimizer_check.isChecked(),
                     offload_params=self.offload_params_check.isChecked()
                     and self.offload_params_check.isEnabled(), tensor_parallel=self.tp_spin.value(),
+                    pipeline_parallel=self.pp_spin.value(), pipeline_schedule=self.schedule_pp_combo.currentData(),
+                    pipeline_microbatches=self.microbatch_spin.value(),
                     nodes=self.nodes_editor.nodes() if self.several_machines() else [])
         if self.several_machines():
             # On this machine alone these say nothing; a loaded spec's values stay as they were.
