@@ -7,8 +7,8 @@ shrinks the bubble. Each process keeps one copy of the model with only its stage
 under their original names, so optimizer state and distributed checkpoints name every tensor as a single
 process does and a checkpoint resumes on any other layout.
 
-Batches are padded to ``data.max_length`` and to whole micro-batches (rows of padding learn nothing): the
-stages exchange fixed-size activations. Padding is on the right and attention causal, so the real tokens'
+Batches are padded to ``data.max_length`` and to ``batch_size`` rows (rows of padding learn nothing; an
+evaluation's last batch is often short): the stages exchange activations of the shape the first step had. Padding is on the right and attention causal, so the real tokens'
 outputs are the unpadded batch's. An output head tied to the embeddings is kept on the first and the last
 stage, its two gradients summed after each backward pass so both copies take the same steps.
 """
@@ -118,6 +118,7 @@ class Pipeline:
     ranges: list[tuple[int, int]]  # every stage's layer range, for run_info
     microbatches: int
     length: int  # every batch's padded width
+    rows: int  # every batch's padded height: batch_size
     pad_id: int
     has_first: bool
     has_last: bool
@@ -141,13 +142,8 @@ class Pipeline:
         labels = F.pad(labels, (0, width, 0, height), value=IGNORE)
         return ids, labels
 
-    def _rows(self, batch: dict[str, Any]) -> int:
-        n = batch["input_ids"].shape[0]
-        m = self.microbatches
-        return -(-n // m) * m
-
     def _run(self, batch: dict[str, Any], train: bool) -> float:
-        ids, labels = self._fixed(batch, self._rows(batch))
+        ids, labels = self._fixed(batch, self.rows)
         losses: list[Any] = []
         args = (ids,) if self.has_first else ()
         target = labels if self.has_last else None
@@ -275,7 +271,8 @@ def build(model: Any, layout: Any, spec: Any, task: Any, device: str, world: Any
     stages = [pipelining.PipelineStage(_stage_module(model, list(range(*ranges[s])), s == 0, s == n_stages - 1),
                                        s, n_stages, dev, group=group) for s in mine]
     pipe = Pipeline(model=model, stages=stages, schedule=None, ranges=ranges, microbatches=d.pipeline_microbatches,
-                    length=_width(spec.data.max_length), pad_id=pad_id, has_first=first, has_last=last,
+                    length=_width(spec.data.max_length), rows=spec.batch_size, pad_id=pad_id, has_first=first,
+                    has_last=last,
                     pp_group=group, extra={"schedule": schedule_name,
                                            "bubble": bubble(schedule_name, pp, d.pipeline_microbatches)})
     cls = getattr(pipelining, SCHEDULES[schedule_name])

@@ -19,7 +19,8 @@ from engine.api.specs import SpecError, validate_spec
 pytestmark = pytest.mark.slow
 
 # A constant learning rate: a run resumed at step 10 follows the same schedule as one that never stopped.
-BASE = {"task": "causal_lm", "method": {"kind": "full"}, "device": "cpu", "batch_size": 4, "max_steps": 20,
+# Batches of 6: the 40 validation rows end in a short batch, which a pipeline pads to the shape of the others.
+BASE = {"task": "causal_lm", "method": {"kind": "full"}, "device": "cpu", "batch_size": 6, "max_steps": 20,
         "eval_every": 10, "checkpoint_every": 10, "keep_checkpoints": 2, "log_every": 1, "memory_every": 10,
         "optim": {"lr": 0.003, "schedule": "constant"}, "generate_eval": {"prompts": 0},
         "data": {"max_length": 64}}
@@ -102,19 +103,20 @@ def test_every_layout_matches_its_reference_and_resumes_on_another_mesh(tmp_path
     # Two pipeline stages, each schedule; the tied head's two gradients are summed across the stages.
     for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
         pp = run(tmp_path, f"pp2-{schedule}", nproc=2, distributed={"nproc": 2, "pipeline_parallel": 2,
-                                                                      "pipeline_schedule": schedule})
+                                                                      "pipeline_schedule": schedule,
+                                                                      "pipeline_microbatches": 2})
         assert pp["info"]["mesh"]["pp"] == 2
         stages = pp["info"]["pipeline"]
         # Interleaved: four stages on two processes (embeddings, layer 0, layer 1, head), the bubble smaller.
         assert stages["stages"] == ([[0, 0], [0, 1], [1, 2], [2, 2]] if schedule.startswith("interleaved")
                                     else [[0, 1], [1, 2]])
-        assert stages["bubble"] == pytest.approx(1 / 9 if schedule.startswith("interleaved") else 1 / 5)
+        assert stages["bubble"] == pytest.approx(1 / 5 if schedule.startswith("interleaved") else 1 / 3)
         assert_same_losses(single, pp, range(1, 21))
         assert_same_model(single, pp)
     # The tensor-parallel run's step-10 checkpoint resumed on two pipeline stages (the head's optimizer
     # state found under its tied twin's name).
     resumed = run(tmp_path, "tp2-to-pp2", nproc=2, resume_from=checkpoint(tp, 10),
-                  distributed={"nproc": 2, "pipeline_parallel": 2})
+                  distributed={"nproc": 2, "pipeline_parallel": 2, "pipeline_microbatches": 2})
     assert_same_losses(single, resumed, range(11, 21))
 
     # Two data-parallel replicas, LoRA: FSDP2 alone, then FSDP2 x TP (2 x 2) on the same batches; and the
@@ -145,8 +147,8 @@ def test_every_layout_matches_its_reference_and_resumes_on_another_mesh(tmp_path
     ({"method": {"kind": "prompt_tuning"}, "distributed": {"strategy": "fsdp", "nproc": 2, "tensor_parallel": 2}},
      "use full or lora"),
     ({"activation_offload": True}, "in CPU memory already"),
-    ({"distributed": {"nproc": 2, "pipeline_parallel": 2, "pipeline_microbatches": 3}},
-     "pipeline_microbatches 3 must divide batch_size 4"),
+    ({"distributed": {"nproc": 2, "pipeline_parallel": 2, "pipeline_microbatches": 4}},
+     "pipeline_microbatches 4 must divide batch_size 6"),
     ({"distributed": {"nproc": 4, "pipeline_parallel": 4, "pipeline_schedule": "interleaved_1f1b",
                       "pipeline_microbatches": 6}, "batch_size": 6},
      "make pipeline_microbatches a multiple of 4"),
