@@ -12,6 +12,9 @@ samples/s is the median over the steps after ``--warmup``; peak memory is each r
 peak; CPU: the process's peak RSS, torch's runtime included). The ratio column is samples/s against the
 one-process run measured in the same invocation.
 
+Beside each measured peak, the fit estimate's peak per rank for the same spec on this machine (estimate.fit,
+with the model's facts measured on the meta device), and its error.
+
 The bubble: in theory a pipeline of p stages and m micro-batches idles (p-1)/(m+p-1) of each step, (p-1)/(2m+p-1)
 interleaved. Measured here as 1 - (one process's step time / p) / (the pipeline's step time): the share of the
 step the stages are not doing a p-th of the one-process work. That also counts the stages' communication and
@@ -74,6 +77,29 @@ def make_spec(args: argparse.Namespace, model_dir: Path, nproc: int, layout: dic
         "max_steps": args.steps, "eval_every": 10**6, "checkpoint_every": 10**6, "memory_every": 1,
         "optim": {"lr": 1e-3}, "seed": 0, "speed": {"compile": "off"}, "generate_eval": {"prompts": 0},
     }
+
+
+def add_estimates(args: argparse.Namespace, work: Path, model_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """The fit estimate's largest per-rank peak for each layout, and its error against the largest measured."""
+    from engine.api.train_spec import TrainSpec
+    from engine.estimate import machine
+    from engine.estimate.facts import model_facts
+    from engine.estimate.memory import estimate
+
+    specs = {r["layout"]: TrainSpec.model_validate(make_spec(args, model_dir, *LAYOUTS[r["layout"]]))
+             for r in rows if "peak_bytes" in r}
+    if not specs:
+        return
+    facts = model_facts(next(iter(specs.values())))
+    here = machine.info(work)
+    for row in rows:
+        spec = specs.get(row["layout"])
+        if spec is None:
+            continue
+        reply = estimate(spec, facts, here)
+        est = max(d["total"] for d in reply["devices"] if d["rank"] is not None)
+        row["estimate_bytes"] = est
+        row["estimate_error"] = est / max(row["peak_bytes"]) - 1
 
 
 def run_layout(args: argparse.Namespace, work: Path, model_dir: Path, name: str, env: dict[str, str]) -> dict:
@@ -145,13 +171,14 @@ def main() -> None:
         rows.append(row)
         print(f"  {name}: " + (f"{row['samples_per_s']:.2f} samples/s" if "samples_per_s" in row
                                else f"failed: {row['error']}") + f" ({row['wall_s']:.0f} s)", flush=True)
+    add_estimates(args, work, model_dir, rows)
     one = next((r for r in rows if r["layout"] == "single" and "samples_per_s" in r), None)
     cores = os.cpu_count() or 1
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({cores} cores, one thread a process)"
     print(f"\n{where}: 25M Llama (8 layers), full fine-tune, global batch {args.batch_size} x {args.max_length} "
           f"tokens, {args.steps} steps, median after step {args.warmup}")
-    print(f"{'layout':<17}{'procs':>6}{'samples/s':>11}{'ratio':>7}{'peak/rank (MiB)':>24}{'bubble theory':>15}"
-          f"{'measured':>10}")
+    print(f"{'layout':<17}{'procs':>6}{'samples/s':>11}{'ratio':>7}{'peak/rank (MiB)':>24}{'estimate':>10}"
+          f"{'error':>8}{'bubble theory':>15}{'measured':>10}")
     for row in rows:
         if "samples_per_s" not in row:
             print(f"{row['layout']:<17}{row['nproc']:>6}  {row.get('skipped') or 'failed: ' + row['error'][:60]}")
@@ -163,8 +190,10 @@ def main() -> None:
             pp = len(row["stages"]) // (2 if row["layout"].endswith("interleaved") else 1)
             row["bubble_measured"] = 1 - (one["step_time_s"] / pp) / row["step_time_s"]
             theory, measured = f"{row['bubble_theory']:.0%}", f"{row['bubble_measured']:.0%}"
-        print(f"{row['layout']:<17}{row['nproc']:>6}{row['samples_per_s']:>11.2f}{ratio:>7}{peaks:>24}{theory:>15}"
-              f"{measured:>10}")
+        est = f"{row['estimate_bytes'] / 2**20:.0f}" if row.get("estimate_bytes") else "-"
+        err = f"{row['estimate_error']:+.0%}" if "estimate_error" in row else "-"
+        print(f"{row['layout']:<17}{row['nproc']:>6}{row['samples_per_s']:>11.2f}{ratio:>7}{peaks:>24}{est:>10}"
+              f"{err:>8}{theory:>15}{measured:>10}")
     if args.device == "cpu" and any(r["nproc"] > cores for r in rows):
         print(f"(rows with more processes than the {cores} cores share them: their speed is not the layout's)")
     total = time.perf_counter() - t0

@@ -58,6 +58,9 @@ METHODS: dict[str, str] = {
     "models.inspect": "{spec} -> {ok, issues, facts}: the spec's model, measured on the meta device (no weights loaded).",
     "estimate.fit": "{spec} -> {devices, verdict, reason, suggestions, params, throughput, notes}: "
                     "peak memory per device before launch.",
+    "estimate.plan": "{spec, gpus?, gpu_memory_gb?, gpus_per_node?} -> {plans: [{layout, spec_patch, "
+                     "memory_per_gpu, capacity, verdict, throughput, recommended?}], fitting, considered, notes}: "
+                     "the parallel layouts that fit those GPUs (default: this machine's), fastest first.",
     "machine.info": "{} -> {hostname, cpu, ram, gpus, disk_free}: this machine's capacity.",
     "templates.list": "{} -> {templates: [{name, kind, spec, saved_at}]}.",
     "templates.save": "{name, kind, spec} -> {name}: keep a spec to start new jobs from.",

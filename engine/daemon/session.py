@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 # Methods that run a subprocess to look at inputs, or ask the Hub: answered concurrently with the rest.
 BACKGROUND_METHODS = frozenset({"jobs.check", "data.preview", "data.inspect", "models.inspect", "estimate.fit",
+                                "estimate.plan",
                                 "models.search"})
 # Errors after which a connection is closed: the handshake failed.
 CLOSING_CODES = frozenset({UNAUTHORIZED, HANDSHAKE_REQUIRED, UNSUPPORTED_VERSION})

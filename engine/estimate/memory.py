@@ -27,6 +27,9 @@ HALF_ACTIVATIONS = 0.5  # DeepSpeed 16-bit: the whole module runs in bf16/fp16
 NF4_BYTES = 0.5 + 4 / 64 / 4 + 2 / 256  # QLoRA: 4 bits, an fp8 absmax per 64, fp32 per 256 (double quant)
 STATE_BYTES = {"adamw": 8, "sgd": 4, "none": 0}  # Adam: momentum + variance; SGD: momentum; SGD at momentum 0
 PARTS = ("weights", "gradients", "optimizer", "activations", "overhead")
+# Tensor parallelism without sequence parallelism: of a block's activations (Korthikanti et al. 2022,
+# s·b·h·(34 + 5as/h) bytes), the norms' and residuals' 10 stay whole on every process, the rest is split.
+TP_WHOLE_ACTIVATIONS = 10 / 34
 
 
 # ---------------------------------------------------------------- model states
@@ -131,6 +134,12 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
     kind = _device_kind(spec, machine)
     nproc = d.nproc if d.strategy != "single" else 1
     total, trainable = _method_counts(spec, facts)
+    split_share = _split_share(spec, facts, kind, nproc)
+    replicas = max(1, nproc // (d.tensor_parallel * d.pipeline_parallel))
+    if split_share["params"] < 1.0:
+        # One process's slice of a model split by tensor or pipeline parallelism: its model states are
+        # those of that slice, sharded (FSDP2) over the data-parallel replicas only.
+        total, trainable = split_share["total"], split_share["trainable"]
     half = spec.precision in ("bf16", "fp16")
     notes: list[str] = []
     opt = spec.optim.optimizer if not (spec.optim.optimizer == "sgd" and spec.optim.momentum == 0) else "none"
@@ -144,17 +153,18 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
                      + (" (optimizer state offloaded to RAM)" if d.offload_optimizer else "")
                      + (" (parameters offloaded to RAM)" if d.offload_params and d.zero_stage == 3 else "") + ".")
     else:
-        sharded = d.strategy == "fsdp" and nproc > 1
+        sharded = d.strategy == "fsdp" and replicas > 1
         unit = int(facts.get("largest_block_params") or facts.get("largest_layer_params") or 0)
-        states = model_state_bytes(total, trainable, unit, 3 if sharded else 0, nproc, spec.precision,
+        unit = int(unit / d.tensor_parallel)
+        states = model_state_bytes(total, trainable, unit, 3 if sharded else 0, replicas, spec.precision,
                                    layout="amp", optimizer=opt)
         act_factor = AMP_ACTIVATIONS if half else 1.0
-        if d.strategy == "ddp" and nproc > 1:
+        if d.strategy == "ddp" and replicas > 1:
             states["device"]["gradients"] += 4 * trainable  # DDP's all-reduce buckets, a second copy
             notes.append("DDP keeps a second fp32 copy of the gradients in its all-reduce buckets.")
         if half and not sharded:
             # autocast casts each linear/conv weight to 16 bits per forward and keeps it for backward
-            copies = 2 * int(facts.get("matmul_params") or 0)
+            copies = int(2 * int(facts.get("matmul_params") or 0) * split_share["params"])
             if spec.activation_checkpointing and facts.get("num_blocks"):
                 copies = 2 * int(facts.get("largest_block_params") or 0) + copies // max(1, facts["num_blocks"])
             states["device"]["weights"] += copies
@@ -167,7 +177,9 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
     # Activations: per example at the full sequence length (batches padded shorter need less)
     mode = "checkpointed" if spec.activation_checkpointing else "plain"
     per = (facts.get("activation_bytes_per_sample") or {}).get(mode, 0)
-    activations = int(per * spec.batch_size * act_factor)
+    activations = int(per * spec.batch_size * act_factor * split_share["activations"])
+    if split_share["note"]:
+        notes.append(split_share["note"])
     if facts.get("seq_len"):
         notes.append(f"Activations assume every example fills data.max_length ({facts['seq_len']} tokens); "
                      "shorter batches need less.")
@@ -220,6 +232,43 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
             "params": {"total": total, "trainable": trainable},
             "throughput": throughput(spec, facts, machine, kind, nproc, total, trainable),
             "notes": notes, "estimated_peak": peak}
+
+
+def _split_share(spec: TrainSpec, facts: dict[str, Any], kind: str, nproc: int) -> dict[str, Any]:
+    """What one process holds of a model split by tensor and pipeline parallelism (docs/estimator.md): its
+    parameters (its stage's blocks divided by tp, plus the embeddings and head, which stay whole), its
+    trainable ones, and the share of one replica's activations it keeps."""
+    d = spec.distributed
+    tp, pp = d.tensor_parallel, d.pipeline_parallel
+    total, trainable = _method_counts(spec, facts)
+    out: dict[str, Any] = {"params": 1.0, "activations": 1.0, "total": total, "trainable": trainable, "note": ""}
+    layers, block = int(facts.get("num_blocks") or 0), int(facts.get("largest_block_params") or 0)
+    if tp * pp == 1 or not layers or not block:
+        if spec.activation_offload and kind == "cuda" and layers:
+            out["activations"] = 2 / layers  # the block being computed and the one being copied
+        return out
+    mine = math.ceil(layers / pp)  # the largest stage's layers
+    outside = max(0, int(facts.get("params_base") or total) - layers * block)  # embeddings, head, norms
+    share = mine / layers / tp
+    out["params"] = share
+    out["total"] = int(mine * block / tp + outside)
+    # Adapters and trainable weights sit in the blocks (a full fine-tune also trains the embeddings).
+    out["trainable"] = int(trainable * share) if trainable < total else out["total"]
+    act = (TP_WHOLE_ACTIVATIONS + (1 - TP_WHOLE_ACTIVATIONS) / tp) * mine / layers
+    if pp > 1:
+        m = d.pipeline_microbatches
+        inflight = m if d.pipeline_schedule == "gpipe" else min(pp, m)  # micro-batches' activations held at once
+        act *= inflight / m
+    if spec.activation_offload and kind == "cuda":
+        act *= 2 / mine
+    out["activations"] = act
+    parts = [f"{pp} pipeline stages (the largest {mine} of {layers} layers)"] if pp > 1 else []
+    if tp > 1:
+        parts.append(f"a {tp}-way tensor split")
+    out["note"] = (f"Split over {' and '.join(parts)}: each process holds its slice of the blocks plus the "
+                   "embeddings and head, whole; activations are its stage's share"
+                   + (f", {inflight} of {m} micro-batches in flight" if pp > 1 else "") + ".")
+    return out
 
 
 def _device(name: str, kind: str, rank: int | None, capacity: int, parts: dict[str, int]) -> dict[str, Any]:

@@ -224,3 +224,27 @@ def test_a_language_model_split_over_processes_round_trips_and_picks_fsdp(qtbot,
     step.tp_spin.setValue(1)
     page.task_step.task_radios["text_classification"].setChecked(True)
     assert not step.tp_field.isVisibleTo(step)
+
+
+def test_the_planner_lists_layouts_for_named_gpus_and_applies_one(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot, start=False)
+    page.load_spec({"task": "causal_lm", "method": {"kind": "full"}, "max_steps": 5, "batch_size": 8}, "plan-me")
+    page.go_to(4)
+    planner = page.training_step.planner
+    planner.gpus_spin.setValue(4)
+    planner.memory_spin.setValue(24)
+    qtbot.mouseClick(planner.plan_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: planner.table.rowCount() > 0, timeout=CHECK_MS)
+    best = planner.selected_plan()
+    assert best is not None and best["recommended"] and planner.table.item(0, 0).text().startswith("★ ")
+    assert "layouts fit" in planner.status.text() and planner.table.item(0, 2).text() == "fits"
+    # Apply puts the layout into the form: the spec the wizard would launch has it.
+    planner.table.selectRow(min(3, planner.table.rowCount() - 1))
+    chosen = planner.selected_plan()
+    qtbot.mouseClick(planner.apply_button, Qt.MouseButton.LeftButton)
+    launched = TrainSpec.model_validate(page.spec_for_launch())
+    wanted = chosen["spec_patch"]["distributed"]
+    assert (launched.distributed.strategy, launched.distributed.nproc, launched.distributed.tensor_parallel,
+            launched.distributed.pipeline_parallel) == (wanted["strategy"], 4, wanted["tensor_parallel"],
+                                                       wanted["pipeline_parallel"])
+    assert launched.activation_checkpointing == chosen["spec_patch"]["activation_checkpointing"]

@@ -26,7 +26,7 @@ from tests.conftest import kill_job_groups, start_engine_process
 pytestmark = pytest.mark.timeout(300)
 
 TABLE = Handlers(types.SimpleNamespace(hosts=None)).table  # only to read each method's params model
-BACKGROUND = {"jobs.check", "data.preview", "data.inspect", "models.inspect", "estimate.fit"}  # a subprocess each
+BACKGROUND = {"jobs.check", "data.preview", "data.inspect", "models.inspect", "estimate.fit", "estimate.plan"}  # a subprocess each
 NEVER_VALID = {"engine.shutdown", "diag.burst"}  # valid params would stop the engine or flood it: extra key added
 
 huge = st.sampled_from(["x" * 70_000, "ü" * 20_000, "\u202e" * 100, "💥" * 1000, "\x00\x01\x7f", "'; DROP TABLE runs;--",

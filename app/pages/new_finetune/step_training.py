@@ -28,6 +28,7 @@ from app.glossary import field_tooltip, tip_combo_items
 from app.models.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import DebouncedRequest
+from app.pages.new_finetune.planner_box import PlannerBox
 from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
@@ -250,6 +251,9 @@ class TrainingStep(Step):
         self.fit_note = label("", "muted", wrap=True)
         box.addWidget(self.fit_note)
         box.addWidget(self.fit)
+        self.planner = PlannerBox(client, self.estimate_spec)
+        self.planner.apply_patch.connect(self.patch_requested)
+        box.addWidget(self.planner)
         box.addStretch(1)
         speed_frame, speed_box = card()
         self.speed = SpeedBox()
@@ -431,6 +435,7 @@ class TrainingStep(Step):
 
     def set_machine(self, info: dict[str, Any] | None) -> None:
         self._machine = info
+        self.planner.set_machine(info)
         self._update_visibility()
 
     def max_processes(self) -> int:

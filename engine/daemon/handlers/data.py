@@ -37,6 +37,13 @@ class SpecOnly(Params):
     spec: dict[str, Any]
 
 
+class PlanParams(Params):
+    spec: dict[str, Any]
+    gpus: int | None = Field(None, ge=1, le=4096, description="GPUs to plan for; default: this machine's")
+    gpu_memory_gb: float | None = Field(None, gt=0, le=4096, description="memory of each, in GB (GiB)")
+    gpus_per_node: int = Field(8, ge=1, le=64, description="GPUs per machine (tensor parallelism stays within one)")
+
+
 class DataInspect(Params):
     spec: dict[str, Any]
     n: int = Field(12, ge=1, le=200)
@@ -74,6 +81,7 @@ class DataHandlers:
             "data.inspect": (DataInspect, self.data_inspect),
             "models.inspect": (SpecOnly, self.models_inspect),
             "estimate.fit": (SpecOnly, self.estimate_fit),
+            "estimate.plan": (PlanParams, self.estimate_plan),
             "machine.info": (NoParams, self.machine_info),
         }
 
@@ -120,20 +128,41 @@ class DataHandlers:
     async def models_inspect(self, _s: Client, p: SpecOnly) -> Any:
         return await self._model_facts(p.spec)
 
-    async def estimate_fit(self, _s: Client | None, p: SpecOnly) -> Any:
+    async def _spec_and_facts(self, raw: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         try:
-            spec = validate_spec(FINETUNE, p.spec)
+            spec = validate_spec(FINETUNE, raw)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
-        looked = await self._model_facts(p.spec)
+        looked = await self._model_facts(raw)
         if not looked.get("facts"):
             issues = looked.get("issues") or []
             first = issues[0] if issues else {"message": "the model could not be inspected", "hint": ""}
             raise RpcError(INVALID_PARAMS, f"Cannot estimate: {first['message']}",
                            {"hint": first.get("hint", ""), "issues": issues})
+        return spec, looked["facts"]
+
+    async def estimate_fit(self, _s: Client | None, p: SpecOnly) -> Any:
+        spec, facts = await self._spec_and_facts(p.spec)
         from engine.estimate.memory import estimate
 
-        return estimate(spec, looked["facts"], machine.info(self.engine.paths.home))
+        return estimate(spec, facts, machine.info(self.engine.paths.home))
+
+    async def estimate_plan(self, _s: Client | None, p: PlanParams) -> Any:
+        spec, facts = await self._spec_and_facts(p.spec)
+        from engine.estimate.planner import plan
+
+        gpus, memory, name = p.gpus, p.gpu_memory_gb, ""
+        if gpus is None or memory is None:
+            here = machine.info(self.engine.paths.home).get("gpus") or []
+            if not here:
+                raise RpcError(INVALID_PARAMS, "This machine has no GPU to plan for",
+                               {"hint": "Give gpus and gpu_memory_gb: the GPUs the run will train on (a host, "
+                                        "several hosts, a cluster's partition)."})
+            gpus = gpus or len(here)
+            if memory is None:
+                name = str(here[0].get("name") or "")
+                memory = min(int(g.get("memory_total") or 0) for g in here) / (1 << 30)
+        return plan(spec, facts, gpus, int(memory * (1 << 30)), p.gpus_per_node, name)
 
     async def machine_info(self, _s: Client, _p: NoParams) -> Any:
         return machine.info(self.engine.paths.home)
