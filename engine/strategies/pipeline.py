@@ -185,24 +185,14 @@ class Pipeline:
 
     def clip_grad_norm(self, params: list[Any], max_norm: float) -> Any:
         """The norm over every stage's gradients (the tied weight once), then each process scales its own."""
-        import torch
         import torch.distributed as dist
 
-        squares = torch.zeros((), dtype=torch.float64)
-        for p in params:
-            if p is self.tied and self.has_last and not self.has_first:
-                continue  # the first stage counts the tied weight
-            norm = p.grad.detach().norm(2)
-            if hasattr(norm, "full_tensor"):
-                norm = norm.full_tensor()
-            squares += norm.double().cpu() ** 2
+        from engine.strategies.tensor_parallel import scale_to, squared_norm
+
+        # The first stage counts the tied weight; the last leaves its copy out.
+        squares = squared_norm(params, skip=self.tied if self.has_last and not self.has_first else None)
         dist.all_reduce(squares, group=self.pp_group)
-        total = squares.sqrt()
-        coef = float(max_norm / (total + 1e-6))
-        if coef < 1.0:
-            for p in params:
-                p.grad.detach().mul_(coef)
-        return total
+        return scale_to(params, squares.sqrt(), max_norm)
 
     def describe(self) -> dict[str, Any]:
         return {"schedule": self.extra["schedule"], "stages": [list(r) for r in self.ranges],

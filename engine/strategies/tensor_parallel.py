@@ -67,20 +67,31 @@ def apply(model: Any, tp_mesh: Any, block_types: tuple[type, ...]) -> Any:
     return model
 
 
-def clip_grad_norm(params: list[Any], max_norm: float) -> Any:
-    """clip_grad_norm_ for a model whose parameters are partly split (DTensors) and partly whole: torch's own
-    stacks the per-parameter norms, which cannot mix the two. Returns the total norm."""
+def squared_norm(params: list[Any], skip: Any = None) -> Any:
+    """The sum of the gradients' squared norms (float64, on CPU), a split gradient's over every slice; the
+    parameter ``skip`` left out."""
     import torch
 
     squares = torch.zeros((), dtype=torch.float64)
     for p in params:
+        if p is skip:
+            continue
         norm = p.grad.detach().norm(2)
         if hasattr(norm, "full_tensor"):  # a split gradient: its norm over every slice
             norm = norm.full_tensor()
         squares += norm.double().cpu() ** 2
-    total = squares.sqrt()
+    return squares
+
+
+def scale_to(params: list[Any], total: Any, max_norm: float) -> Any:
     coef = float(max_norm / (total + 1e-6))
     if coef < 1.0:
         for p in params:
             p.grad.detach().mul_(coef)
     return total
+
+
+def clip_grad_norm(params: list[Any], max_norm: float) -> Any:
+    """clip_grad_norm_ for a model whose parameters are partly split (DTensors) and partly whole: torch's own
+    stacks the per-parameter norms, which cannot mix the two. Returns the total norm."""
+    return scale_to(params, squared_norm(params).sqrt(), max_norm)
