@@ -191,8 +191,10 @@ class Pipeline:
 
         # The first stage counts the tied weight; the last leaves its copy out.
         squares = squared_norm(params, skip=self.tied if self.has_last and not self.has_first else None)
+        if params:  # NCCL reduces GPU tensors only
+            squares = squares.to(params[0].grad.device)
         dist.all_reduce(squares, group=self.pp_group)
-        return scale_to(params, squares.sqrt(), max_norm)
+        return scale_to(params, squares.cpu().sqrt(), max_norm)
 
     def describe(self) -> dict[str, Any]:
         return {"schedule": self.extra["schedule"], "stages": [list(r) for r in self.ranges],
