@@ -73,7 +73,13 @@ class PlannerBox(QWidget):
         self.gpus_spin.setToolTip(field_tooltip("processes", "distributed.nproc",
                                                 "The GPUs the run will train on: this machine's, a host's, "
                                                 "several hosts' or a cluster partition's."))
+        self.memory_spin.setToolTip("Each GPU's memory in GB (as nvidia-smi shows it, in GiB): 24, 40, 48, 80, 141…")
         self.per_node_spin.setToolTip("GPUs in each machine: tensor parallelism stays within one.")
+        self.plan_button.setToolTip("Estimate every layout for these GPUs (the model is measured, not loaded).")
+        self.apply_button.setToolTip("Put the selected layout into the form: strategy, processes, tensor and "
+                                     "pipeline parallel, checkpointing and offload.")
+        self.table.setToolTip("Speed is in GPUs' worth of work: the GPUs times each technique's usual efficiency, "
+                              "a ranking rather than a measurement.")
         self.plan_button.clicked.connect(self.plan)
         self.apply_button.clicked.connect(self._apply)
         self.table.itemSelectionChanged.connect(

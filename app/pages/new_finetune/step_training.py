@@ -103,6 +103,9 @@ class TrainingStep(Step):
         self._machine: dict[str, Any] | None = None
         self._estimated_key = ""
         self._first_load = True  # the wizard's opening spec: "auto" there means "the preferred device"
+        # Processes a loaded spec or an applied plan asked for, kept above this machine's count (a plan for
+        # GPUs elsewhere) until the user picks another device.
+        self._kept_nproc = 1
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -280,6 +283,8 @@ class TrainingStep(Step):
         client.subscribe(["hosts"], self._on_hosts_event)
         client.connected.connect(self._on_connected)
         self.where_combo.currentIndexChanged.connect(self._on_where)
+        self.device_combo.currentIndexChanged.connect(
+            lambda: None if self._loading else setattr(self, "_kept_nproc", 1))
         self.nodes_editor.changed.connect(self._on_form)
         self.rdzv_port_spin.valueChanged.connect(self._on_form)
         self.rdzv_host_edit.textChanged.connect(self._on_form)
@@ -464,7 +469,7 @@ class TrainingStep(Step):
 
     def _update_visibility(self) -> None:
         limit = self.max_processes()
-        self.nproc_spin.setMaximum(max(limit, self.nproc_spin.value() if self._loading else 1))
+        self.nproc_spin.setMaximum(max(limit, self._kept_nproc, self.nproc_spin.value() if self._loading else 1))
         on_gpu = self.device_combo.currentData() == "cuda" or (
             self.device_combo.currentData() == "auto" and (self._machine or {}).get("gpus"))
         self.nproc_label.setText("GPUs (one process each)" if on_gpu else "Processes")
@@ -543,7 +548,8 @@ class TrainingStep(Step):
             device = prefs().get("default_device")  # the Preferences card's default hardware
         self._first_load = False
         _select(self.device_combo, device)
-        self.nproc_spin.setMaximum(max(self.max_processes(), int(dist.get("nproc", 1))))
+        self._kept_nproc = int(dist.get("nproc", 1))
+        self.nproc_spin.setMaximum(max(self.max_processes(), self._kept_nproc))
         self.nproc_spin.setValue(int(dist.get("nproc", 1)))
         _select(self.strategy_combo, dist.get("strategy", "single"))
         self.tp_spin.setValue(int(dist.get("tensor_parallel", 1)))
