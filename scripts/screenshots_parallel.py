@@ -51,7 +51,7 @@ def main() -> int:
         area = area.parent()
     if area is not None:  # the planner sits below the fit estimate
         pump(app, 1)
-        area.ensureWidgetVisible(planner.table, 0, 40)
+        area.ensureWidgetVisible(planner.apply_button, 0, 20)
     pump(app, 1)
     shoot(app, window, "parallel-planner.png")
 

@@ -24,7 +24,7 @@ from app.widgets.common import label
 from app.widgets.wizard_parts import error_text
 
 GiB = 1 << 30
-COLUMNS = ("Layout", "Memory per GPU", "Fits", "Speed")
+COLUMNS = ("Layout", "Memory per GPU", "Fits", "Speed (GPUs)")
 VERDICTS = {"fits": "fits", "tight": "tight", "will_not_fit": "does not fit"}
 
 
@@ -59,7 +59,10 @@ class PlannerBox(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for c in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setMinimumHeight(180)
         self.table.hide()
         column.addWidget(self.table)
@@ -112,7 +115,7 @@ class PlannerBox(QWidget):
             name = ("★ " if p.get("recommended") else "") + str(p.get("layout", ""))
             memory = f"{p.get('memory_per_gpu', 0) / GiB:.1f} of {p.get('capacity', 0) / GiB:.0f} GB"
             cells = (name, memory, VERDICTS.get(p.get("verdict"), str(p.get("verdict"))),
-                     f"{p.get('throughput', 0):.2f} GPUs' worth")
+                     f"{p.get('throughput', 0):.2f}")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c:
