@@ -50,6 +50,16 @@ def wait(app: QApplication, predicate, timeout: float, what: str) -> None:
     raise SystemExit(f"screenshots: timed out waiting for {what}")
 
 
+def scroll_area_of(widget):
+    """The QScrollArea a widget sits in (a wizard step's), or None."""
+    from PySide6.QtWidgets import QScrollArea
+
+    area = widget.parent()
+    while area is not None and not isinstance(area, QScrollArea):
+        area = area.parent()
+    return area
+
+
 def shoot(app: QApplication, window: MainWindow, name: str) -> None:
     pump(app, 0.6)  # one more redraw of the charts' clock and any late reply
     window.grab().save(str(OUT / name))

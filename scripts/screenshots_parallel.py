@@ -14,13 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from PySide6.QtWidgets import QScrollArea
-
 from engine.api.paths import resolve
 from engine.cli.client import BlockingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from screenshots import open_window, pump, wait  # noqa: E402 - the shared helpers of the other screenshots
+from screenshots import open_window, pump, scroll_area_of, wait  # noqa: E402 - the shared helpers of the other screenshots
 from screenshots_first_run import shoot  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
@@ -46,9 +44,7 @@ def main() -> int:
     planner.memory_spin.setValue(80)
     planner.plan()
     wait(app, lambda: planner.table.rowCount() > 0, 180, "the planner")
-    area = planner.parent()
-    while area is not None and not isinstance(area, QScrollArea):
-        area = area.parent()
+    area = scroll_area_of(planner)
     if area is not None:  # the planner sits below the fit estimate
         pump(app, 1)
         area.ensureWidgetVisible(planner.apply_button, 0, 20)

@@ -12,13 +12,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from PySide6.QtWidgets import QScrollArea
-
 from engine.api.paths import resolve
 from engine.cli.client import BlockingClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from screenshots import open_window, pump, wait  # noqa: E402 - the shared helpers of the other screenshots
+from screenshots import open_window, pump, scroll_area_of, wait  # noqa: E402 - the shared helpers of the other screenshots
 from screenshots_first_run import shoot  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/images")
@@ -37,9 +35,7 @@ def main() -> int:
     wizard.load_spec(PACKED, name="tiny-llama-packed")
     wizard.go_to(4)  # Training
     wait(app, lambda: wizard.training_step.fit.verdict != "", 180, "the fit estimate")
-    area = wizard.training_step.speed.parent()
-    while area is not None and not isinstance(area, QScrollArea):
-        area = area.parent()
+    area = scroll_area_of(wizard.training_step.speed)
     if area is not None:  # the Speed card sits below the fit estimate
         pump(app, 1)
         area.verticalScrollBar().setValue(area.verticalScrollBar().maximum())

@@ -134,7 +134,7 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
     kind = _device_kind(spec, machine)
     nproc = d.nproc if d.strategy != "single" else 1
     total, trainable = _method_counts(spec, facts)
-    split_share = _split_share(spec, facts, kind, nproc)
+    split_share = _split_share(spec, facts, kind, total, trainable)
     replicas = max(1, nproc // (d.tensor_parallel * d.pipeline_parallel))
     if split_share["params"] < 1.0:
         # One process's slice of a model split by tensor or pipeline parallelism: its model states are
@@ -234,13 +234,12 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
             "notes": notes, "estimated_peak": peak}
 
 
-def _split_share(spec: TrainSpec, facts: dict[str, Any], kind: str, nproc: int) -> dict[str, Any]:
+def _split_share(spec: TrainSpec, facts: dict[str, Any], kind: str, total: int, trainable: int) -> dict[str, Any]:
     """What one process holds of a model split by tensor and pipeline parallelism (docs/estimator.md): its
     parameters (its stage's blocks divided by tp, plus the embeddings and head, which stay whole), its
     trainable ones, and the share of one replica's activations it keeps."""
     d = spec.distributed
     tp, pp = d.tensor_parallel, d.pipeline_parallel
-    total, trainable = _method_counts(spec, facts)
     out: dict[str, Any] = {"params": 1.0, "activations": 1.0, "total": total, "trainable": trainable, "note": ""}
     layers, block = int(facts.get("num_blocks") or 0), int(facts.get("largest_block_params") or 0)
     if tp * pp == 1 or not layers or not block:

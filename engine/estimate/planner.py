@@ -71,7 +71,7 @@ def candidates(spec: TrainSpec, facts: dict[str, Any], gpus: int, per_node: int)
                     tp_text = f"{tp}-way tensor split" if tp > 1 else ""
                     tp_eff = EFFICIENCY["tp_step"] ** math.log2(tp)
                     distributed = {**dist, "nproc": gpus, "tensor_parallel": tp, "pipeline_parallel": 1, **pp_patch}
-                    for memory_text, memory_patch, memory_eff in _memory_options(spec):
+                    for memory_text, memory_patch, memory_eff in MEMORY_OPTIONS:
                         text = ", ".join(t for t in (base, tp_text, pp_text, memory_text) if t)
                         patch = {"distributed": distributed, **memory_patch}
                         out.append((text, patch, eff * tp_eff * pp_eff * memory_eff))
@@ -107,12 +107,14 @@ def _data_parallel(dp: int, split: bool) -> list[tuple[str, dict, float]]:
     return out
 
 
-def _memory_options(spec: TrainSpec) -> list[tuple[str, dict, float]]:
-    return [("", {"activation_checkpointing": False, "activation_offload": False}, 1.0),
-            ("activation checkpointing", {"activation_checkpointing": True, "activation_offload": False},
-             EFFICIENCY["checkpointing"]),
-            ("activation checkpointing and offload", {"activation_checkpointing": True, "activation_offload": True},
-             EFFICIENCY["checkpointing"] * EFFICIENCY["activation_offload"])]
+# Activation memory options: (text, spec fields, efficiency).
+MEMORY_OPTIONS = (
+    ("", {"activation_checkpointing": False, "activation_offload": False}, 1.0),
+    ("activation checkpointing", {"activation_checkpointing": True, "activation_offload": False},
+     EFFICIENCY["checkpointing"]),
+    ("activation checkpointing and offload", {"activation_checkpointing": True, "activation_offload": True},
+     EFFICIENCY["checkpointing"] * EFFICIENCY["activation_offload"]),
+)
 
 
 def plan(spec: TrainSpec, facts: dict[str, Any], gpus: int, gpu_memory: int, per_node: int = 8,

@@ -15,7 +15,7 @@ stage, its two gradients summed after each backward pass so both copies take the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
@@ -68,9 +68,9 @@ def core_of(model: Any) -> Any:
 
 
 def problems(model: Any, pp: int, schedule: str) -> list[str]:
-    from engine.strategies.tensor_parallel import ARCHITECTURES, _config
+    from engine.strategies.tensor_parallel import ARCHITECTURES, config_of
 
-    kind = getattr(_config(model), "model_type", None)
+    kind = getattr(config_of(model), "model_type", None)
     if kind not in ARCHITECTURES:
         return [f"pipeline parallelism supports Llama-style models ({', '.join(ARCHITECTURES)}); this model is "
                 f"{kind or type(model).__name__}: set distributed.pipeline_parallel to 1"]
@@ -125,9 +125,8 @@ class Pipeline:
     pp_group: Any
     tie_group: Any = None  # the first and last stage's processes when the head is tied to the embeddings
     tied: Any = None  # this process's copy of the tied weight
-    norm: float = 1.0
-    accum: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    schedule_name: str = "1f1b"
+    norm: float = 1.0  # what each micro-batch's loss sum is divided by
 
     # -- batches
     def _fixed(self, batch: dict[str, Any], rows: int) -> tuple[Any, Any]:
@@ -197,8 +196,9 @@ class Pipeline:
         return scale_to(params, squares.cpu().sqrt(), max_norm)
 
     def describe(self) -> dict[str, Any]:
-        return {"schedule": self.extra["schedule"], "stages": [list(r) for r in self.ranges],
-                "microbatches": self.microbatches, "bubble": self.extra["bubble"]}
+        pp = len(self.ranges) // stages_per_process(self.schedule_name)
+        return {"schedule": self.schedule_name, "stages": [list(r) for r in self.ranges],
+                "microbatches": self.microbatches, "bubble": bubble(self.schedule_name, pp, self.microbatches)}
 
 
 def stats(batch: dict[str, Any], target_tokens: float) -> dict[str, float]:
@@ -222,7 +222,7 @@ def _prune(model: Any, keep: set[int], first: bool, last: bool) -> None:
         core.lm_head = None
 
 
-def build(model: Any, layout: Any, spec: Any, task: Any, device: str, world: Any, pad_id: int) -> Pipeline:
+def build(model: Any, layout: Any, spec: Any, task: Any, world: Any, pad_id: int) -> Pipeline:
     """This process's stages of ``model`` (already LoRA-wrapped), split further by tensor parallelism and
     sharded over the data-parallel replicas when the layout says so, with the schedule that runs them."""
     import torch
@@ -258,15 +258,14 @@ def build(model: Any, layout: Any, spec: Any, task: Any, device: str, world: Any
         for unit in units:
             if unit is not None:
                 fully_shard(unit, mesh=mesh["dp"])
-    dev = torch.device(device)
+    dev = torch.device(world.device)
     group = mesh["pp"].get_group()
     stages = [pipelining.PipelineStage(_stage_module(model, list(range(*ranges[s])), s == 0, s == n_stages - 1),
                                        s, n_stages, dev, group=group) for s in mine]
     pipe = Pipeline(model=model, stages=stages, schedule=None, ranges=ranges, microbatches=d.pipeline_microbatches,
                     length=_width(spec.data.max_length), rows=spec.batch_size, pad_id=pad_id, has_first=first,
                     has_last=last,
-                    pp_group=group, extra={"schedule": schedule_name,
-                                           "bubble": bubble(schedule_name, pp, d.pipeline_microbatches)})
+                    pp_group=group, schedule_name=schedule_name)
     cls = getattr(pipelining, SCHEDULES[schedule_name])
     kwargs = {"loss_fn": pipe.loss_fn, "scale_grads": False}  # the loss is already the batch's share
     pipe.schedule = cls(stages if v > 1 else stages[0], d.pipeline_microbatches, **kwargs)

@@ -18,13 +18,13 @@ COLUMNS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate
 ROWS = ("self_attn.o_proj", "mlp.down_proj")
 
 
-def _config(model: Any) -> Any:
+def config_of(model: Any) -> Any:
     return getattr(model, "config", None) or getattr(getattr(model, "base_model", None), "config", None)
 
 
 def problems(model: Any, tp: int) -> list[str]:
     """Why this model cannot be split ``tp`` ways; empty when it can."""
-    config = _config(model)
+    config = config_of(model)
     kind = getattr(config, "model_type", None)
     if kind not in ARCHITECTURES:
         return [f"tensor parallelism supports Llama-style models ({', '.join(ARCHITECTURES)}); this model is "

@@ -188,8 +188,6 @@ class Trainer:
         self.trainable_only = spec.method.kind != "full"
         # Split parameters (FSDP shards, tensor-parallel slices) are saved as a distributed checkpoint.
         self.sharded = (spec.distributed.strategy == "fsdp" and world.distributed) or self.mesh.split
-        # The replica's loss is computed on its last pipeline stage, by each of that stage's tp processes.
-        self.loss_weight = 1.0 / self.mesh.tp if self.mesh.coords(world.rank)["pp"] == self.mesh.pp - 1 else 0.0
         self.layout = "deepspeed" if self.deepspeed else "dcp" if self.sharded else "plain"
         # Imported here: the other tasks' jobs need not import the causal LM task.
         from engine.tasks import lm_generate
@@ -224,7 +222,7 @@ class Trainer:
             issues += tensor_parallel.problems(model, self.mesh.tp)
         if issues:
             raise JobFailed("; ".join(issues), "Or train it with distributed.pipeline_parallel 1.")
-        return pipeline.build(model, self.mesh, self.spec, self.task, self.world.device, self.world,
+        return pipeline.build(model, self.mesh, self.spec, self.task, self.world,
                               int(self.data.info.get("pad_id") or 0))
 
     def _offload_hooks(self) -> Any:
@@ -411,13 +409,11 @@ class Trainer:
                         loss, stats = self._forward(batch)
                 # Every process of a replica sees the same batch: each counts its share of it.
                 stats = {k: v * self.mesh.share for k, v in stats.items()} if self.mesh.split else stats
-                if self.pipe is not None:
-                    pass  # the schedule ran the backward pass
-                elif self.deepspeed:
+                if self.deepspeed:
                     # DeepSpeed divides by grad_accum itself and steps on the accumulation boundary.
                     self.model.backward(loss)
                     self.model.step()
-                else:
+                elif self.pipe is None:  # (a pipeline's schedule ran the backward pass itself)
                     scaled = loss / spec.grad_accum
                     (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 loss_sum += loss.detach().double().cpu()
@@ -429,7 +425,7 @@ class Trainer:
                     extra[k] = extra.get(k, 0.0) + stats.get(k, 0.0)
             local_loss = float(loss_sum) / spec.grad_accum
             finite = math.isfinite(local_loss)
-            totals = dist.all_sum(world, [local_loss * self.loss_weight if finite else 0.0, samples, tokens,
+            totals = dist.all_sum(world, [local_loss * self.mesh.loss_share if finite else 0.0, samples, tokens,
                                           0.0 if finite else 1.0, 1.0 if rc.stop_requested else 0.0,
                                           slots, flops, *(extra.get(k, 0.0) for k in self.step_keys)])
             mean_loss = totals[0] / self.mesh.dp

@@ -34,6 +34,12 @@ class Layout:
         return 1.0 / (self.tp * self.pp)
 
     @property
+    def loss_share(self) -> float:
+        """This rank's share of its replica's loss: the loss is computed on the last pipeline stage, by each of
+        that stage's tp processes; the other stages have none to report."""
+        return 1.0 / self.tp if self.pp_rank == self.pp - 1 else 0.0
+
+    @property
     def split(self) -> bool:
         return self.tp > 1 or self.pp > 1
 
