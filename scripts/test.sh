@@ -6,14 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/venv.sh
 ensure_venv dev
-# The remote-host tests run a real OpenSSH server on 127.0.0.1 (tests/sshd.py): Debian's openssh-server.
-if [ ! -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null 2>&1; then
-  echo "== installing openssh-server (for the remote-host tests)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
-      --no-install-recommends openssh-server openssh-client; } \
-    || echo "warning: could not install openssh-server; the tests in tests/remote will fail until it is installed" >&2
-fi
+# The remote-host and Slurm tests run a real sshd and a real Slurm on 127.0.0.1: Debian's packages.
+bash scripts/system_packages.sh || true
 export QT_QPA_PLATFORM=offscreen
 echo "== ruff"
 .venv/bin/ruff check engine app tests benchmarks

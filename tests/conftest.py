@@ -208,6 +208,20 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str
 
 
 @pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory):
+    """A real Slurm (slurmctld, slurmd, munged) on 127.0.0.1 with one 2-CPU node (see tests/slurm.py).
+    Skipped where Slurm is not installed, except under EMBER_REQUIRE_SLURM=1 (.ci/run), where that fails."""
+    from tests.slurm import Slurm, missing
+
+    absent = missing()
+    if absent and os.environ.get("EMBER_REQUIRE_SLURM") != "1":
+        pytest.skip(f"Slurm is not installed ({', '.join(absent)}): apt-get install slurm-wlm munge")
+    server = Slurm(tmp_path_factory.mktemp("slurm")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
     """A real OpenSSH server on 127.0.0.1 that accepts the test's client key (see tests/sshd.py)."""
     from tests.sshd import make_sshd

@@ -77,6 +77,9 @@ METHODS: dict[str, str] = {
                    "packages, Jetson).",
     "hosts.prepare": "{name, password?} -> host: install this Ember version into the host's Python from a "
                      "copied wheel; progress on topic hosts/<name>.",
+    "hosts.slurm": "{name} -> {cluster, partitions: [{name, default, up, nodes, idle_nodes, cpus_per_node, "
+                   "memory_mb_per_node, gpus_per_node, max_minutes}], version, user}: the Slurm cluster whose login "
+                   "node is that host ('local': this machine), from sinfo.",
     "jobs.list": "{state?, kind?, limit?} -> jobs, newest first.",
     "jobs.get": "{id} -> one job, with its result when it has one.",
     "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",

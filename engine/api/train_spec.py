@@ -158,6 +158,26 @@ class NodeSpec(_Part):
     nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on that machine")
 
 
+class SlurmSpec(_Part):
+    """Where a run goes on a Slurm cluster (docs/slurm.md): submitted with sbatch from the login node,
+    ``nodes`` x distributed.nproc processes started by srun and torchrun."""
+
+    cluster: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                         description="the login node: a host's name (Hosts page), or 'local' when this machine is one")
+    partition: str = Field("", max_length=80, pattern=r"^[A-Za-z0-9._-]*$",
+                           description="empty: the cluster's default partition")
+    nodes: int = Field(1, ge=1, le=1024, description="machines the job takes; each runs distributed.nproc processes")
+    gpus_per_node: int = Field(0, ge=0, le=64, description="GPUs asked for on each node (--gpus-per-node); 0 asks "
+                               "for none (a CPU run)")
+    cpus_per_node: int = Field(0, ge=0, le=4096, description="CPU cores asked for on each node; 0 leaves it to "
+                               "the partition's default")
+    time_limit: int = Field(0, ge=0, le=525600, description="minutes before Slurm ends the job (the run is sent "
+                            "TERM two minutes before, so it saves a checkpoint and can be resumed); 0: the "
+                            "partition's default")
+    account: str = Field("", max_length=80, pattern=r"^[A-Za-z0-9._-]*$")
+    qos: str = Field("", max_length=80, pattern=r"^[A-Za-z0-9._-]*$")
+
+
 class DistributedSpec(_Part):
     strategy: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
     nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on this machine (without nodes)")
@@ -184,6 +204,8 @@ class DistributedSpec(_Part):
     tensor_parallel: int = Field(1, ge=1, le=64, description="causal_lm: split each decoder block's attention and MLP "
                                  "matrices over this many processes (tensor parallelism); the processes left over "
                                  "train data parallel (strategy fsdp: FSDP2 x TP)")
+    slurm: SlurmSpec | None = Field(None, description="submit the run to a Slurm cluster instead: slurm.nodes "
+                                    "machines with nproc processes each")
 
 
 class OptimSpec(_Part):
@@ -337,6 +359,8 @@ class TrainSpec(_Part):
             # holds a slice of the one model, tensor_parallel) needs none.
             problems.append("more than one process needs strategy ddp, fsdp or deepspeed")
         problems += _parallel_problems(self)
+        if self.distributed.slurm is not None:
+            problems += _slurm_problems(self)
         if self.activation_offload and self.device == "cpu":
             problems.append("activation_offload moves activations from GPU to CPU memory; with device cpu they are "
                             "in CPU memory already: turn it off, or use device auto or cuda")
@@ -382,6 +406,8 @@ class TrainSpec(_Part):
 
     def world_size(self) -> int:
         d = self.distributed
+        if d.slurm is not None:
+            return d.slurm.nodes * d.nproc
         return sum(n.nproc for n in d.nodes) if d.nodes else d.nproc
 
     def model_name(self) -> str:
@@ -392,6 +418,19 @@ class TrainSpec(_Part):
     def data_name(self) -> str:
         default = BUILTIN_PREFERENCE_DATA if self.objective != "sft" else BUILTIN_DATA[self.task]
         return self.data.builtin or self.data.hub or self.data.path or default
+
+
+def _slurm_problems(spec: TrainSpec) -> list[str]:
+    d = spec.distributed
+    problems = []
+    if d.nodes:
+        problems.append("distributed.slurm and distributed.nodes exclude each other: Slurm picks the machines")
+    gpus = d.slurm.gpus_per_node
+    if gpus and d.nproc > gpus:
+        problems.append(f"distributed.nproc {d.nproc} is more than slurm.gpus_per_node {gpus}: one process per GPU")
+    if spec.device == "cuda" and not gpus:
+        problems.append("device cuda on Slurm needs slurm.gpus_per_node (the GPUs to ask for on each node)")
+    return problems
 
 
 def _objective_problems(spec: TrainSpec) -> list[str]:

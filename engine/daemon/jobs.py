@@ -49,8 +49,13 @@ def _nodes(spec: Any) -> list[Any]:
 
 
 def _remote(spec: Any) -> bool:
-    """A job whose processes run on other machines: a multi-node fine-tune, or a server on an SSH host."""
-    return bool(_nodes(spec)) or (isinstance(spec, ServeSpec) and spec.host is not None)
+    """A job whose processes run elsewhere: a multi-node fine-tune, one on a Slurm cluster, or a server on
+    an SSH host."""
+    return bool(_nodes(spec)) or _slurm(spec) or (isinstance(spec, ServeSpec) and spec.host is not None)
+
+
+def _slurm(spec: Any) -> bool:
+    return getattr(getattr(spec, "distributed", None), "slurm", None) is not None
 
 
 def _process_matches(pid: int | None, started: float | None) -> bool:
@@ -198,18 +203,26 @@ class JobManager:
         """A run across machines: the launcher starts and follows torchrun on every node (engine/launch)."""
         from engine.launch.multinode import MultiNodeRun
         from engine.launch.remote_serve import RemoteServe
+        from engine.launch.slurm import SlurmRun
 
         run_dir = Path(job["run_dir"])
-        kind = RemoteServe if isinstance(spec, ServeSpec) else MultiNodeRun
+        kind = RemoteServe if isinstance(spec, ServeSpec) else SlurmRun if _slurm(spec) else MultiNodeRun
         multi = kind.load(job["id"], run_dir, spec, self.hosts, self.bus) if launched else None
         if multi is None:
             multi = kind(job["id"], run_dir, spec, self.hosts, self.bus)
             launched = False
+        if isinstance(multi, SlurmRun):
+            multi.report = lambda view, run_id=job["id"]: self._cluster_changed(run_id, view)
         self._multi[job["id"]] = multi
         if job["state"] != "running":
             self._set_state(job["id"], "running", started_at=time.time(), pid=None, pid_started=None)
         multi.task = asyncio.get_running_loop().create_task(multi.run(launched=launched))
         self._follow(job["id"])
+
+    def _cluster_changed(self, run_id: str, view: dict[str, Any]) -> None:
+        """A Slurm job's state, pending reason or queue place changed: keep it and tell the clients."""
+        self.store.update_job(run_id, cluster=view)
+        self.bus.publish("jobs", record(self.store, self.get(run_id)))
 
     def _follow(self, run_id: str) -> None:
         job = self.get(run_id)
@@ -264,7 +277,9 @@ class JobManager:
             error = multi.failure()  # a node other than rank 0's, or the launch itself, said why
             if error and not reported and not job.get("stop_requested"):
                 reported = "failed"
-        if reported:
+        if reported == "stopped" and job.get("stop_requested") == "cancel":
+            state = "cancelled"  # a cancel that reached the run as TERM first (Slurm's scancel): it saved, then ended
+        elif reported:
             state = reported
         elif job.get("stop_requested"):
             state = "stopped" if job["stop_requested"] == "stop" else "cancelled"
@@ -308,7 +323,7 @@ class JobManager:
                            {"hint": "Wait for it to end, or stop it first."})
         # One UPDATE (one transaction): a crash in between must not leave a failed run without its error.
         job = self._set_state(run_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
-                              stop_requested=None, pid=None, pid_started=None, gpus=None,
+                              stop_requested=None, pid=None, pid_started=None, gpus=None, cluster=None,
                               queue_pos=self.store.next_queue_pos())
         self.schedule()
         return self.get(run_id)

@@ -66,7 +66,8 @@ def job_need(kind: str, spec: Mapping[str, Any], capacity: Mapping[str, Capacity
 
     A fine-tune takes one core per process, and one GPU per process on a host with GPUs when its
     device is cuda or auto (auto picks CUDA where there is one). A multi-node run counts only on
-    its nodes (``local`` is this machine); the engine's own mirroring of it is negligible.
+    its nodes (``local`` is this machine); the engine's own mirroring of it is negligible. A run on a
+    Slurm cluster takes nothing here: Slurm's own queue holds it until its nodes are free.
     A probe only samples and sleeps: no core. Compress, export and evaluate jobs take one core; QAT and
     pruning (they train) and evaluations not set to the CPU also take a GPU where the host has one.
     """
@@ -82,6 +83,8 @@ def job_need(kind: str, spec: Mapping[str, Any], capacity: Mapping[str, Capacity
         return {LOCAL: 1}, gpus
     device = spec.get("device", "auto")
     dist = spec.get("distributed") or {}
+    if dist.get("slurm"):
+        return {}, {}  # Slurm queues and places it; nothing here is held
     nodes = dist.get("nodes") or []
     per_host: dict[str, int] = {}
     if nodes:

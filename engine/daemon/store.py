@@ -124,6 +124,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX conversations_updated ON conversations(updated_at);
     """,
+    # v6: a run on a Slurm cluster: its job id, state, pending reason and place in the queue (docs/slurm.md).
+    """
+    ALTER TABLE runs ADD COLUMN cluster TEXT;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -131,9 +135,9 @@ _JOB_COLUMNS = (
     "id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "pid_started",
     "exit_code", "error", "run_dir", "spec", "parent_id", "host", "events_offset",
     "reported_state", "stop_requested", "estimated_peak", "measured_peak",
-    "priority", "queue_pos", "gpus",
+    "priority", "queue_pos", "gpus", "cluster",
 )
-_JSON_COLUMNS = {"error", "spec", "gpus"}
+_JSON_COLUMNS = {"error", "spec", "gpus", "cluster"}
 # Secrets never reach the audit log.
 _SECRET_KEYS = ("token", "password", "passphrase", "secret", "private_key")
 

@@ -68,6 +68,7 @@ class NodeState:
     ended_at: float | None = None
     events_base: int = 0  # size of this node's events mirror when this launch began
     events_copied: int = 0  # bytes of that mirror already in the run's events.jsonl (primary only)
+    job_id: str = ""  # a batch scheduler's id for the node's job (engine/launch/slurm.py)
 
     @property
     def label(self) -> str:
@@ -106,7 +107,8 @@ class MultiNodeRun:
         return self.run_dir / "nodes" / state.label
 
     def save(self) -> None:
-        doc = {"primary": self.primary, "error": self.error, "nodes": [asdict(n) for n in self.nodes]}
+        doc = {"primary": self.primary, "error": self.error, "nodes": [asdict(n) for n in self.nodes],
+               **self._saved()}
         tmp = self.run_dir / f".{NODES_FILE}.tmp"
         tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
         os.replace(tmp, self.run_dir / NODES_FILE)
@@ -120,7 +122,15 @@ class MultiNodeRun:
             return None
         run.nodes = [NodeState(**n) for n in doc["nodes"]]
         run.primary, run.error = doc.get("primary"), doc.get("error")
+        run._restore(doc)
         return run
+
+    def _saved(self) -> dict[str, Any]:
+        """What a subclass keeps in nodes.json beside the nodes."""
+        return {}
+
+    def _restore(self, doc: dict[str, Any]) -> None:
+        """Take back what _saved kept."""
 
     def warn(self, message: str, hint: str = "") -> None:
         self.bus.publish(f"run/{self.run_id}/warning", {"kind": "warning", "message": message, "hint": hint},
@@ -138,17 +148,20 @@ class MultiNodeRun:
         await self._preflight()
         specs = await self._node_specs()
         for state in self.nodes:
-            node = self.node(state)
-            self.progress(f"Starting {state.nproc} process(es) on {state.host} (node {state.index})")
-            try:
-                info = await node.ctl("start", {"dir": state.dir, "argv": self._argv(state, node.python),
-                                                "env": self._env(state), "files": {"spec.yaml": specs[state.index]}})
-            except RemoteError as exc:
-                await self.signal("KILL")
-                raise LaunchError(f"Could not start node {state.index} on {state.host}: {exc}", exc.hint) from None
-            state.pid, state.started, state.dir = info["pid"], info["started"], info["dir"]
+            await self._start(state, specs[state.index])
             self.save()
         self.progress(f"All {len(self.nodes)} nodes started; waiting for the rendezvous")
+
+    async def _start(self, state: NodeState, spec_text: str) -> None:
+        node = self.node(state)
+        self.progress(f"Starting {state.nproc} process(es) on {state.host} (node {state.index})")
+        try:
+            info = await node.ctl("start", {"dir": state.dir, "argv": self._argv(state, node.python),
+                                            "env": self._env(state), "files": {"spec.yaml": spec_text}})
+        except RemoteError as exc:
+            await self.signal("KILL")
+            raise LaunchError(f"Could not start node {state.index} on {state.host}: {exc}", exc.hint) from None
+        state.pid, state.started, state.dir = info["pid"], info["started"], info["dir"]
 
     async def _preflight(self) -> None:
         needs_minilm = self.spec.task == "text_classification" and self.spec.model.path is None
@@ -168,6 +181,10 @@ class MultiNodeRun:
                 state.dir = str(self.run_dir / f"node{state.index}")
             info = await self._ctl(state, "mkdir", {"dir": state.dir})
             state.dir = info["dir"]
+        await self._check_rendezvous()
+        self.save()
+
+    async def _check_rendezvous(self) -> None:
         try:
             await self._find_local_address()
         except RemoteError as exc:
@@ -179,7 +196,6 @@ class MultiNodeRun:
                               f"({free.get('error', 'address in use')})",
                               "Another run (or program) holds it: set distributed.rdzv_port to a free port. "
                               "Nothing was started.")
-        self.save()
 
     async def _check_host(self, state: NodeState) -> tuple[dict[str, Any], list[dict[str, str]]]:
         """The host's facts (its probe) and what keeps it from running the job."""
@@ -284,7 +300,7 @@ class MultiNodeRun:
             try:
                 await self._mirror(state, node)
                 if check_status and state.ended_at is None:
-                    status = await node.ctl("status", {"dir": state.dir, "pid": state.pid, "started": state.started})
+                    status = await self._status(state, node)
                     if not status["running"]:
                         await self._mirror(state, node)  # what it wrote just before it ended
                         state.exit_code = status["exit_code"] if status["exit_code"] is not None else -1
@@ -301,6 +317,10 @@ class MultiNodeRun:
                 if state.host != LOCAL:
                     self.hosts.drop(state.host)
         await self._stop_orphans()
+
+    async def _status(self, state: NodeState, node: Any) -> dict[str, Any]:
+        """{running, exit_code} of one node's processes."""
+        return await node.ctl("status", {"dir": state.dir, "pid": state.pid, "started": state.started})
 
     async def _mirror(self, state: NodeState, node: Any) -> None:
         out = self.mirror_dir(state)

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from engine.api.host_spec import HostSpec
-from engine.launch import node_ctl
+from engine.launch import node_ctl, slurm_ctl
 from engine.launch.ssh import RemoteError, run, where
 
 NODE_CTL_SOURCE = Path(node_ctl.__file__).read_text(encoding="utf-8")
+SLURM_CTL_SOURCE = Path(slurm_ctl.__file__).read_text(encoding="utf-8")
+OPS = {**node_ctl.OPS, **slurm_ctl.OPS}  # every operation a node answers, by name
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
@@ -45,7 +47,7 @@ class LocalNode:
         self.python = python
 
     async def ctl(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await asyncio.to_thread(node_ctl.OPS[op], args)
+        return await asyncio.to_thread(OPS[op], args)
 
     async def read(self, path: str, offset: int, limit: int) -> bytes:
         def _read() -> bytes:
@@ -94,7 +96,8 @@ class SshNode:
 
     async def ctl(self, op: str, args: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
         conn = await self.hosts.connection(self.name)
-        rc, out, err = await run(conn, self.spec, [self.python, "-", op, json.dumps(args)], stdin=NODE_CTL_SOURCE,
+        source = SLURM_CTL_SOURCE if op in slurm_ctl.OPS else NODE_CTL_SOURCE
+        rc, out, err = await run(conn, self.spec, [self.python, "-", op, json.dumps(args)], stdin=source,
                                  timeout=timeout)
         if rc == 127 or (rc != 0 and "No such file" in err):
             raise RemoteError(f"{self.spec.python} was not found on {where(self.spec)}",

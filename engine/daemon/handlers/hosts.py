@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from engine.api.host_spec import HostSpec
+from engine.api.host_spec import LOCAL, HostSpec
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, NOT_FOUND, REMOTE_FAILED, RpcError
 from engine.api.specs import fields_of
 from engine.daemon.handlers.params import NoParams, Params
@@ -66,6 +67,7 @@ class HostHandlers:
             "hosts.forget_key": (HostName, self.forget_key),
             "hosts.probe": (HostConnect, self.probe),
             "hosts.prepare": (HostConnect, self.prepare),
+            "hosts.slurm": (HostName, self.slurm),
         }
 
     def _known(self, name: str) -> None:
@@ -79,8 +81,11 @@ class HostHandlers:
                             "hint": "Choose another name, or edit that host."})
 
     def _in_use(self, name: str) -> list[str]:
+        def uses(dist: dict[str, Any]) -> bool:
+            return any(n.get("host") == name for n in dist.get("nodes", [])) or \
+                (dist.get("slurm") or {}).get("cluster") == name
         return [r["id"] for r in self.engine.store.list_jobs(state=("queued", "running", "stopping"), limit=10_000)
-                if any(n.get("host") == name for n in ((r["spec"] or {}).get("distributed") or {}).get("nodes", []))]
+                if uses((r["spec"] or {}).get("distributed") or {})]
 
     async def list(self, _s: Client, _p: Any) -> Any:
         return {"hosts": self.hosts.list()}
@@ -129,6 +134,23 @@ class HostHandlers:
     async def probe(self, _s: Client, p: HostConnect) -> Any:
         self.hosts.remember_password(p.name, p.password)
         return await self._call(p.name, self.hosts.probe)
+
+    async def slurm(self, _s: Client, p: HostName) -> Any:
+        """The partitions of the Slurm cluster whose login node is this host (or this machine)."""
+        from engine.launch.remote import LocalNode, SshNode
+
+        if p.name == LOCAL:
+            node: Any = LocalNode(sys.executable)
+        else:
+            self._known(p.name)
+            node = SshNode(self.hosts, p.name)
+        try:
+            out = await node.ctl("slurm_info", {})
+        except RemoteError as exc:
+            raise remote_error(exc) from None
+        if out.get("error"):
+            raise RpcError(REMOTE_FAILED, f"{p.name}: {out['error']}", {"hint": out.get("hint", "")})
+        return {"cluster": p.name, **out}
 
     async def prepare(self, _s: Client, p: HostConnect) -> Any:
         self.hosts.remember_password(p.name, p.password)
