@@ -114,8 +114,11 @@ TERMS: dict[str, str] = {
     "label column": "The column (or JSON field) of your file that holds each example's class.",
     "chat template": "How a conversation (system, user and assistant turns) becomes the one text a language "
                      "model reads: the markers around each turn, and where the answer starts.",
-    "run on": "This machine alone, or several machines at once: this one and training hosts reached over SSH, "
-              "as one run.",
+    "run on": "This machine alone, several machines at once (this one and training hosts reached over SSH, "
+              "as one run), or a Slurm cluster's nodes.",
+    "slurm": "A cluster scheduler: a job is submitted from the cluster's login node (sbatch), waits in a "
+             "partition's queue until the nodes it asks for are free, then runs there. Ember submits, follows, "
+             "stops (with a checkpoint) and resumes it.",
     "rendezvous": "The address and port where the machines of a multi-machine run find each other before "
                   "training starts; node 0 listens there.",
     "augmentation": "Random changes to the training images (crops, flips, colour) so the model learns the "

@@ -270,6 +270,29 @@ _DOTS: dict[tuple[str, str], QIcon] = {}
 
 # -- the model --------------------------------------------------------------------------------
 
+def state_text(job: dict[str, Any]) -> str:
+    """The State column: a run handed to Slurm that still waits there says so, with its place in the queue."""
+    state = str(job.get("state", ""))
+    cluster = job.get("cluster") or {}
+    if state == "running" and cluster.get("state") == "PENDING":
+        place = cluster.get("position")
+        return f"pending in Slurm (#{place})" if place else "pending in Slurm"
+    return state
+
+
+def cluster_text(cluster: dict[str, Any]) -> str:
+    """A Slurm job in words: 'Slurm job 12 on partition gpu: pending, waiting for free nodes… (1st in line)'."""
+    where = f" on partition {cluster['partition']}" if cluster.get("partition") else ""
+    text = f"Slurm job {cluster.get('job_id', '?')}{where}: {str(cluster.get('state', '')).lower()}"
+    if cluster.get("reason_text"):
+        text += f", {cluster['reason_text']}"
+    if cluster.get("position"):
+        text += f" (number {cluster['position']} in the partition's queue)"
+    if cluster.get("nodelist") and cluster.get("state") != "PENDING":
+        text += f" on {cluster['nodelist']}"
+    return text
+
+
 class JobsModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -304,6 +327,8 @@ class JobsModel(QAbstractTableModel):
                 return state_dot(job.get("state", ""))
         if role == Qt.ItemDataRole.ToolTipRole:
             error = job.get("error") or {}
+            if column == STATE_COLUMN and job.get("cluster") and job.get("state") in LIVE_STATES:
+                return cluster_text(job["cluster"])
             if error:
                 return "\n".join(filter(None, [error.get("message"), error.get("hint")]))
             title, name = self.title(job), display_name(job)
@@ -322,7 +347,7 @@ class JobsModel(QAbstractTableModel):
         if column == NAME_COLUMN:
             return self.title(job)
         if column == STATE_COLUMN:
-            return str(job.get("state", ""))
+            return state_text(job)
         if column == DURATION_COLUMN:
             return fmt.job_duration(job)
         if column == CREATED_COLUMN:

@@ -179,6 +179,13 @@ def headless_commands(name: str, spec: dict[str, Any], addresses: dict[str, str]
                          f"--node-rank {rank} --rdzv-backend c10d --rdzv-endpoint {endpoint} --rdzv-id {stem} "
                          f"-m engine.recipes.finetune --config {stem}.yaml")
         return "\n".join(lines)
+    slurm = dist.get("slurm") or None
+    if slurm:
+        cluster = str(slurm.get("cluster") or LOCAL)
+        where = "this machine" if cluster == LOCAL else f"host {cluster}"
+        lines.append(f"# submits it to Slurm from {where} (sbatch) and follows it; the batch script is kept as "
+                     "node0/slurm.sbatch in the run folder, to submit again by hand")
+        return "\n".join(lines)
     nproc = int(dist.get("nproc") or 1)
     if nproc > 1:
         lines.append(f"# the same run without the engine:\n"

@@ -1,4 +1,4 @@
-"""``ember hosts ...``: the Hosts page as commands (add, trust, probe, prepare, list, remove)."""
+"""``ember hosts ...``: the Hosts page as commands (add, trust, probe, prepare, list, remove, slurm)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,18 @@ def cmd_hosts(args: argparse.Namespace) -> int:
             rec = c.call("hosts.probe", name=args.name, **_password(c, args.name))
             print(json.dumps(rec["facts"], indent=1)) if args.json else print_host(rec)
             return 0 if rec["facts"]["ready"] else 3
+        if args.action == "slurm":
+            info = c.call("hosts.slurm", name=args.name)
+            if args.json:
+                print(json.dumps(info, indent=1))
+                return 0
+            print(f"{info['version']} on {args.name} (as {info['user']})")
+            for p in info["partitions"]:
+                limit = f"{p['max_minutes']} min" if p["max_minutes"] else "no limit"
+                print(f"  {p['name'] + ('*' if p['default'] else ''):<16} {'up' if p['up'] else 'DOWN':<5} "
+                      f"{p['nodes']} node(s), {p['idle_nodes']} idle, {p['cpus_per_node']} CPUs, "
+                      f"{p['gpus_per_node']} GPUs, {p['memory_mb_per_node']} MB each, {limit}")
+            return 0
         if args.action == "prepare":
             rec = c.call("hosts.prepare", name=args.name, **_password(c, args.name))
             print_host(rec)
@@ -126,8 +138,9 @@ def add_parser(sub: Any) -> None:
     t = hs.add_parser("trust", help="show the host's key fingerprint and trust it")
     t.add_argument("name")
     t.add_argument("--fingerprint", help="trust only if the host presents this SHA256 fingerprint (no prompt)")
-    for action in ("remove", "forget-key", "probe", "prepare"):
-        p = hs.add_parser(action)
+    for action in ("remove", "forget-key", "probe", "prepare", "slurm"):
+        p = hs.add_parser(action, help="the Slurm partitions of a login node (NAME, or local)" if action == "slurm"
+                          else None)
         p.add_argument("name")
         p.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_hosts, action="list", json=False)

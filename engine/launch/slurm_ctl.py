@@ -14,6 +14,7 @@ JSON object; a Slurm command that fails answers ``{"error": ..., "hint": ...}``.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -140,7 +141,7 @@ def info(args):
         part["gpus_per_node"] = max(part["gpus_per_node"], _gpus(gres))
     rc, version, _ = _slurm(["sinfo", "--version"])
     return {"partitions": list(parts.values()), "version": version.strip() if rc == 0 else "",
-            "user": os.environ.get("USER") or os.environ.get("LOGNAME") or ""}
+            "user": getpass.getuser()}
 
 
 def submit(args):

@@ -95,6 +95,15 @@ class PlannerBox(QWidget):
             self.gpus_spin.setValue(len(gpus))
             self.memory_spin.setValue(max(1, round(min(int(g.get("memory_total") or 0) for g in gpus) / GiB)))
 
+    def set_partition(self, partition: dict[str, Any], nodes: int) -> None:
+        """Plan for a Slurm partition's GPUs: ``nodes`` of its machines (its GPU memory is not in sinfo)."""
+        per_node = int(partition.get("gpus_per_node") or 0)
+        if per_node:
+            self.per_node_spin.setValue(per_node)
+            self.gpus_spin.setValue(per_node * max(1, nodes))
+            self.status.setText(f"GPUs from Slurm partition {partition.get('name')}: {nodes} node(s) × {per_node}; "
+                                "set each GPU's memory, then Plan.")
+
     def plan(self) -> None:
         params = {"spec": self._spec(), "gpus": self.gpus_spin.value(), "gpu_memory_gb": self.memory_spin.value(),
                   "gpus_per_node": self.per_node_spin.value()}

@@ -29,6 +29,7 @@ from app.models.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import DebouncedRequest
 from app.pages.new_finetune.planner_box import PlannerBox
+from app.pages.new_finetune.slurm_box import SlurmBox
 from app.pages.new_finetune.speed_box import SpeedBox
 from app.widgets.common import card, label
 from app.widgets.fit_bars import FitBars
@@ -46,7 +47,7 @@ SCHEDULES = ("linear", "cosine", "constant", "one_cycle")
 ESTIMATE_MS = 300
 HOSTS_MS = 150  # several "hosts" events in a row (add, probe) make one hosts.list
 RDZV_PORT = 29400
-SINGLE, NODES = "local", "nodes"
+SINGLE, NODES, SLURM = "local", "nodes", "slurm"
 
 
 def _combo(items: tuple[tuple[str, str], ...]) -> QComboBox:
@@ -117,12 +118,16 @@ class TrainingStep(Step):
         columns = Reflow(spacing=14, wide=900)
         frame, box = card()
         form = QFormLayout()
-        self.where_combo = _combo(((SINGLE, "This machine"), (NODES, "Several machines")))
+        self.where_combo = _combo(((SINGLE, "This machine"), (NODES, "Several machines"),
+                                   (SLURM, "A Slurm cluster")))
         form.addRow("Run on", self.where_combo)
         self.where_note = label("", "muted", wrap=True)
         form.addRow("", self.where_note)
         self.multi_box = self._build_multi_box()
         form.addRow(self.multi_box)
+        self.slurm_box = SlurmBox(client)
+        self.slurm_field = with_message(self.slurm_box, self.message_for("distributed.slurm"))
+        form.addRow(self.slurm_field)
         self.device_combo = _combo(DEVICES)
         form.addRow("Device", with_message(self.device_combo, self.message_for("device")))
         self.nproc_spin = _spin(1, os.cpu_count() or 1, 1)
@@ -286,6 +291,9 @@ class TrainingStep(Step):
         self.device_combo.currentIndexChanged.connect(
             lambda: None if self._loading else setattr(self, "_kept_nproc", 1))
         self.nodes_editor.changed.connect(self._on_form)
+        self.slurm_box.changed.connect(self._on_form)
+        self.slurm_box.partition_read.connect(
+            lambda part: self.planner.set_partition(part, self.slurm_box.nodes_spin.value()))
         self.rdzv_port_spin.valueChanged.connect(self._on_form)
         self.rdzv_host_edit.textChanged.connect(self._on_form)
         self.sync_check.toggled.connect(self._on_form)
@@ -382,6 +390,7 @@ class TrainingStep(Step):
     def _on_hosts(self, reply: dict[str, Any]) -> None:
         self._hosts_error = ""
         self.nodes_editor.set_hosts(list((reply or {}).get("hosts") or []))
+        self.slurm_box.set_hosts(self.nodes_editor.host_names())
         self._update_visibility()
 
     def _hosts_failed(self, err: Any) -> None:
@@ -400,7 +409,12 @@ class TrainingStep(Step):
     def several_machines(self) -> bool:
         return self.where_combo.currentData() == NODES
 
+    def on_slurm(self) -> bool:
+        return self.where_combo.currentData() == SLURM
+
     def total_processes(self) -> int:
+        if self.on_slurm():
+            return self.slurm_box.nodes_spin.value() * self.nproc_spin.value()
         return self.nodes_editor.total_processes() if self.several_machines() else self.nproc_spin.value()
 
     def estimate_spec(self) -> dict[str, Any]:
@@ -468,19 +482,27 @@ class TrainingStep(Step):
         self.emit_changed()
 
     def _update_visibility(self) -> None:
-        limit = self.max_processes()
+        slurm = self.on_slurm()
+        limit = 1024 if slurm else self.max_processes()  # a cluster's nodes are not this machine
         self.nproc_spin.setMaximum(max(limit, self._kept_nproc, self.nproc_spin.value() if self._loading else 1))
         on_gpu = self.device_combo.currentData() == "cuda" or (
             self.device_combo.currentData() == "auto" and (self._machine or {}).get("gpus"))
-        self.nproc_label.setText("GPUs (one process each)" if on_gpu else "Processes")
-        self.nproc_spin.setToolTip(field_tooltip("processes", "distributed.nproc", f"Up to {limit} on this machine."))
+        self.nproc_label.setText("Processes per node" if slurm else "GPUs (one process each)" if on_gpu
+                                 else "Processes")
+        self.nproc_spin.setToolTip(field_tooltip("processes", "distributed.nproc",
+                                                 "On each node the job gets (one per GPU there)." if slurm
+                                                 else f"Up to {limit} on this machine."))
         multi = self.several_machines()
         self._form.setRowVisible(self.nproc_field, not multi)
         self._form.setRowVisible(self.multi_box, multi)
+        self._form.setRowVisible(self.slurm_field, slurm)
         hosts = self.nodes_editor.host_names()
         listed = self.nodes_editor.listed
         self.no_hosts_box.setVisible(multi and listed and not hosts)
-        if self._hosts_error:
+        if slurm:
+            note = ("Submitted to the cluster from its login node (sbatch); it waits in the partition's queue "
+                    "until its nodes are free. Runs shows its place and the reason it waits.")
+        elif self._hosts_error:
             note = self._hosts_error
         elif multi:
             note = ("One process group across these machines; node 0 runs rank 0 and the rendezvous. "
@@ -497,8 +519,10 @@ class TrainingStep(Step):
         self.rdzv_note.setVisible(bool(self.rdzv_note.text()))
         self.fit_note.setText(f"For several machines this is one node's estimate: the largest, "
                               f"{self.nodes_editor.largest_node()} process(es), measured against this machine's "
-                              "devices. A host's own GPUs are on the Hosts page." if multi else "")
-        self.fit_note.setVisible(multi)
+                              "devices. A host's own GPUs are on the Hosts page." if multi else
+                              "On a cluster this is one node's estimate, measured against this machine's "
+                              "devices: plan for the partition's GPUs under Parallel layouts." if slurm else "")
+        self.fit_note.setVisible(multi or slurm)
         self.deepspeed_box.setVisible(self.strategy_combo.currentData() == "deepspeed")
         # Tensor and pipeline parallelism split a language model; they need two processes at least.
         offered = self._spec.get("task") == "causal_lm" and self.total_processes() > 1
@@ -537,7 +561,9 @@ class TrainingStep(Step):
         optim = spec.get("optim") or {}
         nodes = list(dist.get("nodes") or [])
         self.nodes_editor.set_nodes(nodes)
-        _select(self.where_combo, NODES if nodes else SINGLE)
+        if dist.get("slurm"):
+            self.slurm_box.set_value(dist["slurm"])
+        _select(self.where_combo, SLURM if dist.get("slurm") else NODES if nodes else SINGLE)
         self.rdzv_port_spin.setValue(int(dist.get("rdzv_port") or RDZV_PORT))
         self.rdzv_host_edit.setText(str(dist.get("rdzv_host") or ""))
         self.sync_check.setChecked(bool(dist.get("sync_data", True)))
@@ -588,7 +614,8 @@ class TrainingStep(Step):
                     and self.offload_params_check.isEnabled(), tensor_parallel=self.tp_spin.value(),
                     pipeline_parallel=self.pp_spin.value(), pipeline_schedule=self.schedule_pp_combo.currentData(),
                     pipeline_microbatches=self.microbatch_spin.value(),
-                    nodes=self.nodes_editor.nodes() if self.several_machines() else [])
+                    nodes=self.nodes_editor.nodes() if self.several_machines() else [],
+                    slurm=self.slurm_box.value() if self.on_slurm() else None)
         if self.several_machines():
             # On this machine alone these say nothing; a loaded spec's values stay as they were.
             dist.update(rdzv_port=self.rdzv_port_spin.value(),
