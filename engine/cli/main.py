@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     js.add_argument("--name")
     _output_options(js)
     js.set_defaults(fn=cmd_start)
+    from engine.cli import manifest as cli_manifest
+
+    cli_manifest.add_parser(jsub)
     j.set_defaults(fn=cmd_jobs, action="list", state=None, limit=50)
 
     r = sub.add_parser("run", help="run a job file (YAML: kind, spec, name) and follow it")
