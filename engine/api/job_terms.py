@@ -19,7 +19,8 @@ EXPORT = "export.model"
 MODEL_DOWNLOAD = "model.download"
 EVALUATE = "evaluate.model"
 SERVE = "serve.model"
-KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE)
+SWEEP = "train.sweep"  # runs in the engine itself: it starts fine-tunes (docs/sweeps.md)
+KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE, SWEEP)
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
 SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs: not shown with the user's jobs by default
@@ -36,6 +37,7 @@ KIND_NOUNS = {
     MODEL_DOWNLOAD: "Model download",
     EVALUATE: "Evaluation",
     SERVE: "Serving",
+    SWEEP: "Sweep",
 }
 
 # -- states -------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ METHODS: dict[str, str] = {
                    "memory_mb_per_node, gpus_per_node, max_minutes}], version, user}: the Slurm cluster whose login "
                    "node is that host ('local': this machine), from sinfo.",
     "jobs.list": "{state?, kind?, limit?} -> jobs, newest first.",
-    "jobs.get": "{id} -> one job, with its result when it has one.",
+    "jobs.get": "{id} -> one job, with its result when it has one (a sweep: its trials too, `sweep`).",
     "jobs.stop": "{id} -> ask the job to stop gracefully (SIGTERM to its process group).",
     "jobs.cancel": "{id} -> stop the job at once (SIGKILL to its process group).",
     "jobs.resume": "{id} -> queue a stopped or failed resumable job again; it continues from its checkpoint.",

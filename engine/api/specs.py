@@ -26,9 +26,11 @@ from engine.api.job_terms import (
     QAT,
     QUANTIZE,
     SERVE,
+    SWEEP,
     SYSTEM_PROBE,
 )
 from engine.api.playground import ModelRef
+from engine.api.sweep_spec import SweepSpec
 from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
 
 
@@ -364,7 +366,7 @@ class JobKind:
     name: str
     title: str
     description: str
-    module: str  # run as `python -m <module> --run-dir <dir>`
+    module: str  # run as `python -m <module> --run-dir <dir>`; empty: the engine runs it itself (a sweep)
     spec_model: type[BaseModel]
     resumable: bool = False  # jobs.resume re-runs it in its run dir, continuing from its checkpoint
 
@@ -454,6 +456,15 @@ JOB_KINDS: dict[str, JobKind] = {
             "with live request and token figures.",
             "engine.recipes.serve",
             ServeSpec,
+        ),
+        JobKind(
+            SWEEP,
+            "Sweep",
+            "Fine-tune one spec several times with some fields varied (grid, random or Optuna with pruning), "
+            "each trial a fine-tune in the queue, the best by an evaluation metric marked.",
+            "",
+            SweepSpec,
+            resumable=True,
         ),
     ]
 }

@@ -19,7 +19,7 @@ AUDIT_REPLY_BYTES = 512 * 1024  # an audit.list page stops here, well under the 
 
 class AuditList(Params):
     limit: int = Field(100, ge=1, le=10_000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=2**63 - 1)
     action: str | None = Field(None, max_length=200, description="exact, or a glob such as jobs.*")
     client: str | None = Field(None, max_length=200)
     target: str | None = Field(None, max_length=200)

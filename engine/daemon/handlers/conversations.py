@@ -24,7 +24,7 @@ class ConversationId(Params):
 
 class Page(Params):
     limit: int = Field(100, ge=1, le=1000)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=2**63 - 1)
 
 
 def summary(row: dict[str, Any]) -> dict[str, Any]:

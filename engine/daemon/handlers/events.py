@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 class Subscribe(Params):
     topics: list[str] = Field(min_length=1, max_length=100)
-    since: int | None = Field(None, ge=0)
+    since: int | None = Field(None, ge=0, le=2**63 - 1)
 
 
 class Unsubscribe(Params):
@@ -26,7 +26,7 @@ class Unsubscribe(Params):
 
 class EventsQuery(Params):
     topics: list[str] = Field(min_length=1, max_length=100)
-    since: int = Field(0, ge=0)
+    since: int = Field(0, ge=0, le=2**63 - 1)  # an event seq: SQLite's INTEGER bounds it
     limit: int = Field(1000, ge=1, le=100_000)
 
 

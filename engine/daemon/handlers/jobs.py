@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from engine.api import custom_code
-from engine.api.job_terms import FINETUNE
+from engine.api.job_terms import FINETUNE, SWEEP
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
 from engine.daemon import templates
@@ -97,7 +97,8 @@ class JobHandlers:
             spec = validate_spec(p.kind, p.spec)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
-        custom_code.require_confirmed(spec)  # model.code: CONFIRMATION_REQUIRED until the user approved its hash
+        # model.code: CONFIRMATION_REQUIRED until the user approved its hash (a sweep's trials run its base's)
+        custom_code.require_confirmed(spec.base if p.kind == SWEEP else spec)
         job = self.engine.jobs.submit(p.kind, spec, p.name)
         if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.
@@ -172,6 +173,8 @@ class JobHandlers:
         result = read_json(Path(job["run_dir"]) / "result.json")
         if result is not None:
             job["result"] = result
+        if job["kind"] == SWEEP:
+            job["sweep"] = read_json(Path(job["run_dir"]) / "sweep.json") or {"trials": [], "best": None}
         return job
 
     async def jobs_stop(self, _s: Client, p: JobId) -> Any:
