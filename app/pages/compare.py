@@ -39,6 +39,7 @@ from app.engine_process import EngineProcess
 from app.jobs_model import best_text, display_name, peak_text, summary
 from app.models.navigation import Navigator
 from app.pages.evaluations import EvaluationsView
+from app.pages.sweep_view import SweepView
 from app.pages.variants import VariantsView
 from app.widgets.common import label
 from app.widgets.empty_state import empty_state
@@ -165,6 +166,9 @@ class ComparePage(QWidget):
         self.evaluations = EvaluationsView(engine, self.nav)
         self.tabs.addTab(self.evaluations, "Evaluations")
         self.tabs.setTabToolTip(2, "The base model, a run and its variants scored on the same data and benchmarks")
+        self.sweeps = SweepView(engine, self.nav)
+        self.tabs.addTab(self.sweeps, "Sweeps")
+        self.tabs.setTabToolTip(3, "A sweep's trials: each setting against the metric, the best marked")
         outer.addWidget(self.tabs, 1)
 
         self.jobs = engine.jobs  # the window's JobsState: every record, kept current
@@ -179,9 +183,13 @@ class ComparePage(QWidget):
     # -- which runs -------------------------------------------------------------------------
 
     def navigate(self, run_ids: list[str] | None = None, variants_of: str | None = None,
-                 evaluations_of: str | None = None) -> None:
-        """Opened from another page: compare ``run_ids``, show the variants of ``variants_of``, or the
-        evaluations of ``evaluations_of``."""
+                 evaluations_of: str | None = None, sweep: str | None = None) -> None:
+        """Opened from another page: compare ``run_ids``, show the variants of ``variants_of``, the
+        evaluations of ``evaluations_of``, or the trials of ``sweep``."""
+        if sweep:
+            self.tabs.setCurrentWidget(self.sweeps)
+            self.sweeps.fill_sweeps()
+            self.sweeps.show_sweep(sweep)
         if run_ids is not None:
             self.set_runs(run_ids)
         if variants_of:

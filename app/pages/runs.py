@@ -46,7 +46,7 @@ from app.widgets.common import label
 from app.widgets.empty_state import empty_state
 from app.widgets.flow_layout import FlowLayout
 from app.widgets.run_details import RunDetails
-from engine.api.job_terms import ACTIVE_STATES, FINETUNE
+from engine.api.job_terms import ACTIVE_STATES, FINETUNE, SWEEP
 
 POLL_MS = 2000
 LIST_LIMIT = 1000
@@ -370,10 +370,16 @@ class RunsPage(QWidget):
 
     def open_selected(self) -> None:
         job = self.selected_job()
-        if job is not None:
+        if job is not None and job.get("kind") == SWEEP:
+            self.nav.show("compare", sweep=job["id"])  # a sweep is seen through its trials
+        elif job is not None:
             self.nav.show("monitor", job_id=job["id"])
 
     def compare_selected(self) -> None:
+        job = self.selected_job()
+        if job is not None and job.get("kind") == SWEEP:
+            self.nav.show("compare", sweep=job["id"])
+            return
         ids = [job["id"] for job in self.selected_jobs() if job.get("kind") == FINETUNE]
         if len(ids) >= 2:
             self.nav.show("compare", run_ids=ids)
@@ -440,7 +446,7 @@ class RunsPage(QWidget):
         finetunes = [j for j in jobs if j.get("kind") == FINETUNE]
         is_finetune = job is not None and job.get("kind") == FINETUNE
         self.open_button.setEnabled(job is not None)
-        self.compare_button.setEnabled(len(finetunes) >= 2)
+        self.compare_button.setEnabled(len(finetunes) >= 2 or (job is not None and job.get("kind") == SWEEP))
         self.duplicate_button.setEnabled(is_finetune)
         self.compress_button.setEnabled(is_finetune and job.get("state") == "succeeded")
         self.try_button.setEnabled(job is not None and self._can_try(job))

@@ -40,6 +40,7 @@ from app.style import set_role
 from app.widgets.common import label
 from app.widgets.wizard_frame import build_wizard_frame, show_status
 from app.widgets.wizard_parts import Step, error_text
+from engine.api.job_terms import SWEEP
 
 
 class NewFinetunePage(QWidget):
@@ -230,7 +231,8 @@ class NewFinetunePage(QWidget):
         problems = [problem_line(path, m) for path, msgs in self.errors.items() for m in msgs]
         for step in (self.model_step, self.data_step, self.review_step):
             problems += [on_screen(p) for p in step.blocking()]
-        return problems
+        sweep = self.review_step.sweep_problem()  # names the paths as the user typed them: not relabelled
+        return problems + ([sweep] if sweep else [])
 
     def busy(self) -> bool:
         return self.model_step.busy() or self.data_step.busy() or self.review_step.checking()
@@ -285,8 +287,12 @@ class NewFinetunePage(QWidget):
         self._set_status("Starting the run…")
         from app.pages.new_finetune.code_confirm import start_job
 
-        start_job(self, self._client, {"kind": KIND, "spec": launch_spec(spec), "name": name},
-                  self._started, self._launch_failed)
+        try:
+            params = self.review_step.launch_params(spec)
+        except ValueError as exc:
+            self._launch_failed(exc)
+            return
+        start_job(self, self._client, params, self._started, self._launch_failed)
 
     def _started(self, job: dict[str, Any]) -> None:
         self._launching = False
@@ -294,7 +300,9 @@ class NewFinetunePage(QWidget):
         self._update_buttons()
         self._set_status(f"Started run {job.get('id')} ({job.get('state', 'queued')}).")
         self.launched.emit(str(job.get("id")))
-        if job.get("id"):
+        if job.get("id") and job.get("kind") == SWEEP:
+            self.nav.show("compare", sweep=job["id"])  # a sweep's view is its trials, setting against metric
+        elif job.get("id"):
             self.nav.show("monitor", job_id=job["id"])
 
     def _launch_failed(self, err: Any) -> None:

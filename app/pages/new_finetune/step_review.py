@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
@@ -30,9 +31,11 @@ from app.models.spec_tools import (
     launch_spec,
 )
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
+from app.pages.new_finetune.sweep_box import SweepBox
 from app.style import set_role
 from app.widgets.common import card, label
 from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
+from engine.api.job_terms import SWEEP
 
 CHECK_MS = 300
 
@@ -88,6 +91,12 @@ class ReviewStep(Step):
         self.fit_note = label("", "muted", wrap=True)
         self.fit_note.hide()
         box.addWidget(self.fit_note)
+        outer.addWidget(frame)
+
+        frame, box = card()
+        self.sweep_box = SweepBox()
+        self.sweep_box.changed.connect(self._on_sweep_changed)
+        box.addWidget(self.sweep_box)
         outer.addWidget(frame)
 
         frame, box = card()
@@ -148,7 +157,7 @@ class ReviewStep(Step):
         if not self._name_touched:
             self.name_edit.setText(self._suggested_name())
         name = self.run_name()
-        text = job_yaml(name, spec)
+        text = self.job_text(name, spec)
         self.yaml_view.setPlainText(text)
         lines = min(max(text.count("\n") + 1, 6), 26)
         self.yaml_view.setFixedHeight(lines * self.yaml_view.fontMetrics().lineSpacing() + 16)
@@ -163,6 +172,29 @@ class ReviewStep(Step):
             self.check_issues = []
             self.check_list.set_issues([])
             show_text(self.check_ok, "")
+
+    def job_text(self, name: str, spec: dict[str, Any]) -> str:
+        """The job file Launch sends: the fine-tune, or the sweep around it."""
+        if not self.sweep_box.enabled():
+            return job_yaml(name, spec)
+        try:
+            doc = self.sweep_box.document(launch_spec(spec))
+        except ValueError as exc:
+            return f"# Not a valid sweep yet: {exc}\n"
+        return yaml.safe_dump({"kind": SWEEP, "name": name, "spec": doc}, sort_keys=False)
+
+    def launch_params(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """jobs.start's params for Launch."""
+        if self.sweep_box.enabled():
+            return {"kind": SWEEP, "spec": self.sweep_box.document(launch_spec(spec)), "name": self.run_name()}
+        return {"kind": KIND, "spec": launch_spec(spec), "name": self.run_name()}
+
+    def _on_sweep_changed(self) -> None:
+        if self._spec:
+            show_text(self.sweep_box.note, self.sweep_box.describe(launch_spec(self._spec))
+                      if self.sweep_box.enabled() else "")
+            self.update_document(self._spec)
+        self.emit_changed()
 
     def set_blockers(self, problems: list[str], fit: dict[str, Any]) -> None:
         self.blockers.setText("Fix before launch:\n" + "\n".join(f"• {p}" for p in problems[:12])
@@ -211,6 +243,10 @@ class ReviewStep(Step):
 
     def blocking(self) -> list[str]:
         return [f"Check: {i.get('message')}" for i in self.check_issues]
+
+    def sweep_problem(self) -> str:
+        """What keeps the sweep from launching, in the user's own field paths ("" when none)."""
+        return self.sweep_box.problem(launch_spec(self._spec)) if self._spec else ""
 
     # -- files and templates --------------------------------------------------------------
 
