@@ -123,9 +123,14 @@ class SweepView(QWidget):
             self.summary.setText("No sweep yet: on the fine-tune wizard's Review, tick 'Launch as a sweep'.")
 
     def _on_job(self, job: dict[str, Any]) -> None:
-        if job.get("kind") == SWEEP and self.sweep_combo.findData(job.get("id")) < 0:
+        if job.get("kind") != SWEEP:
+            return
+        index = self.sweep_combo.findData(job.get("id"))
+        if index < 0:
             self.fill_sweeps()
-        elif job.get("id") == self.sweep_id:
+            return
+        self.sweep_combo.setItemText(index, f"{job.get('name') or job['id']} ({job.get('state')})")
+        if job.get("id") == self.sweep_id:
             self.reload()
 
     def show_sweep(self, sweep_id: str | None) -> None:
@@ -212,7 +217,10 @@ class SweepView(QWidget):
         for i, name in enumerate(axes):
             self.plot.addItem(pg.InfiniteLine(pos=i, angle=90, pen=pg.mkPen(colour("chart-fg"), width=1)))
             values = columns[name]
-            for v in sorted({v for v in values if v is not None}, key=lambda v: axis_position(values, v)):
+            distinct = sorted({v for v in values if v is not None}, key=lambda v: axis_position(values, v))
+            if len(distinct) > 4:  # many numbers: the ends say the scale, the lines the rest
+                distinct = [distinct[0], distinct[-1]]
+            for v in distinct:
                 text = pg.TextItem(_fmt(v), color=colour("chart-fg"), anchor=(0, 0.5))
                 text.setPos(i + 0.03, axis_position(values, v))
                 self.plot.addItem(text)

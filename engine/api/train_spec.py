@@ -199,6 +199,10 @@ class DistributedSpec(_Part):
         "1f1b", description="how micro-batches flow through the stages: gpipe (all forwards, then all backwards), "
                             "1f1b (less activation memory), interleaved_1f1b (two stages per process, a smaller "
                             "bubble)")
+    pipeline_split: Literal["params", "time"] = Field(
+        "params", description="what the stages balance: parameter counts, or the forward and backward time of "
+                              "each layer, the embeddings and the head measured on the first process before "
+                              "training (the head's large matrix is slow, the embeddings' lookup quick)")
     pipeline_microbatches: int = Field(4, ge=1, le=1024, description="micro-batches each batch is cut into; it must "
                                        "divide batch_size; more shrink the bubble, (p-1)/(m+p-1)")
     tensor_parallel: int = Field(1, ge=1, le=64, description="causal_lm: split each decoder block's attention and MLP "

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.api.train_spec import TrainSpec
 from engine.estimate.throughput import throughput
+from engine.training.pipeline_split import split, stage_costs, stages_per_process
 from engine.training.speed import estimated_precision
 
 MiB = 1 << 20
@@ -231,7 +232,24 @@ def _estimate(spec: TrainSpec, facts: dict[str, Any], machine: dict[str, Any]) -
     return {"devices": devices, "verdict": verdict, "reason": _reason(worst, verdict), "suggestions": [],
             "params": {"total": total, "trainable": trainable},
             "throughput": throughput(spec, facts, machine, kind, nproc, total, trainable),
-            "notes": notes, "estimated_peak": peak}
+            "notes": notes, "estimated_peak": peak, "pipeline": pipeline_stages(spec, facts)}
+
+
+def pipeline_stages(spec: TrainSpec, facts: dict[str, Any]) -> dict[str, Any] | None:
+    """Where a pipeline will cut the model, by parameter count as the run cuts it (engine/strategies/pipeline.py):
+    each stage's layer range, its process and its parameters. A split by time is measured at launch; this is
+    what a split by parameters gives, for the wizard to show before then."""
+    d = spec.distributed
+    layers, block = int(facts.get("num_blocks") or 0), int(facts.get("largest_block_params") or 0)
+    vocab, hidden = int(facts.get("vocab_size") or 0), int(facts.get("hidden_size") or 0)
+    if d.pipeline_parallel == 1 or not (layers and block and vocab and hidden):
+        return None
+    n = d.pipeline_parallel * stages_per_process(d.pipeline_schedule)
+    ends = vocab * hidden  # the embeddings on the first stage, the head (and norm) on the last
+    ranges = split([block] * layers, ends, ends + hidden, n)
+    return {"split_by": d.pipeline_split, "stages": [list(r) for r in ranges],
+            "processes": [s % d.pipeline_parallel for s in range(n)],
+            "stage_params": [int(c) for c in stage_costs(ranges, [ends, *[block] * layers, ends + hidden])]}
 
 
 def _split_share(spec: TrainSpec, facts: dict[str, Any], kind: str, total: int, trainable: int) -> dict[str, Any]:

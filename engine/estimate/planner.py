@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.api.train_spec import TrainSpec
 from engine.estimate.memory import _estimate, _merge, apply_patch
+from engine.training.pipeline_split import bubble
 
 GiB = 1 << 30
 # Efficiency of each technique against an ideal share of the work (first-order, docs/estimator.md).
@@ -33,11 +34,6 @@ def _microbatches(batch: int, pp: int) -> int | None:
         if m >= 2 * pp:
             return m
     return batch if batch >= pp else None
-
-
-def _bubble(schedule: str, pp: int, m: int) -> float:
-    v = 2 if schedule == "interleaved_1f1b" else 1
-    return (pp - 1) / (v * m + pp - 1)
 
 
 def candidates(spec: TrainSpec, facts: dict[str, Any], gpus: int, per_node: int) -> list[tuple[str, dict, float]]:
@@ -66,7 +62,7 @@ def candidates(spec: TrainSpec, facts: dict[str, Any], gpus: int, per_node: int)
                         schedules.append((f"{pp} stages ({schedule}, {m} micro-batches)",
                                           {"pipeline_parallel": pp, "pipeline_schedule": schedule,
                                            "pipeline_microbatches": m},
-                                          (1 - _bubble(schedule, pp, m)) * EFFICIENCY["pp_hand_off"]))
+                                          (1 - bubble(schedule, pp, m)) * EFFICIENCY["pp_hand_off"]))
                 for pp_text, pp_patch, pp_eff in schedules:
                     tp_text = f"{tp}-way tensor split" if tp > 1 else ""
                     tp_eff = EFFICIENCY["tp_step"] ** math.log2(tp)

@@ -1,6 +1,7 @@
 """Pipeline parallelism of a Llama-style decoder with torch.distributed.pipelining.
 
-The decoder's layers are cut into contiguous stages balanced by parameter count (the first stage also holds
+The decoder's layers are cut into contiguous stages balanced by parameter count, or by each part's forward and
+backward time measured on the first process (``pipeline_split: time``; the first stage also holds
 the embeddings, the last the final norm and the output head). With ``gpipe`` and ``1f1b`` each of the
 ``pp`` processes holds one stage; ``interleaved_1f1b`` gives each two (stage s on process s % pp), which
 shrinks the bubble. Each process keeps one copy of the model with only its stages' modules left in it,
@@ -18,47 +19,52 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engine.training.pipeline_split import bubble, split, stage_costs, stages_per_process
+
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B"}
 IGNORE = -100
 
 
-def stages_per_process(schedule: str) -> int:
-    return 2 if schedule.startswith("interleaved") else 1
+def measure(model: Any, rows: int, length: int, device: Any, repeats: int = 3) -> tuple[float, list[float], float]:
+    """Seconds of a forward and backward pass of one micro-batch (``rows`` x ``length`` tokens) through the
+    embeddings, each decoder layer, and the norm with the head: the costs a split by time balances. The
+    head's matrix (hidden x vocabulary) is slow where the embeddings' lookup is quick, though both hold the
+    same parameters; each part's median of ``repeats`` runs after one warm-up."""
+    import time
 
+    import torch
 
-def bubble(schedule: str, pp: int, microbatches: int) -> float:
-    """The idle share of a step in theory: (p - 1) / (m + p - 1), and with v stages per process the
-    warm-up and drain are v times shorter: (p - 1) / (v m + p - 1)."""
-    v = stages_per_process(schedule)
-    return (pp - 1) / (v * microbatches + pp - 1)
+    core = core_of(model)
+    body = core.model
+    ids = torch.randint(0, body.embed_tokens.num_embeddings, (rows, length), device=device)
+    positions = torch.arange(length, device=device).unsqueeze(0)
+    with torch.no_grad():
+        hidden = body.embed_tokens(ids)
+        rotary = body.rotary_emb(hidden, position_ids=positions)
 
+    def timed(fn: Any) -> float:
+        runs = []
+        for _ in range(repeats + 1):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            fn().float().sum().backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            runs.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+        return sorted(runs[1:])[len(runs[1:]) // 2]
 
-def split(costs: list[int], first: int, last: int, stages: int) -> list[tuple[int, int]]:
-    """Contiguous [start, end) layer ranges, one per stage, that minimise the largest stage's cost; the first
-    stage also carries ``first`` (embeddings), the last ``last`` (norm and head). A stage may hold no layer
-    when there are fewer layers than stages."""
-    n = len(costs)
-    prefix = [0]
-    for c in costs:
-        prefix.append(prefix[-1] + c)
-    inf = float("inf")
-    # best[s][i]: the smallest possible largest cost placing layers [0, i) on stages [0, s).
-    best = [[inf] * (n + 1) for _ in range(stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(stages + 1)]
-    best[0][0] = 0
-    for s in range(1, stages + 1):
-        extra = (first if s == 1 else 0) + (last if s == stages else 0)
-        for i in range(n + 1):
-            for j in range(i + 1):
-                cost = max(best[s - 1][j], prefix[i] - prefix[j] + extra)
-                if cost < best[s][i]:
-                    best[s][i], cut[s][i] = cost, j
-    ranges, i = [], n
-    for s in range(stages, 0, -1):
-        j = cut[s][i]
-        ranges.append((j, i))
-        i = j
-    return ranges[::-1]
+    x = hidden.detach().requires_grad_(True)
+    first = timed(lambda: body.embed_tokens(ids))
+
+    def through(layer: Any) -> Any:
+        out = layer(x, attention_mask=None, position_ids=positions, position_embeddings=rotary)
+        return out[0] if isinstance(out, tuple) else out  # older transformers return (hidden, ...)
+
+    layers = [timed(lambda layer=layer: through(layer)) for layer in body.layers]
+    last = timed(lambda: core.lm_head(body.norm(x)))
+    return first, layers, last
 
 
 def core_of(model: Any) -> Any:
@@ -116,6 +122,8 @@ class Pipeline:
     stages: list[Any]
     schedule: Any
     ranges: list[tuple[int, int]]  # every stage's layer range, for run_info
+    split_by: str  # "params" or "time": what the ranges balance
+    costs: list[float]  # the embeddings', each layer's, and the head's: parameters, or seconds measured
     microbatches: int
     length: int  # every batch's padded width
     rows: int  # every batch's padded height: batch_size
@@ -198,7 +206,8 @@ class Pipeline:
     def describe(self) -> dict[str, Any]:
         pp = len(self.ranges) // stages_per_process(self.schedule_name)
         return {"schedule": self.schedule_name, "stages": [list(r) for r in self.ranges],
-                "microbatches": self.microbatches, "bubble": bubble(self.schedule_name, pp, self.microbatches)}
+                "microbatches": self.microbatches, "bubble": bubble(self.schedule_name, pp, self.microbatches),
+                "split_by": self.split_by, "stage_costs": stage_costs(self.ranges, self.costs)}
 
 
 def stats(batch: dict[str, Any], target_tokens: float) -> dict[str, float]:
@@ -234,10 +243,20 @@ def build(model: Any, layout: Any, spec: Any, task: Any, world: Any, pad_id: int
     v = stages_per_process(schedule_name)
     n_stages = pp * v
     core = core_of(model)
-    layers = list(core.model.layers)
-    cost = [sum(p.numel() for p in layer.parameters()) for layer in layers]
-    head = sum(p.numel() for p in core.lm_head.parameters()) + sum(p.numel() for p in core.model.norm.parameters())
-    ranges = split(cost, core.model.embed_tokens.weight.numel(), head, n_stages)
+    if d.pipeline_split == "time":
+        # Measured on the first process and sent to all: every process must cut the model the same way.
+        costs: list[Any] = [None]
+        if world.rank == 0:
+            first_cost, cost, head = measure(model, max(1, spec.batch_size // d.pipeline_microbatches),
+                                             _width(spec.data.max_length), torch.device(world.device))
+            costs = [(first_cost, cost, head)]
+        dist.broadcast_object_list(costs, src=0)
+        first_cost, cost, head = costs[0]
+    else:
+        cost = [sum(p.numel() for p in layer.parameters()) for layer in core.model.layers]
+        head = sum(p.numel() for p in core.lm_head.parameters()) + sum(p.numel() for p in core.model.norm.parameters())
+        first_cost = core.model.embed_tokens.weight.numel()
+    ranges = split(cost, first_cost, head, n_stages)
     mine = [s for s in range(n_stages) if s % pp == layout.pp_rank]
     first, last = 0 in mine, n_stages - 1 in mine
     tied_before = core.lm_head.weight is core.model.embed_tokens.weight
@@ -262,7 +281,8 @@ def build(model: Any, layout: Any, spec: Any, task: Any, world: Any, pad_id: int
     group = mesh["pp"].get_group()
     stages = [pipelining.PipelineStage(_stage_module(model, list(range(*ranges[s])), s == 0, s == n_stages - 1),
                                        s, n_stages, dev, group=group) for s in mine]
-    pipe = Pipeline(model=model, stages=stages, schedule=None, ranges=ranges, microbatches=d.pipeline_microbatches,
+    pipe = Pipeline(model=model, stages=stages, schedule=None, ranges=ranges, split_by=d.pipeline_split,
+                    costs=[first_cost, *cost, head], microbatches=d.pipeline_microbatches,
                     length=_width(spec.data.max_length), rows=spec.batch_size, pad_id=pad_id, has_first=first,
                     has_last=last,
                     pp_group=group, schedule_name=schedule_name)

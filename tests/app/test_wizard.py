@@ -219,6 +219,16 @@ def test_a_language_model_split_over_processes_round_trips_and_picks_fsdp(qtbot,
                                    "micro-batches: (p−1)/(m+p−1)).")
     launched = TrainSpec.model_validate(page.spec_for_launch()).distributed
     assert (launched.pipeline_parallel, launched.pipeline_schedule, launched.pipeline_microbatches) == (2, "gpipe", 4)
+    # The fit estimate says where the model is cut (here the reply the engine gives the built-in tiny Llama,
+    # tests/engine/test_planner.py), before launch.
+    cut = {"split_by": "params", "stages": [[0, 1], [1, 2]], "processes": [0, 1], "stage_params": [115840, 115904]}
+    step._on_estimate({"verdict": "fits", "devices": [], "pipeline": cut})
+    assert step.pp_note.text().endswith("Stages: embeddings + layer 0 on process 0 | layer 1 + head on process 1 "
+                                        "(by parameters).")
+    step.split_combo.setCurrentIndex(step.split_combo.findData("time"))
+    assert page.spec_for_launch()["distributed"]["pipeline_split"] == "time"
+    step._on_estimate({"verdict": "fits", "devices": [], "pipeline": {**cut, "split_by": "time"}})
+    assert "(measured at launch; by parameters it would be this)." in step.pp_note.text()
     step.pp_spin.setValue(1)
     # A text classifier is not split: the field is not offered once it is back to 1.
     step.tp_spin.setValue(1)

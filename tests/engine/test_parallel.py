@@ -100,16 +100,26 @@ def test_every_layout_matches_its_reference_and_resumes_on_another_mesh(tmp_path
     assert sorted(resumed["losses"]) == list(range(11, 21))
     assert_same_losses(single, resumed, range(11, 21))
 
-    # Two pipeline stages, each schedule; the tied head's two gradients are summed across the stages.
+    # Two pipeline stages, each schedule; the tied head's two gradients are summed across the stages. The
+    # GPipe run splits by measured time instead of parameters: the first process times each part, and
+    # both processes cut the model where it says.
     for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
+        by = "time" if schedule == "gpipe" else "params"
         pp = run(tmp_path, f"pp2-{schedule}", nproc=2, distributed={"nproc": 2, "pipeline_parallel": 2,
                                                                       "pipeline_schedule": schedule,
-                                                                      "pipeline_microbatches": 2})
+                                                                      "pipeline_microbatches": 2,
+                                                                      "pipeline_split": by})
         assert pp["info"]["mesh"]["pp"] == 2
         stages = pp["info"]["pipeline"]
-        # Interleaved: four stages on two processes (embeddings, layer 0, layer 1, head), the bubble smaller.
-        assert stages["stages"] == ([[0, 0], [0, 1], [1, 2], [2, 2]] if schedule.startswith("interleaved")
-                                    else [[0, 1], [1, 2]])
+        assert stages["split_by"] == by and len(stages["stage_costs"]) == len(stages["stages"])
+        if by == "time":
+            (a, b), (c, e) = stages["stages"]
+            assert a == 0 and b == c and e == 2  # contiguous, every layer placed once
+            assert all(cost > 0 for cost in stages["stage_costs"])  # seconds measured
+        else:
+            # Interleaved: four stages on two processes (embeddings, layer 0, layer 1, head), the bubble smaller.
+            assert stages["stages"] == ([[0, 0], [0, 1], [1, 2], [2, 2]] if schedule.startswith("interleaved")
+                                        else [[0, 1], [1, 2]])
         assert stages["bubble"] == pytest.approx(1 / 5 if schedule.startswith("interleaved") else 1 / 3)
         assert_same_losses(single, pp, range(1, 21))
         assert_same_model(single, pp)
@@ -201,3 +211,26 @@ def test_activation_offload_lowers_the_gpus_peak_with_the_same_losses(tmp_path):
     offloaded = [e["offloaded_bytes"] for e in moved["events"] if e["kind"] == "train"]
     assert min(offloaded) > 0
     assert peak(moved) < 0.7 * peak(kept), (peak(moved), peak(kept))
+
+
+def test_a_split_by_time_weighs_the_head_above_the_embeddings():
+    """Both hold vocabulary x hidden parameters, so a split by parameters weighs them alike; timed, the head's
+    matrix product is the slow one and the embeddings' lookup the quick one."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.strategies.pipeline import measure
+    from engine.training.pipeline_split import split, stage_costs
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    first, layers, last = measure(LlamaForCausalLM(config), rows=4, length=64, device=torch.device("cpu"))
+    assert len(layers) == 4 and min(layers) > 0
+    assert last > 2 * first, (first, last)
+    ranges = split(layers, first, last, 2)
+    costs = stage_costs(ranges, [first, *layers, last])
+    # The stage with the head gets fewer layers; no other cut has a smaller largest stage.
+    assert ranges[1][1] - ranges[1][0] <= ranges[0][1] - ranges[0][0]
+    every = [max(stage_costs([(0, k), (k, 4)], [first, *layers, last])) for k in range(5)]
+    assert max(costs) == pytest.approx(min(every))

@@ -72,3 +72,21 @@ def test_tensor_parallelism_stays_within_a_machine():
     assert max(splits) <= 8
     assert any("machines" in n for n in result["notes"])
     assert all(p["spec_patch"]["distributed"]["nproc"] == 8 for p in result["plans"])  # per machine
+
+
+def test_the_estimate_shows_where_a_pipeline_cuts_the_model():
+    """Llama 3.1 8B on 4 stages by parameter count: its untied embeddings and head (525M each, as much as 2.4
+    layers) leave the first and the last stage fewer layers than the middle ones."""
+    from engine.estimate.memory import pipeline_stages
+
+    spec = apply_patch(SPEC.model_copy(update={"device": "cuda"}),
+                       {"distributed": {"strategy": "fsdp", "nproc": 4, "pipeline_parallel": 4}})
+    cut = pipeline_stages(spec, FACTS["llama-3.1-8b"])
+    assert cut["stages"][0][0] == 0 and cut["stages"][-1][1] == 32
+    assert all(a[1] == b[0] for a, b in zip(cut["stages"], cut["stages"][1:], strict=False))
+    layers = [b - a for a, b in cut["stages"]]
+    assert layers[0] < layers[1] and layers[-1] < layers[-2], layers
+    assert cut["processes"] == [0, 1, 2, 3] and max(cut["stage_params"]) < 1.2 * min(cut["stage_params"])
+    interleaved = apply_patch(spec, {"distributed": {"pipeline_schedule": "interleaved_1f1b"}})
+    assert pipeline_stages(interleaved, FACTS["llama-3.1-8b"])["processes"] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert pipeline_stages(SPEC, FACTS["llama-3.1-8b"]) is None  # no pipeline, nothing to show

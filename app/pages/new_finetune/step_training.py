@@ -50,6 +50,22 @@ RDZV_PORT = 29400
 SINGLE, NODES, SLURM = "local", "nodes", "slurm"
 
 
+def stages_text(pipeline: dict[str, Any] | None) -> str:
+    """The estimate's cut in words: "Stages: embeddings + layers 0–7 on process 0 | layers 8–15 + head on
+    process 1 (by parameters)"; a split by time says it is measured at launch."""
+    if not pipeline or not pipeline.get("stages"):
+        return ""
+    parts = []
+    last = len(pipeline["stages"]) - 1
+    for s, (a, b) in enumerate(pipeline["stages"]):
+        words = (["embeddings"] if s == 0 else []) + ([f"layers {a}–{b - 1}" if b - a > 1 else f"layer {a}"]
+                                                      if b > a else []) + (["head"] if s == last else [])
+        parts.append(f"{' + '.join(words) or 'nothing'} on process {pipeline['processes'][s]}")
+    how = ("by parameters" if pipeline.get("split_by") != "time"
+           else "measured at launch; by parameters it would be this")
+    return f"Stages: {' | '.join(parts)} ({how})"
+
+
 def _combo(items: tuple[tuple[str, str], ...]) -> QComboBox:
     box = QComboBox()
     for key, text in items:
@@ -150,7 +166,13 @@ class TrainingStep(Step):
                                          ("interleaved_1f1b", "Interleaved 1F1B")))
         self.microbatch_spin = _spin(1, 1024, 4)
         self.microbatch_spin.setSuffix(" micro-batches")
-        for widget in (self.pp_spin, self.schedule_pp_combo, self.microbatch_spin):
+        self.split_combo = _combo((("params", "split by parameters"), ("time", "split by measured time")))
+        self.split_combo.setToolTip(field_tooltip(
+            "pipeline parallel", "distributed.pipeline_split",
+            "Parameters: each stage holds about as many weights. Measured time: the first process times each "
+            "layer, the embeddings and the head before training, and each stage gets about as much work (the "
+            "head's large matrix is slow, the embeddings' lookup quick)."))
+        for widget in (self.pp_spin, self.schedule_pp_combo, self.microbatch_spin, self.split_combo):
             row.addWidget(widget)
         self.pp_field = with_message(pipeline, self.message_for("distributed.pipeline_parallel"))
         form.addRow("Pipeline parallel", self.pp_field)
@@ -280,7 +302,7 @@ class TrainingStep(Step):
 
         self.estimator = DebouncedRequest(self, client, "estimate.fit", ESTIMATE_MS,
                                           lambda: {"spec": self.estimate_spec()},
-                                          self.fit.set_estimate, self._estimate_failed, self._no_estimator)
+                                          self._on_estimate, self._estimate_failed, self._no_estimator)
         self.hosts_request = DebouncedRequest(self, client, "hosts.list", HOSTS_MS,
                                               lambda: {} if self._client.is_connected else None,
                                               self._on_hosts, self._hosts_failed, self._no_hosts)
@@ -297,7 +319,7 @@ class TrainingStep(Step):
         self.rdzv_port_spin.valueChanged.connect(self._on_form)
         self.rdzv_host_edit.textChanged.connect(self._on_form)
         self.sync_check.toggled.connect(self._on_form)
-        for combo in (self.device_combo, self.strategy_combo, self.zero_combo, self.schedule_pp_combo,
+        for combo in (self.device_combo, self.strategy_combo, self.zero_combo, self.schedule_pp_combo, self.split_combo,
                       self.precision_combo, self.schedule_combo, self.length_combo):
             combo.currentIndexChanged.connect(self._on_form)
         for spin in (self.nproc_spin, self.tp_spin, self.pp_spin, self.microbatch_spin, self.batch_spin, self.accum_spin, self.max_steps_spin,
@@ -529,6 +551,7 @@ class TrainingStep(Step):
         self._form.setRowVisible(self.tp_field, offered or self.tp_spin.value() > 1)
         self._form.setRowVisible(self.pp_field, offered or self.pp_spin.value() > 1)
         self.schedule_pp_combo.setEnabled(self.pp_spin.value() > 1)
+        self.split_combo.setEnabled(self.pp_spin.value() > 1)
         self.microbatch_spin.setEnabled(self.pp_spin.value() > 1)
         self.pp_note.setText(self._layout_note())
         self._form.setRowVisible(self.pp_note, bool(self.pp_note.text()))
@@ -554,7 +577,15 @@ class TrainingStep(Step):
             idle = (pp - 1) / (v * m + pp - 1)
             note += (f"; the pipeline idles {100 * idle:.0f}% of each step ({self.schedule_pp_combo.currentText()}, "
                      f"{m} micro-batches: (p−1)/({'2' if v == 2 else ''}m+p−1))")
+            stages = stages_text((self.fit.estimate or {}).get("pipeline"))
+            if stages:
+                note += ". " + stages
         return note + "."
+
+    def _on_estimate(self, reply: dict[str, Any]) -> None:
+        self.fit.set_estimate(reply)
+        self.pp_note.setText(self._layout_note())  # the stages the estimate worked out
+        self._form.setRowVisible(self.pp_note, bool(self.pp_note.text()))
 
     def _load(self, spec: dict[str, Any]) -> None:
         dist = spec.get("distributed") or {}
@@ -581,6 +612,7 @@ class TrainingStep(Step):
         self.tp_spin.setValue(int(dist.get("tensor_parallel", 1)))
         self.pp_spin.setValue(int(dist.get("pipeline_parallel", 1)))
         _select(self.schedule_pp_combo, dist.get("pipeline_schedule", "1f1b"))
+        _select(self.split_combo, dist.get("pipeline_split", "params"))
         self.microbatch_spin.setValue(int(dist.get("pipeline_microbatches", 4)))
         _select(self.zero_combo, str(dist.get("zero_stage", 2)))
         self.offload_optimizer_check.setChecked(bool(dist.get("offload_optimizer")))
@@ -614,6 +646,7 @@ class TrainingStep(Step):
                     and self.offload_params_check.isEnabled(), tensor_parallel=self.tp_spin.value(),
                     pipeline_parallel=self.pp_spin.value(), pipeline_schedule=self.schedule_pp_combo.currentData(),
                     pipeline_microbatches=self.microbatch_spin.value(),
+                    pipeline_split=self.split_combo.currentData(),
                     nodes=self.nodes_editor.nodes() if self.several_machines() else [],
                     slurm=self.slurm_box.value() if self.on_slurm() else None)
         if self.several_machines():
