@@ -41,7 +41,8 @@ def pytest_terminal_summary(terminalreporter):
 LONGEST_FIRST = (
     "tests/engine/test_llm_loop.py", "tests/engine/test_export_llm.py", "tests/engine/test_finetune.py",
     "tests/engine/test_compress_jobs.py", "tests/engine/test_strategies.py", "tests/engine/test_parallel.py",
-    "tests/remote/test_multinode.py", "tests/remote/test_jetson_deploy.py", "tests/engine/test_serve.py",
+    "tests/engine/test_sweeps.py", "tests/remote/test_multinode.py", "tests/remote/test_slurm.py",
+    "tests/remote/test_jetson_deploy.py", "tests/engine/test_serve.py",
     "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
     "tests/engine/test_lora_merge.py", "tests/app/test_newcomer.py", "tests/app/test_end_to_end.py",
     "tests/app/test_runs_page.py",
