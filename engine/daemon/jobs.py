@@ -230,6 +230,8 @@ class JobManager:
         from engine.daemon.sweeps import SweepRun
 
         sweep = SweepRun(self, job, spec)
+        if job["state"] == "stopping":  # asked to stop before the last engine ended: it goes on stopping
+            sweep.signal("cancel" if job.get("stop_requested") == "cancel" else "stop")
         self._sweeps[job["id"]] = sweep
         if job["state"] != "running":
             self._set_state(job["id"], "running", started_at=time.time(), pid=None, pid_started=None)

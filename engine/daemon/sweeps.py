@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE, QUEUED, STOPPING, SUCCEEDED
+from engine.api.protocol import RpcError
 from engine.api.sweep_spec import SweepSpec, settings_text
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,14 @@ class SweepRun:
     def _resume_stopped(self) -> None:
         for trial in self.trials:
             if trial["state"] == STOPPED:
-                self.jm.resume(trial["run_id"])
-                trial["state"] = RUNNING
+                try:
+                    self.jm.resume(trial["run_id"])
+                except RpcError as exc:  # its run was deleted, or cannot resume: the sweep goes on without it
+                    trial["state"] = FAILED
+                    trial["error"] = f"could not resume its run: {exc}"
+                    self._tell(trial)
+                else:
+                    trial["state"] = RUNNING
                 self._trial_event(trial)
 
     def _start_trials(self) -> None:
