@@ -42,7 +42,8 @@ def test_slurm_run_waits_in_the_queue_stops_resumes_and_cancels(slurm, engine_pr
     assert "Nothing was submitted" in failed["error"]["hint"] and slurm.queue() == []
 
     # Another user's job holds both CPUs: the run waits in Slurm's queue, and Runs says why.
-    blocker = slurm.run("sbatch", "--parsable", "-c", "2", "--wrap", "sleep 600").strip()
+    blocker = slurm.run("sbatch", "--parsable", "-c", "2", "--output", str(slurm.root / "log" / "blocker.out"),
+                        "--wrap", "sleep 600").strip()
     steps = 12
     job = client.call("jobs.start", kind="train.finetune", name="on-slurm", spec=_spec(steps, cpus_per_node=2))
     run_id = job["id"]
