@@ -20,7 +20,10 @@ MODEL_DOWNLOAD = "model.download"
 EVALUATE = "evaluate.model"
 SERVE = "serve.model"
 SWEEP = "train.sweep"  # runs in the engine itself: it starts fine-tunes (docs/sweeps.md)
-KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE, SWEEP)
+PII_SCAN = "pii.scan"
+PII_SCRUB = "pii.scrub"
+KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE, SWEEP,
+         PII_SCAN, PII_SCRUB)
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
 SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs: not shown with the user's jobs by default
@@ -38,6 +41,8 @@ KIND_NOUNS = {
     EVALUATE: "Evaluation",
     SERVE: "Serving",
     SWEEP: "Sweep",
+    PII_SCAN: "PII scan",
+    PII_SCRUB: "Scrub",
 }
 
 # -- states -------------------------------------------------------------------------------------

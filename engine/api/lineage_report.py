@@ -34,6 +34,17 @@ def _hash_line(entry: dict[str, Any]) -> str:
     return ""
 
 
+def _scrub_line(d: dict[str, Any]) -> str:
+    s = d["scrubbed"]
+    src = s.get("source") or {}
+    modes = ", ".join(f"{e} {m}" for e, m in sorted((s.get("modes") or {}).items())
+                      if e in (s.get("by_entity") or {}))
+    same = "" if not d.get("sha256") or d["sha256"] == s.get("output_sha256") else \
+        " (the file has changed since it was written)"
+    return (f"  - scrubbed copy{same} of `{src.get('path')}` sha256 `{src.get('sha256')}`, written by {s['job']} "
+            f"(pii.scrub): {s.get('replaced')} findings replaced" + (f" ({modes})" if modes else ""))
+
+
 def _section(rec: dict[str, Any], level: int, relation: str = "") -> list[str]:
     run = rec["run"]
     h = "#" * level
@@ -65,6 +76,8 @@ def _section(rec: dict[str, Any], level: int, relation: str = "") -> list[str]:
         what = f"built-in {d['builtin']}" if d.get("builtin") else ""
         extra = "; ".join(x for x in (what, d.get("source"), d.get("version"), d.get("note")) if x)
         lines.append(f"- {d.get('role')}: {_hash_line(d) or ''}{' — ' if _hash_line(d) and extra else ''}{extra}")
+        if d.get("scrubbed"):
+            lines.append(_scrub_line(d))
     if not rec.get("data"):
         lines.append("- none")
     packages = rec.get("packages") or {}

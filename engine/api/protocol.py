@@ -40,6 +40,7 @@ UNSUPPORTED_VERSION = -32006
 SHUTTING_DOWN = -32007
 REMOTE_FAILED = -32008  # a host could not be reached, logged in to, or did not do what was asked
 CONFIRMATION_REQUIRED = -32009  # model.code needs the user's confirmation: data {path, sha256, size, preview}
+POLICY_REFUSED = -32010  # the data policy refused a job's data: data {path, folder, rule, sha256, scan, hint}
 
 # Every method the engine answers, with one line each; `engine.methods` returns this.
 METHODS: dict[str, str] = {
@@ -55,6 +56,10 @@ METHODS: dict[str, str] = {
     "data.inspect": "{spec, n?} -> {kind, columns, rows, thumbnails, class_counts, n_train, n_val, issues, "
                     "file_columns?, column_guess?, model_chat_template?, chat_template_used?, "
                     "rendered_example?, hub?}: what the wizard shows of a dataset.",
+    "pii.policy": "-> {rules: [{folder, max_findings}]}: the data policy (which folders' files must be scanned for "
+                  "personal data, or scrubbed, before a fine-tune trains on them).",
+    "pii.set_policy": "{folder, max_findings?, clear?} -> {rules}: set (or with clear, remove) the rule of a folder "
+                      "('/' for every file); max_findings null = a scan is enough.",
     "models.inspect": "{spec} -> {ok, issues, facts}: the spec's model, measured on the meta device (no weights loaded).",
     "estimate.fit": "{spec} -> {devices, verdict, reason, suggestions, params, throughput, notes}: "
                     "peak memory per device before launch.",

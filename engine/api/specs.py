@@ -22,6 +22,8 @@ from engine.api.job_terms import (
     FINETUNE,
     LORA_MERGE,
     MODEL_DOWNLOAD,
+    PII_SCAN,
+    PII_SCRUB,
     PRUNE,
     QAT,
     QUANTIZE,
@@ -29,6 +31,7 @@ from engine.api.job_terms import (
     SWEEP,
     SYSTEM_PROBE,
 )
+from engine.api.pii_spec import PiiScanSpec, PiiScrubSpec
 from engine.api.playground import ModelRef
 from engine.api.sweep_spec import SweepSpec
 from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
@@ -465,6 +468,24 @@ JOB_KINDS: dict[str, JobKind] = {
             "",
             SweepSpec,
             resumable=True,
+        ),
+        JobKind(
+            PII_SCAN,
+            "Scan for personal data",
+            "Look for personal data (e-mail, phone, card, IBAN, IP, URL, national ids; people, places and "
+            "organisations with a named-entity model) in a dataset's text or an image folder's metadata, with "
+            "Presidio: counts per column and type, a few masked examples.",
+            "engine.recipes.pii",
+            PiiScanSpec,
+        ),
+        JobKind(
+            PII_SCRUB,
+            "Scrub personal data",
+            "Write a copy of a dataset with the personal data a scan finds masked, tagged, faked or hashed "
+            "(images: metadata stripped); the original is never changed, and a run trained on the copy "
+            "records both in its lineage.",
+            "engine.recipes.pii",
+            PiiScrubSpec,
         ),
     ]
 }

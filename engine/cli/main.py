@@ -224,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli import evaluate as cli_evaluate
 
     cli_evaluate.add_parser(sub)
+    from engine.cli import pii as cli_pii
+
+    cli_pii.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import engine
-from engine.api.job_terms import EVALUATE, FINETUNE
+from engine.api.job_terms import EVALUATE, FINETUNE, PII_SCAN, PII_SCRUB, SUCCEEDED
 from engine.api.versions import code_version, installed_versions, version
 from engine.daemon.job_records import read_json
 
@@ -152,6 +152,10 @@ def _data(spec: dict[str, Any], kind: str, pending: _Pending) -> list[dict[str, 
     """The data a run read: the spec's files or folders, or a built-in dataset's bundled files."""
     if kind == EVALUATE:
         return _evaluated_data(spec, pending)
+    if kind in (PII_SCAN, PII_SCRUB) and spec.get("path"):
+        entry: dict[str, Any] = {"role": "source", "builtin": None}
+        pending.hash(entry, spec["path"])
+        return [entry]
     if kind != FINETUNE:
         source = spec.get("source_run")
         return [{"role": "inherited", "note": f"uses the data of its source job {source}"}] if source else []
@@ -281,6 +285,27 @@ def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
             for p in sorted(root.glob("step-*")) if p.is_dir()]
 
 
+def _scrubbed(store: Any, data: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Mark each data file a pii.scrub wrote with that scrub (its source, modes, what it replaced); the
+    scrubs, as parents, then show the source file's own hash."""
+    paths = {d["path"]: d for d in data if d.get("path")}
+    if not paths:
+        return []
+    found: list[tuple[str, str]] = []
+    for job in store.list_jobs(state=SUCCEEDED, kind=PII_SCRUB, limit=100_000):
+        result = read_json(Path(job["run_dir"]) / "result.json") or {}
+        out = result.get("output") or {}
+        entry = paths.get(str(Path(out.get("path") or "").expanduser()))
+        if entry is None or entry.get("scrubbed"):
+            continue
+        replaced = result.get("replaced") or {}
+        entry["scrubbed"] = {"job": job["id"], "source": {"path": result.get("path"), "sha256": result.get("sha256")},
+                             "output_sha256": out.get("sha256"), "modes": result.get("modes"),
+                             "replaced": replaced.get("total"), "by_entity": replaced.get("by_entity")}
+        found.append((f"scrub that wrote its {entry['role']} data", job["id"]))
+    return found
+
+
 def _parents(spec: dict[str, Any], job: dict[str, Any]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     source = spec.get("source_run") or (spec.get("model") or {}).get("run")  # an evaluation's model.run
@@ -317,7 +342,7 @@ def gather(store: Any, job: dict[str, Any], pending: _Pending | None = None, dep
         "checkpoints": _checkpoints(Path(job.get("run_dir") or ".")),
         "parents": [],
     }
-    for relation, parent_id in _parents(spec, job):
+    for relation, parent_id in _parents(spec, job) + _scrubbed(store, rec["data"]):
         entry: dict[str, Any] = {"relation": relation, "id": parent_id}
         parent = store.get_job(parent_id)
         if parent is None:

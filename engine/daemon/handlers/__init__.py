@@ -1,7 +1,7 @@
 """Request handlers: one small method per protocol method, params validated by pydantic.
 
 Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models, playground,
-evaluations, conversations); their tables are joined here into the one dispatch table, which must name every method of
+evaluations, conversations, privacy); their tables are joined here into the one dispatch table, which must name every method of
 engine/api/protocol.py.
 """
 
@@ -20,6 +20,7 @@ from engine.daemon.handlers.jobs import JobHandlers
 from engine.daemon.handlers.models import ModelHandlers
 from engine.daemon.handlers.params import parse
 from engine.daemon.handlers.playground import PlaygroundHandlers
+from engine.daemon.handlers.privacy import PrivacyHandlers
 from engine.daemon.handlers.queue import QueueHandlers
 from engine.daemon.handlers.status import StatusHandlers
 
@@ -33,7 +34,7 @@ AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete
            "templates.save", "templates.delete", "hosts.add", "hosts.update", "hosts.remove", "hosts.trust",
            "hosts.forget_key", "hosts.prepare", "hosts.probe", "diag.burst",
            "queue.move", "queue.configure", "jobs.prioritize", "models.delete", "hub.login", "hub.logout",
-           "conversations.delete"}
+           "conversations.delete", "pii.set_policy"}
 
 
 class Handlers:
@@ -42,7 +43,7 @@ class Handlers:
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
                  QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng),
-                 EvaluationHandlers(eng), ConversationHandlers(eng))
+                 EvaluationHandlers(eng), ConversationHandlers(eng), PrivacyHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:
             self.table.update(area.table())

@@ -16,7 +16,7 @@ from engine.api import custom_code
 from engine.api.job_terms import FINETUNE, SWEEP
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
-from engine.daemon import templates
+from engine.daemon import data_policy, templates
 from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
 from engine.daemon.handlers.params import JobId, NoParams, Params
 from engine.daemon.job_records import artifacts, delete_files, read_json, record, variants
@@ -99,6 +99,7 @@ class JobHandlers:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
         # model.code: CONFIRMATION_REQUIRED until the user approved its hash (a sweep's trials run its base's)
         custom_code.require_confirmed(spec.base if p.kind == SWEEP else spec)
+        await data_policy.check(self.engine.store, p.kind, spec)  # scanned or scrubbed first, where a rule says so
         job = self.engine.jobs.submit(p.kind, spec, p.name)
         if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.

@@ -1,0 +1,37 @@
+"""The data policy's requests: pii.policy, pii.set_policy (engine/daemon/data_policy.py enforces it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from engine.daemon import data_policy
+from engine.daemon.handlers.params import NoParams, Params
+
+if TYPE_CHECKING:
+    from engine.daemon.context import Client, EngineView
+
+
+class SetPolicy(Params):
+    folder: str = Field(..., min_length=1, max_length=4096, description="a folder, or / for every file")
+    max_findings: int | None = Field(None, ge=0, le=1_000_000_000,
+                                     description="findings allowed before scrubbing is required; None = a scan is enough")
+    clear: bool = Field(False, description="remove this folder's rule instead")
+
+
+class PrivacyHandlers:
+    def __init__(self, eng: EngineView):
+        self.engine = eng
+
+    def table(self) -> dict[str, tuple[type[Params], Any]]:
+        return {"pii.policy": (NoParams, self.policy), "pii.set_policy": (SetPolicy, self.set_policy)}
+
+    async def policy(self, _s: Client, _p: NoParams) -> Any:
+        return {"rules": data_policy.rules(self.engine.store)}
+
+    async def set_policy(self, _s: Client, p: SetPolicy) -> Any:
+        store = self.engine.store
+        rules = data_policy.clear_rule(store, p.folder) if p.clear else \
+            data_policy.set_rule(store, p.folder, p.max_findings)
+        return {"rules": rules}
