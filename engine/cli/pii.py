@@ -22,7 +22,7 @@ from engine.cli.progress import display_for
 
 
 def out(text: str = "") -> None:
-    print(text, flush=True)
+    sys.stdout.write(text + "\n")
 
 
 def _modes(values: list[str]) -> tuple[str | None, dict[str, str]]:

@@ -66,6 +66,13 @@ def _records(store: Any) -> dict[str, dict[str, Any]]:
     return known
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _hash(path: Path) -> str:
     if path.is_dir():
         return folder_sha256(path, sorted(p for p in path.rglob("*") if p.is_file()))
@@ -77,7 +84,15 @@ def _paths(kind: str, spec: Any) -> list[Path]:
     data = getattr(train, "data", None)
     if data is None or getattr(data, "builtin", None):
         return []
-    return [Path(p).expanduser().resolve() for p in (data.path, data.val_path) if p]
+    out = []
+    for p in (data.path, data.val_path):
+        if not p:
+            continue
+        try:
+            out.append(Path(p).expanduser().resolve())
+        except (OSError, ValueError, RuntimeError):
+            continue  # not a usable path: the job fails on it with its own message
+    return out
 
 
 async def check(store: Any, kind: str, spec: Any) -> None:
@@ -87,7 +102,7 @@ async def check(store: Any, kind: str, spec: Any) -> None:
         return
     for path in _paths(kind, spec):
         rule = rule_for(all_rules, path)
-        if rule is None or not path.exists():
+        if rule is None or not _exists(path):
             continue  # a missing file fails the job with its own message
         sha = await asyncio.to_thread(_hash, path)
         known = _records(store).get(sha, {})

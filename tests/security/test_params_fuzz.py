@@ -134,6 +134,8 @@ def undo(c: dict, method: str, params: dict, reply: dict) -> None:
         call(c, "hosts.remove", {"name": res["name"]})
     elif method == "subscribe":
         call(c, "unsubscribe", {"subscription": res["subscription"]})
+    elif method == "pii.set_policy":
+        call(c, "pii.set_policy", {"folder": params["folder"], "clear": True})
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

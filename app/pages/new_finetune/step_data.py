@@ -33,6 +33,7 @@ from app.pages.new_finetune.column_field import ColumnField
 from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
 from app.pages.new_finetune.hub_data_box import HubDataBox
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
+from app.pages.new_finetune.pii_box import PiiBox
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow
 from app.widgets.wizard_parts import (
@@ -203,6 +204,10 @@ class DataStep(Step):
         box.addWidget(self.general_message)
         left.addWidget(frame)
 
+        self.pii_box = PiiBox(client)  # my data: scan for personal data, scrub into a copy
+        self.pii_box.use_copy.connect(self.path_edit.setText)
+        left.addWidget(self.pii_box)
+
         self.template_box = ChatTemplateBox()  # causal LM: the chat template and a rendered row
         left.addWidget(self.template_box)
 
@@ -279,6 +284,7 @@ class DataStep(Step):
         self.builtin_combo.currentTextChanged.connect(lambda _t: (self.set_task(self._task), self.emit_changed()))
         for edit in (self.path_edit, self.text_column_edit, self.label_column_edit, *self.chat_column_edits.values()):
             edit.textChanged.connect(self.emit_changed)
+        self.path_edit.textChanged.connect(self.pii_box.set_path)
         self.hub_box.changed.connect(self.emit_changed)
         self.hub_box.downloaded.connect(self._look_again)
         for spin in (self.max_length_spin, self.image_size_spin, self.val_fraction_spin,
@@ -332,6 +338,7 @@ class DataStep(Step):
         self.hub_box.setEnabled(self.hub_radio.isChecked())
         self.columns_box.setEnabled(not self.builtin_radio.isChecked())
         self.builtin_combo.setEnabled(self.builtin_radio.isChecked())
+        self.pii_box.setVisible(self.custom_radio.isChecked())
         self._show_chat_columns()
         self.emit_changed()
 

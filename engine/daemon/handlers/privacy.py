@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import Field, field_validator
 
 from engine.daemon import data_policy
 from engine.daemon.handlers.params import NoParams, Params
@@ -18,6 +20,13 @@ class SetPolicy(Params):
     max_findings: int | None = Field(None, ge=0, le=1_000_000_000,
                                      description="findings allowed before scrubbing is required; None = a scan is enough")
     clear: bool = Field(False, description="remove this folder's rule instead")
+
+    @field_validator("folder")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if "\x00" in v or not (v.startswith("~") or Path(v).is_absolute()):
+            raise ValueError("an absolute folder path (or / for every file)")
+        return v
 
 
 class PrivacyHandlers:
