@@ -28,6 +28,7 @@ from engine.api.pii_spec import MODE_WORDS, SCRUB_MODES
 
 POLL_MS = 700
 DEFAULT_MODE = "tag"
+MAX_ROWS_SHOWN = 12
 
 
 def findings_rows(result: dict[str, Any], key: str = "findings") -> list[tuple[str, str, int, str]]:
@@ -217,6 +218,9 @@ class PiiBox(QWidget):
             self.table.setCellWidget(r, 4, combo)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        shown = min(len(rows), MAX_ROWS_SHOWN)  # every type at once, up to a dozen, without a scroll bar
+        self.table.setFixedHeight(self.table.horizontalHeader().height() + 4
+                                  + sum(self.table.rowHeight(r) for r in range(shown)))
         self.table.setVisible(bool(rows))
         self.scrub_button.setVisible(bool(rows))
         self.use_button.hide()

@@ -206,7 +206,6 @@ class DataStep(Step):
 
         self.pii_box = PiiBox(client)  # my data: scan for personal data, scrub into a copy
         self.pii_box.use_copy.connect(self.path_edit.setText)
-        left.addWidget(self.pii_box)
 
         self.template_box = ChatTemplateBox()  # causal LM: the chat template and a rendered row
         left.addWidget(self.template_box)
@@ -255,6 +254,7 @@ class DataStep(Step):
         box.addStretch(1)
         columns.add(frame, 3)
         outer.addWidget(columns)
+        outer.addWidget(self.pii_box)  # full width: its table has five columns
 
         # What each field means, and its key in the job file (app/glossary.py).
         self.builtin_radio.setToolTip("The dataset that ships with Ember Studio for this task. Job file: data.builtin.")
