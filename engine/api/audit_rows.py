@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-COLUMNS = ("time", "client", "action", "target", "ok", "error", "params")
+COLUMNS = ("time", "client", "action", "target", "ok", "error", "params", "user")
 
 
 def iso(t: float | None) -> str:
@@ -17,4 +17,4 @@ def row(rec: dict[str, Any]) -> list[str]:
     """One CSV row."""
     return [iso(rec.get("t")), rec.get("client", ""), rec.get("action", ""), rec.get("target", ""),
             "yes" if rec.get("ok") else "no", rec.get("error") or "",
-            json.dumps(rec.get("params") or {}, sort_keys=True)]
+            json.dumps(rec.get("params") or {}, sort_keys=True), rec.get("user") or ""]

@@ -66,6 +66,17 @@ def data_home() -> Path:
     return Path(platformdirs.user_data_dir("ember-studio", appauthor=False))
 
 
+def known_engines_file() -> Path:
+    """The engine certificates this user accepted (engine/api/remote.py): ``EMBER_KNOWN_ENGINES``, else in
+    the user's config folder."""
+    env = os.environ.get("EMBER_KNOWN_ENGINES")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("ember-studio", appauthor=False)) / "known_engines.json"
+
+
 def builtin_models_dir() -> Path:
     """Where the built-in models are written on first use: ``EMBER_MODELS_DIR``, else ``<data>/models``.
 

@@ -41,6 +41,7 @@ SHUTTING_DOWN = -32007
 REMOTE_FAILED = -32008  # a host could not be reached, logged in to, or did not do what was asked
 CONFIRMATION_REQUIRED = -32009  # model.code needs the user's confirmation: data {path, sha256, size, preview}
 POLICY_REFUSED = -32010  # the data policy refused a job's data: data {path, folder, rule, sha256, scan, hint}
+FORBIDDEN = -32011  # the user's role may not do this (engine/api/permissions.py): data {role, needs, hint}
 
 # Every method the engine answers, with one line each; `engine.methods` returns this.
 METHODS: dict[str, str] = {
@@ -56,6 +57,13 @@ METHODS: dict[str, str] = {
     "data.inspect": "{spec, n?} -> {kind, columns, rows, thumbnails, class_counts, n_train, n_val, issues, "
                     "file_columns?, column_guess?, model_chat_template?, chat_template_used?, "
                     "rendered_example?, hub?}: what the wizard shows of a dataset.",
+    "users.me": "-> {name, role, projects}: who this connection is (docs/security.md).",
+    "users.list": "-> {users: [{name, role, projects, created_at, expires_at, revoked_at}]}: the engine's users (never "
+                  "their tokens).",
+    "users.add": "{name, role, projects?, expires_days?} -> {user, token}: a new user; the token is shown this once.",
+    "users.update": "{name, role?, projects?, expires_days?, new_token?} -> {user, token?}: change a user; with "
+                    "new_token a fresh token replaces the old one (shown this once).",
+    "users.revoke": "{name} -> {user}: the user's token stops working at once (connections using it are closed).",
     "pii.policy": "-> {rules: [{folder, max_findings}]}: the data policy (which folders' files must be scanned for "
                   "personal data, or scrubbed, before a fine-tune trains on them).",
     "pii.set_policy": "{folder, max_findings?, clear?} -> {rules}: set (or with clear, remove) the rule of a folder "

@@ -33,7 +33,8 @@ def pages(c: BlockingClient, limit: int | None, **filters: Any) -> Iterator[dict
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    filters = {k: v for k, v in (("action", args.action), ("client", args.client), ("text", args.text)) if v}
+    filters = {k: v for k, v in (("action", args.action), ("client", args.client), ("text", args.text),
+                                 ("user", args.user)) if v}
     if args.failed:
         filters["ok"] = False
     with ensure_engine() as c:
@@ -59,7 +60,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             for rec in records:
                 n += 1
                 status = "ok" if rec.get("ok") else f"FAILED: {rec.get('error')}"
-                print(f"{iso(rec.get('t'))}  {rec.get('client', ''):<16} {rec.get('action', ''):<18} "
+                print(f"{iso(rec.get('t'))}  {rec.get('user') or '-':<10} {rec.get('client', ''):<16} "
+                      f"{rec.get('action', ''):<18} "
                       f"{rec.get('target', ''):<26} {status}")
             if not n:
                 print("no audit records match")
@@ -86,6 +88,7 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--limit", type=int, default=None, help="at most this many records (default: all, or 50 printed)")
     a.add_argument("--action", help="an action, or a glob such as 'jobs.*'")
     a.add_argument("--client", help="a client name, or a glob")
+    a.add_argument("--user", help="who made the request (a user name; local: the engine's own admin)")
     a.add_argument("--text", help="records containing this text anywhere")
     a.add_argument("--failed", action="store_true", help="only refused or failed requests")
     out = a.add_mutually_exclusive_group()

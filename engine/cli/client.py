@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from engine.api import paths as paths_mod
 from engine.api.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, RpcError, encode, request
+from engine.api.remote import KnownEngines, fingerprint_of_der, parse_address
 
 
 class EngineNotRunning(ConnectionError):
@@ -50,6 +52,43 @@ class BlockingClient:
             sock.close()
             raise EngineNotRunning(f"No engine is running ({p.socket}: {exc.strerror})") from None
         except OSError:
+            sock.close()
+            raise
+        c = cls(sock, timeout)
+        try:
+            c.server = c.call("hello", token=token, protocol=PROTOCOL_VERSION, client=client)
+        except BaseException:
+            c.close()
+            raise
+        return c
+
+    @classmethod
+    def connect_tls(cls, address: str, token: str, known: KnownEngines | None = None, client: str = "ember-cli",
+                    timeout: float = 30.0, accept: str | None = None) -> BlockingClient:
+        """An engine on another machine (``ember engine serve --listen``), over TCP with TLS.
+
+        Its certificate must be the one ``known`` accepted for ``address`` before (else UnknownCertificate,
+        with the fingerprint to compare, or CertificateMismatch); ``accept`` is a fingerprint the user has
+        compared: it is remembered when the engine presents exactly that one.
+        """
+        host, port = parse_address(address)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.check_hostname = False  # identity is the pinned fingerprint, as SSH's host keys
+        ctx.verify_mode = ssl.CERT_NONE
+        raw = socket.create_connection((host, port), timeout=timeout)
+        try:
+            sock = ctx.wrap_socket(raw, server_hostname=host)
+        except (ssl.SSLError, OSError):
+            raw.close()
+            raise
+        presented = fingerprint_of_der(sock.getpeercert(binary_form=True) or b"")
+        known = known or KnownEngines(paths_mod.known_engines_file())
+        try:
+            if accept is not None and accept.upper() == presented and known.get(address) in (None, presented):
+                known.accept(address, presented)
+            known.check(address, presented)
+        except ConnectionError:
             sock.close()
             raise
         c = cls(sock, timeout)
@@ -108,6 +147,8 @@ class BlockingClient:
             msg = self.read_message(deadline - time.monotonic())
             if msg is None:
                 raise TimeoutError(f"No reply to {method} within {self.timeout:.0f} s")
+            if msg.get("id") is None and "error" in msg and "method" not in msg:
+                raise RpcError.from_json(msg["error"])  # about the connection itself (refused, frame too large)
             if msg.get("id") == req_id and ("result" in msg or "error" in msg):
                 if "error" in msg:
                     raise RpcError.from_json(msg["error"])
@@ -154,7 +195,15 @@ def spawn_engine(p: paths_mod.Paths | None = None) -> subprocess.Popen:
 
 def ensure_engine(p: paths_mod.Paths | None = None, timeout: float = 20.0,
                   client: str = "ember-cli") -> BlockingClient:
-    """Connect to the engine, starting one first if none answers."""
+    """Connect to the engine, starting one first if none answers; with ``EMBER_ENGINE=host:port`` set, to that
+    engine over TLS instead, as the user whose token ``EMBER_TOKEN`` holds (docs/security.md)."""
+    remote = os.environ.get("EMBER_ENGINE")
+    if remote:
+        token = os.environ.get("EMBER_TOKEN", "")
+        if not token:
+            raise EngineNotRunning(f"EMBER_ENGINE is {remote} but EMBER_TOKEN is empty: set it to your user token")
+        return BlockingClient.connect_tls(remote, token, client=client, timeout=timeout,
+                                          accept=os.environ.get("EMBER_ENGINE_FINGERPRINT"))
     p = p or paths_mod.resolve()
     try:
         return BlockingClient.connect(p, client=client)

@@ -41,7 +41,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     if args.action == "serve":
         from engine.daemon.server import serve
 
-        return serve(max_concurrent=args.max_jobs)
+        return serve(max_concurrent=args.max_jobs, listen=args.listen, cert=args.cert, key=args.key)
     if args.action == "start":
         with ensure_engine(p) as c:
             st = c.call("engine.status")
@@ -174,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-jobs", type=int, default=int(os.environ.get("EMBER_MAX_JOBS", "2")),
                    help="jobs that may run at once (serve)")
     e.add_argument("--timeout", type=float, default=15.0)
+    e.add_argument("--listen", metavar="HOST:PORT",
+                   help="serve: also listen on TCP with TLS for GUIs and CLIs on other machines, e.g. 0.0.0.0:7443 "
+                        "(docs/security.md)")
+    e.add_argument("--cert", help="serve --listen: the team's certificate (PEM); default: a self-signed one")
+    e.add_argument("--key", help="serve --listen: the certificate's private key (PEM)")
     e.set_defaults(fn=cmd_engine)
 
     j = sub.add_parser("jobs", help="list jobs or job kinds, or start a job")
@@ -225,8 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_evaluate.add_parser(sub)
     from engine.cli import pii as cli_pii
+    from engine.cli import users as cli_users
 
     cli_pii.add_parser(sub)
+    cli_users.add_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

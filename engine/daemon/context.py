@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from engine.api.paths import Paths
+    from engine.daemon.access import Access, User
     from engine.daemon.eventbus import EventBus
     from engine.daemon.hosts import Hosts
     from engine.daemon.inference import WorkerPool
@@ -21,6 +22,7 @@ class Client(Protocol):
     """One client connection (engine/daemon/session.py's Session)."""
 
     name: str
+    user: User
     subscriptions: set[int]
 
     def write(self, data: bytes) -> None: ...
@@ -40,6 +42,7 @@ class EngineView(Protocol):
     paths: Paths
     started_at: float
     store: Store
+    access: Access
     store_health: dict[str, Any]
     bus: EventBus
     hosts: Hosts
@@ -47,6 +50,9 @@ class EngineView(Protocol):
     inference: WorkerPool
     sessions: set[Any]
     token: str
+    tls: dict[str, str]
     handlers: Dispatcher
 
     def request_stop(self, reason: str) -> None: ...
+
+    def login_failed(self, address: str) -> None: ...

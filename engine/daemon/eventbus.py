@@ -44,6 +44,8 @@ class Subscriber:
     patterns: list[str]
     sink: Callable[[bytes], None]  # writes a frame to the client
     replaying: bool = False
+    # (topic, data JSON) -> whether this subscriber may see it: a user limited to some projects
+    visible: Callable[[str, str], bool] | None = None
     held: list[bytes] = field(default_factory=list)  # live frames that arrive during replay
 
     def matches(self, topic: str) -> bool:
@@ -113,9 +115,10 @@ class EventBus:
     def _fan_out(self, rows: list[tuple[int, str, float, str | None, str]]) -> None:
         if not self._subs:
             return
-        bodies = [(topic, event_body(topic, seq, t, data)) for seq, topic, t, _run, data in rows]
+        bodies = [(topic, data, event_body(topic, seq, t, data)) for seq, topic, t, _run, data in rows]
         for sub in list(self._subs.values()):
-            frames = [frame(sub.id, body) for topic, body in bodies if sub.matches(topic)]
+            frames = [frame(sub.id, body) for topic, data, body in bodies
+                      if sub.matches(topic) and (sub.visible is None or sub.visible(topic, data))]
             if not frames:
                 continue
             if sub.replaying:
@@ -125,8 +128,8 @@ class EventBus:
 
     # ---- subscribing
     def subscribe(self, patterns: list[str], sink: Callable[[bytes], None],
-                  since: int | None) -> tuple[Subscriber, int]:
-        sub = Subscriber(self._next_sub, patterns, sink, replaying=since is not None)
+                  since: int | None, visible: Callable[[str, str], bool] | None = None) -> tuple[Subscriber, int]:
+        sub = Subscriber(self._next_sub, patterns, sink, replaying=since is not None, visible=visible)
         self._next_sub += 1
         self._subs[sub.id] = sub
         return sub, self.last_seq
@@ -144,7 +147,8 @@ class EventBus:
                 if not rows:
                     break
                 sub.sink(b"".join(frame(sub.id, event_body(topic, seq, t, data))
-                                  for seq, topic, t, data in rows))
+                                  for seq, topic, t, data in rows
+                                  if sub.visible is None or sub.visible(topic, data)))
                 cursor = rows[-1][0]
                 await drain()
         finally:

@@ -16,7 +16,7 @@ from engine.daemon.store import Store
 
 def public(job: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "exit_code",
-            "error", "run_dir", "spec", "parent_id", "host", "cluster")
+            "error", "run_dir", "spec", "parent_id", "host", "cluster", "owner", "project")
     return {k: job.get(k) for k in keys}
 
 

@@ -104,7 +104,7 @@ class JobManager:
         self.bus.publish("jobs", record(self.store, job))
         return job
 
-    def submit(self, kind: str, spec: Any, name: str = "") -> dict[str, Any]:
+    def submit(self, kind: str, spec: Any, name: str = "", owner: str = "", project: str = "") -> dict[str, Any]:
         parent = getattr(spec, "source_run", None)  # a job that works on another run's output
         field = "source_run"
         if getattr(spec, "distill", None) is not None:  # a student's parent is its teacher
@@ -122,7 +122,7 @@ class JobManager:
         self.store.insert_job({
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
-            "parent_id": parent, "queue_pos": self.store.next_queue_pos(),
+            "parent_id": parent, "queue_pos": self.store.next_queue_pos(), "owner": owner, "project": project,
         })
         self.bus.publish("jobs", record(self.store, self.get(run_id)))
         self.schedule()

@@ -18,14 +18,20 @@ import sqlite3
 import struct
 import sys
 import time
+from pathlib import Path
 
 import engine
 from engine.api import paths as paths_mod
+from engine.api import protocol
 from engine.api.protocol import (
     FRAME_TOO_LARGE,
     MAX_FRAME_BYTES,
+    UNAUTHORIZED,
     RpcError,
 )
+from engine.api.remote import parse_address
+from engine.daemon import tls
+from engine.daemon.access import Access
 from engine.daemon.eventbus import EventBus
 from engine.daemon.handlers import Handlers
 from engine.daemon.hosts import Hosts
@@ -75,11 +81,21 @@ def peer_uid(sock: socket.socket | None) -> int | None:
     return uid
 
 
+LOGIN_FAILURES = 5  # failed logins from one address within LOGIN_WINDOW_S before it is refused a while
+LOGIN_WINDOW_S = 60.0
+
+
 class Engine:
-    def __init__(self, p: paths_mod.Paths, max_concurrent: int = 2):
+    def __init__(self, p: paths_mod.Paths, max_concurrent: int = 2, listen: str | None = None,
+                 cert: str | None = None, key: str | None = None):
         self.paths = p
+        self.listen = listen
+        self.tls: dict[str, str] = {}  # {listen, fingerprint, certificate} once the TLS listener is up
+        self._cert, self._key = cert, key
+        self._failures: dict[str, list[float]] = {}
         self.started_at = time.time()
         self.store, self.store_health = open_store(p.db)
+        self.access = Access(self.store)
         self.bus = EventBus(self.store)
         self.hosts = Hosts(p, self.store, self.bus)
         self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent, hosts=self.hosts)
@@ -102,6 +118,7 @@ class Engine:
         finally:
             os.umask(old_umask)
         os.chmod(p.socket, 0o600)
+        tls_server = await self._start_tls() if self.listen else None
         counts = self.jobs.rediscover()
         log.info("engine %s ready on %s (pid %d); jobs %s", engine.__version__, p.socket, os.getpid(), counts)
         if self.store_health["message"]:
@@ -116,6 +133,8 @@ class Engine:
             self.bus.publish("engine", {"state": "stopping", "reason": self.stop_reason})
             self.bus.flush()
             server.close()
+            if tls_server is not None:
+                tls_server.close()
             for session in list(self.sessions):
                 await session.close()
             backups.cancel()
@@ -145,13 +164,56 @@ class Engine:
         self.stop_reason = reason
         self.stopping.set()
 
+    async def _start_tls(self) -> asyncio.Server:
+        """The TCP listener with TLS (docs/security.md): the team's certificate, or a self-signed one."""
+        host, port = parse_address(self.listen or "")
+        if self._cert and self._key:
+            cert, key = Path(self._cert).expanduser(), Path(self._key).expanduser()
+        else:
+            cert, key = tls.self_signed(self.paths.home / "tls", (host,) if host not in ("0.0.0.0", "::") else ())
+        server = await asyncio.start_server(self._on_connect_tcp, host, port, ssl=tls.server_context(cert, key),
+                                            limit=MAX_FRAME_BYTES, ssl_handshake_timeout=10)
+        bound = server.sockets[0].getsockname()
+        self.tls = {"listen": f"{host}:{bound[1]}", "fingerprint": tls.fingerprint(cert), "certificate": str(cert)}
+        log.info("listening on %s with TLS; certificate SHA-256 fingerprint %s", self.tls["listen"],
+                 self.tls["fingerprint"])
+        return server
+
+    def login_failed(self, address: str) -> None:
+        self._failures.setdefault(address, []).append(time.monotonic())
+
+    def _locked_out(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: now)."""
+        now = time.monotonic()
+        recent = [t for t in self._failures.get(address, []) if now - t < LOGIN_WINDOW_S]
+        self._failures[address] = recent
+        return LOGIN_WINDOW_S - (now - recent[-LOGIN_FAILURES]) if len(recent) >= LOGIN_FAILURES else 0.0
+
+    async def _on_connect_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?",)
+        address = str(peer[0])
+        wait = self._locked_out(address)
+        if wait:
+            log.warning("refused %s: %d failed logins in %.0f s", address, LOGIN_FAILURES, LOGIN_WINDOW_S)
+            writer.write(protocol.encode(protocol.error(None, RpcError(
+                UNAUTHORIZED, f"Too many failed logins from {address}; try again in {wait:.0f} s",
+                {"hint": "Check the token (ember users token NAME makes a new one)."}))))
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.drain()
+                writer.close()
+            return
+        await self._session(reader, writer, address)
+
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         uid = peer_uid(writer.get_extra_info("socket"))
         if uid is not None and uid != os.getuid():
             log.warning("refused a connection from uid %s", uid)
             writer.close()
             return
-        session = Session(self, f"c{self._next_client}", writer)
+        await self._session(reader, writer, None)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, remote: str | None) -> None:
+        session = Session(self, f"c{self._next_client}", writer, remote)
         self._next_client += 1
         self.sessions.add(session)
         try:
@@ -177,7 +239,7 @@ class Engine:
             await session.handle_line(line)
 
 
-def serve(max_concurrent: int = 2) -> int:
+def serve(max_concurrent: int = 2, listen: str | None = None, cert: str | None = None, key: str | None = None) -> int:
     """Run the engine in the foreground until stopped; returns the exit code."""
     p = paths_mod.resolve()
     paths_mod.ensure_private_dir(p.runtime)
@@ -191,7 +253,7 @@ def serve(max_concurrent: int = 2) -> int:
         return EXIT_ALREADY_RUNNING
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(Engine(p, max_concurrent=max_concurrent).run())
+        asyncio.run(Engine(p, max_concurrent=max_concurrent, listen=listen, cert=cert, key=key).run())
     finally:
         os.close(lock_fd)
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from engine.api.protocol import (
     RpcError,
 )
 from engine.daemon import rpc_examples
+from engine.daemon.access import User
 from engine.daemon.eventbus import MAX_CLIENT_BACKLOG
 
 if TYPE_CHECKING:
@@ -32,15 +32,18 @@ log = logging.getLogger(__name__)
 BACKGROUND_METHODS = frozenset({"jobs.check", "data.preview", "data.inspect", "models.inspect", "estimate.fit",
                                 "estimate.plan",
                                 "models.search"})
+NOBODY = User("?", "", ())  # before hello: no role, so no method is allowed
 # Errors after which a connection is closed: the handshake failed.
 CLOSING_CODES = frozenset({UNAUTHORIZED, HANDSHAKE_REQUIRED, UNSUPPORTED_VERSION})
 
 
 class Session:
-    def __init__(self, eng: Engine, client_id: str, writer: asyncio.StreamWriter):
+    def __init__(self, eng: Engine, client_id: str, writer: asyncio.StreamWriter, remote: str | None = None):
         self.engine = eng
         self.id = client_id
+        self.remote = remote  # the peer's address over TCP+TLS; None on the local socket
         self.name = "?"
+        self.user: User = NOBODY  # who hello said this is (engine/daemon/access.py)
         self.writer = writer
         self.authenticated = False
         self.closed = False
@@ -209,21 +212,26 @@ class Session:
                            {"hint": "Send hello {token, protocol} first; see docs/protocol.md."})
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "hello takes named parameters: {token, protocol, client}")
-        token = params.get("token")
-        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.engine.token.encode()):
-            log.warning("client %s sent a wrong token", self.id)
-            raise RpcError(UNAUTHORIZED, "Wrong token",
-                           {"hint": "Read the token from engine.token in the engine's runtime dir."})
+        try:
+            # The engine's own token makes a local admin: only on this machine's socket, never over the network.
+            user = self.engine.access.authenticate(params.get("token"), self.engine.token,
+                                                   network=self.remote is not None)
+        except RpcError as err:
+            log.warning("client %s%s: %s", self.id, f" from {self.remote}" if self.remote else "", err.message)
+            if self.remote is not None and err.code == UNAUTHORIZED:
+                self.engine.login_failed(self.remote)
+            raise
         version = params.get("protocol", protocol.PROTOCOL_VERSION)
         if version != protocol.PROTOCOL_VERSION:
             raise RpcError(UNSUPPORTED_VERSION,
                            f"Protocol {version!r} is not supported; this engine speaks {protocol.PROTOCOL_VERSION}",
                            {"hint": "Use a client and engine of the same Ember Studio version."})
         self.authenticated = True
+        self.user = user
         self.name = str(params.get("client", "?"))[:64]
         return {
             "server": "ember-engine", "version": engine.__version__, "protocol": protocol.PROTOCOL_VERSION,
-            "pid": os.getpid(), "client_id": self.id, "last_seq": self.engine.bus.last_seq,
+            "pid": os.getpid(), "client_id": self.id, "last_seq": self.engine.bus.last_seq, "user": user.public(),
         }
 
 

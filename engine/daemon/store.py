@@ -128,6 +128,22 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN cluster TEXT;
     """,
+    # v7: users and their roles and projects (docs/security.md); who started each job, in which project; who
+    # made each audited request. A token is kept only as its sha256.
+    """
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        role TEXT NOT NULL,
+        token_sha256 TEXT NOT NULL UNIQUE,
+        projects TEXT NOT NULL DEFAULT '[]',
+        created_at REAL NOT NULL,
+        expires_at REAL,
+        revoked_at REAL
+    );
+    ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    ALTER TABLE runs ADD COLUMN project TEXT NOT NULL DEFAULT '';
+    ALTER TABLE audit ADD COLUMN user TEXT NOT NULL DEFAULT '';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -135,7 +151,7 @@ _JOB_COLUMNS = (
     "id", "kind", "name", "state", "created_at", "started_at", "ended_at", "pid", "pid_started",
     "exit_code", "error", "run_dir", "spec", "parent_id", "host", "events_offset",
     "reported_state", "stop_requested", "estimated_peak", "measured_peak",
-    "priority", "queue_pos", "gpus", "cluster",
+    "priority", "queue_pos", "gpus", "cluster", "owner", "project",
 )
 _JSON_COLUMNS = {"error", "spec", "gpus", "cluster"}
 # Secrets never reach the audit log.
@@ -157,12 +173,12 @@ def _redact(value: Any) -> Any:
 
 def audit_where(action: str | None = None, client: str | None = None, target: str | None = None,
                 since: float | None = None, until: float | None = None, ok: bool | None = None,
-                text: str | None = None) -> tuple[str, list[Any]]:
-    """The WHERE clause of an audit query. action, client and target match exactly, or as a glob
+                text: str | None = None, user: str | None = None) -> tuple[str, list[Any]]:
+    """The WHERE clause of an audit query. action, client, target and user match exactly, or as a glob
     when they hold * ? or [ (``jobs.*``); text is a case-insensitive substring of any column."""
     where: list[str] = []
     args: list[Any] = []
-    for column, value in (("action", action), ("client", client), ("target", target)):
+    for column, value in (("action", action), ("client", client), ("target", target), ("user", user)):
         if value:
             where.append(f"{column} GLOB ?" if any(c in value for c in "*?[") else f"{column} = ?")
             args.append(value)
@@ -178,8 +194,8 @@ def audit_where(action: str | None = None, client: str | None = None, target: st
     if text:
         escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         where.append("(" + " OR ".join(f"{c} LIKE ? ESCAPE '\\'" for c in ("action", "client", "target", "params",
-                                                                             "error")) + ")")
-        args += [f"%{escaped}%"] * 5
+                                                                             "error", "user")) + ")")
+        args += [f"%{escaped}%"] * 6
     return ("WHERE " + " AND ".join(where)) if where else "", args
 
 
@@ -455,11 +471,39 @@ class Store:
         return self.db.execute("DELETE FROM conversations WHERE id=?", (conv_id,)).rowcount > 0
 
     def audit(self, client: str, action: str, target: str, params: dict[str, Any], ok: bool,
-              error: str | None = None) -> None:
+              error: str | None = None, user: str = "") -> None:
         self.db.execute(
-            "INSERT INTO audit (t, client, action, target, params, ok, error) VALUES (?,?,?,?,?,?,?)",
-            (time.time(), client, action, target, json.dumps(_redact(params)), int(ok), error),
+            "INSERT INTO audit (t, client, action, target, params, ok, error, user) VALUES (?,?,?,?,?,?,?,?)",
+            (time.time(), client, action, target, json.dumps(_redact(params)), int(ok), error, user),
         )
+
+    # ---- users (engine/daemon/access.py)
+    def add_user(self, name: str, role: str, token_sha256: str, projects: list[str],
+                 expires_at: float | None) -> None:
+        self.db.execute("INSERT INTO users (name, role, token_sha256, projects, created_at, expires_at) "
+                        "VALUES (?,?,?,?,?,?)", (name, role, token_sha256, json.dumps(projects), time.time(),
+                                                 expires_at))
+
+    def update_user(self, name: str, **fields: Any) -> None:
+        allowed = {"role", "token_sha256", "projects", "expires_at", "revoked_at"}
+        if set(fields) - allowed:
+            raise KeyError(f"unknown user columns: {sorted(set(fields) - allowed)}")
+        values = [json.dumps(v) if k == "projects" else v for k, v in fields.items()]
+        self.db.execute(f"UPDATE users SET {','.join(f'{k}=?' for k in fields)} WHERE name=?", [*values, name])
+
+    def get_user(self, name: str | None = None, token_sha256: str | None = None) -> dict[str, Any] | None:
+        column, value = ("name", name) if name is not None else ("token_sha256", token_sha256)
+        row = self.db.execute(f"SELECT * FROM users WHERE {column}=?", (value,)).fetchone()
+        return self._user(row) if row else None
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return [self._user(r) for r in self.db.execute("SELECT * FROM users ORDER BY name").fetchall()]
+
+    @staticmethod
+    def _user(row: sqlite3.Row) -> dict[str, Any]:
+        user = dict(row)
+        user["projects"] = json.loads(user["projects"])
+        return user
 
     def audit_records(self, limit: int = 100, offset: int = 0, **filters: Any) -> list[dict[str, Any]]:
         """Newest first; ``filters`` as ``audit_where`` takes them."""

@@ -1,7 +1,7 @@
 """Request handlers: one small method per protocol method, params validated by pydantic.
 
 Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models, playground,
-evaluations, conversations, privacy); their tables are joined here into the one dispatch table, which must name every method of
+evaluations, conversations, privacy, users); their tables are joined here into the one dispatch table, which must name every method of
 engine/api/protocol.py.
 """
 
@@ -23,6 +23,7 @@ from engine.daemon.handlers.playground import PlaygroundHandlers
 from engine.daemon.handlers.privacy import PrivacyHandlers
 from engine.daemon.handlers.queue import QueueHandlers
 from engine.daemon.handlers.status import StatusHandlers
+from engine.daemon.handlers.users import UserHandlers
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -34,7 +35,7 @@ AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete
            "templates.save", "templates.delete", "hosts.add", "hosts.update", "hosts.remove", "hosts.trust",
            "hosts.forget_key", "hosts.prepare", "hosts.probe", "diag.burst",
            "queue.move", "queue.configure", "jobs.prioritize", "models.delete", "hub.login", "hub.logout",
-           "conversations.delete", "pii.set_policy"}
+           "conversations.delete", "pii.set_policy", "users.add", "users.update", "users.revoke"}
 
 
 class Handlers:
@@ -43,7 +44,7 @@ class Handlers:
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
                  QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng),
-                 EvaluationHandlers(eng), ConversationHandlers(eng), PrivacyHandlers(eng))
+                 EvaluationHandlers(eng), ConversationHandlers(eng), PrivacyHandlers(eng), UserHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:
             self.table.update(area.table())
@@ -55,6 +56,13 @@ class Handlers:
                 "engine.methods lists the methods this engine answers."
             raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method!r}", {"hint": hint, "methods": sorted(self.table)})
         model, fn = self.table[method]
+        try:
+            self.engine.access.check(session.user, method, params)  # the role's rule, the user's projects
+        except RpcError as err:
+            if method in AUDITED:  # a refused attempt is on record too, with who tried
+                self.engine.store.audit(session.name, method, str(params.get("id") or params.get("name") or ""),
+                                        params, False, err.message, session.user.name)
+            raise
         args = parse(model, method, params)
         if method not in AUDITED:
             return await fn(session, args)
@@ -64,12 +72,13 @@ class Handlers:
         try:
             result = await fn(session, args)
         except RpcError as err:
-            self.engine.store.audit(session.name, method, target, params, False, err.message)
+            self.engine.store.audit(session.name, method, target, params, False, err.message, session.user.name)
             raise
         except Exception as exc:  # an internal error: the attempt is on record too
-            self.engine.store.audit(session.name, method, target, params, False, f"internal error: {type(exc).__name__}")
+            self.engine.store.audit(session.name, method, target, params, False, f"internal error: {type(exc).__name__}",
+                                    session.user.name)
             raise
         if method == "jobs.start":
             target = result["id"]
-        self.engine.store.audit(session.name, method, target, params, True)
+        self.engine.store.audit(session.name, method, target, params, True, user=session.user.name)
         return result

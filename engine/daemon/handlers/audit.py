@@ -27,6 +27,8 @@ class AuditList(Params):
     until: float | None = Field(None, description="records before this time")
     ok: bool | None = None
     text: str | None = Field(None, max_length=200, description="a substring of any column")
+    user: str | None = Field(None, max_length=200, description="who made the request (local: the engine's own "
+                                                                 "admin on its machine)")
 
 
 class AuditHandlers:

@@ -50,7 +50,9 @@ class EventHandlers:
 
     async def subscribe(self, s: Client, p: Subscribe) -> Any:
         bus = self.engine.bus
-        sub, upto = bus.subscribe(p.topics, s.write, p.since)
+        user, access = s.user, self.engine.access
+        visible = None if user.sees_all else (lambda topic, data: access.topic_visible(user, topic, data))
+        sub, upto = bus.subscribe(p.topics, s.write, p.since, visible)
         s.subscriptions.add(sub.id)
         if p.since is not None:
             # Reply first, so the client knows the subscription id before its events arrive.
@@ -65,8 +67,10 @@ class EventHandlers:
         self.engine.bus.unsubscribe(p.subscription)
         return {"ok": True}
 
-    async def events_query(self, _s: Client, p: EventsQuery) -> Any:
+    async def events_query(self, s: Client, p: EventsQuery) -> Any:
         rows = self.engine.store.query_events(p.topics, p.since, None, p.limit)
+        if not s.user.sees_all:
+            rows = [r for r in rows if self.engine.access.topic_visible(s.user, r[1], r[3])]
         return {"events": [{"topic": topic, "seq": seq, "t": t, "data": json.loads(data)}
                            for seq, topic, t, data in rows], "last_seq": self.engine.bus.last_seq}
 

@@ -29,6 +29,8 @@ class JobsStart(Params):
     kind: str
     spec: dict[str, Any] = Field(default_factory=dict)
     name: str = Field("", max_length=200)
+    project: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                                description="the project the job belongs to; default: the user's first")
 
 
 class TemplateSave(Params):
@@ -92,7 +94,7 @@ class JobHandlers:
         return {k.name: {"title": k.title, "description": k.description, "schema": k.spec_model.model_json_schema()}
                 for k in JOB_KINDS.values()}
 
-    async def jobs_start(self, _s: Client, p: JobsStart) -> Any:
+    async def jobs_start(self, s: Client, p: JobsStart) -> Any:
         try:
             spec = validate_spec(p.kind, p.spec)
         except SpecError as exc:
@@ -100,7 +102,8 @@ class JobHandlers:
         # model.code: CONFIRMATION_REQUIRED until the user approved its hash (a sweep's trials run its base's)
         custom_code.require_confirmed(spec.base if p.kind == SWEEP else spec)
         await data_policy.check(self.engine.store, p.kind, spec)  # scanned or scrubbed first, where a rule says so
-        job = self.engine.jobs.submit(p.kind, spec, p.name)
+        project = self.engine.access.project_for_start(s.user, p.project)
+        job = self.engine.jobs.submit(p.kind, spec, p.name, owner=s.user.name, project=project)
         if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.
             asyncio.ensure_future(self._store_estimate(job["id"], p.spec))
@@ -165,9 +168,12 @@ class JobHandlers:
     async def compress_variants(self, _s: Client, p: JobId) -> Any:
         return variants(self.engine.store, self.engine.jobs.get(p.id))
 
-    async def jobs_list(self, _s: Client, p: JobsList) -> Any:
-        store = self.engine.store
-        return {"jobs": [record(store, r) for r in store.list_jobs(p.state, p.kind, p.limit)]}
+    async def jobs_list(self, s: Client, p: JobsList) -> Any:
+        store, access = self.engine.store, self.engine.access
+        if s.user.sees_all:
+            return {"jobs": [record(store, r) for r in store.list_jobs(p.state, p.kind, p.limit)]}
+        rows = [r for r in store.list_jobs(p.state, p.kind, 100_000) if access.visible(s.user, r["id"])]
+        return {"jobs": [record(store, r) for r in rows[:p.limit]]}
 
     async def jobs_get(self, _s: Client, p: JobId) -> Any:
         job = record(self.engine.store, self.engine.jobs.get(p.id))

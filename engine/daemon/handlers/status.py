@@ -30,6 +30,7 @@ def status_of(eng: EngineView) -> dict[str, Any]:
         "last_seq": eng.bus.last_seq,
         "max_concurrent": eng.jobs.max_concurrent,
         "store": eng.store_health,
+        "tls": eng.tls or None,  # {listen, fingerprint, certificate} when serving over TCP with TLS
     }
 
 

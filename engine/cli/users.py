@@ -1,0 +1,87 @@
+"""``ember users``: the engine's users, their roles and projects, and their tokens (docs/security.md).
+
+    ember users add alice --role operator --project vision --project nlp     # prints alice's token once
+    ember users list
+    ember users update alice --role viewer
+    ember users token alice          # a new token; the old one stops working
+    ember users revoke alice
+    ember users me                   # who this connection is
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from engine.api.permissions import ROLE_WORDS, ROLES
+from engine.cli.client import ensure_engine
+
+
+def out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(t)) if t else "-"
+
+
+def _show(u: dict[str, Any]) -> None:
+    state = "revoked" if u.get("revoked_at") else (f"expires {_when(u['expires_at'])}" if u.get("expires_at")
+                                                  else "active")
+    out(f"{u['name']:<20} {u['role']:<9} {','.join(u['projects']) or '-':<24} {state}")
+
+
+def _token(name: str, token: str) -> None:
+    out(f"token for {name} (shown once; give it to them over a private channel):\n{token}")
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    with ensure_engine() as c:
+        action = args.users_action or "list"
+        if action == "list":
+            for u in c.call("users.list")["users"]:
+                _show(u)
+        elif action == "me":
+            me = c.call("users.me")
+            out(f"{me['name']} ({me['role']}: {ROLE_WORDS[me['role']]}); projects: {', '.join(me['projects'])}")
+        elif action == "add":
+            params: dict[str, Any] = {"name": args.name, "role": args.role, "projects": args.project or ["default"]}
+            if args.expires_days:
+                params["expires_days"] = args.expires_days
+            reply = c.call("users.add", **params)
+            _show(reply["user"])
+            _token(args.name, reply["token"])
+        elif action in ("update", "token"):
+            params = {"name": args.name, "new_token": action == "token"}
+            for key in ("role", "expires_days"):
+                if getattr(args, key, None):
+                    params[key] = getattr(args, key)
+            if getattr(args, "project", None):
+                params["projects"] = args.project
+            reply = c.call("users.update", **params)
+            _show(reply["user"])
+            if reply.get("token"):
+                _token(args.name, reply["token"])
+        else:
+            _show(c.call("users.revoke", name=args.name)["user"])
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    u = sub.add_parser("users", help="the engine's users, roles and projects (a team engine)")
+    us = u.add_subparsers(dest="users_action")
+    us.add_parser("list", help="every user, role, projects and token state (the default)")
+    us.add_parser("me", help="who this connection is")
+    roles = "; ".join(f"{r}: {w}" for r, w in ROLE_WORDS.items())
+    for action, text in (("add", "a new user; prints their token once"), ("update", "change a user's role or projects"),
+                         ("token", "a new token for a user (the old one stops working)"),
+                         ("revoke", "the user's token stops working at once")):
+        a = us.add_parser(action, help=text)
+        a.add_argument("name")
+        if action in ("add", "update"):
+            a.add_argument("--role", choices=ROLES, required=action == "add", help=roles)
+            a.add_argument("--project", action="append", help="a project they belong to (repeatable; * = all)")
+            a.add_argument("--expires-days", type=float, help="the token stops working after this many days")
+    u.set_defaults(fn=cmd_users, users_action=None)

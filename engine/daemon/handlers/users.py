@@ -1,0 +1,108 @@
+"""Users, roles and projects: users.me, users.list, users.add, users.update, users.revoke (docs/security.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from engine.api.protocol import INVALID_PARAMS, NOT_FOUND, RpcError
+from engine.daemon.access import new_token, token_hash
+from engine.daemon.handlers.params import NoParams, Params
+
+if TYPE_CHECKING:
+    from engine.daemon.context import Client, EngineView
+
+PROJECT = r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
+Role = Literal["viewer", "operator", "admin"]
+
+
+class UserAdd(Params):
+    name: str = Field(..., min_length=1, max_length=64)
+    role: Role
+    projects: list[str] = Field(default_factory=lambda: ["default"], max_length=100)
+    expires_days: float | None = Field(None, gt=0, le=36_500, description="the token stops working after this")
+
+
+class UserUpdate(Params):
+    name: str = Field(..., min_length=1, max_length=64)
+    role: Role | None = None
+    projects: list[str] | None = Field(None, max_length=100)
+    expires_days: float | None = Field(None, gt=0, le=36_500)
+    new_token: bool = False
+
+
+class UserName(Params):
+    name: str = Field(..., min_length=1, max_length=64)
+
+
+def _check_projects(projects: list[str] | None) -> None:
+    for p in projects or []:
+        if not isinstance(p, str) or not re.match(PROJECT, p):
+            raise RpcError(INVALID_PARAMS, f"{p!r} is not a project name",
+                           {"hint": "Letters, digits, . _ -, up to 64; * for every project."})
+
+
+def _public(user: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in user.items() if k != "token_sha256"}
+
+
+class UserHandlers:
+    def __init__(self, eng: EngineView):
+        self.engine = eng
+
+    def table(self) -> dict[str, tuple[type[Params], Any]]:
+        return {"users.me": (NoParams, self.me), "users.list": (NoParams, self.list),
+                "users.add": (UserAdd, self.add), "users.update": (UserUpdate, self.update),
+                "users.revoke": (UserName, self.revoke)}
+
+    async def me(self, s: Client, _p: NoParams) -> Any:
+        return s.user.public()
+
+    async def list(self, _s: Client, _p: NoParams) -> Any:
+        return {"users": [_public(u) for u in self.engine.store.list_users()]}
+
+    async def add(self, _s: Client, p: UserAdd) -> Any:
+        _check_projects(p.projects)
+        expires = time.time() + p.expires_days * 86_400 if p.expires_days else None
+        user, token = self.engine.access.add(p.name, p.role, p.projects, expires)
+        return {"user": _public(user), "token": token}
+
+    def _get(self, name: str) -> dict[str, Any]:
+        user = self.engine.store.get_user(name=name)
+        if user is None:
+            raise RpcError(NOT_FOUND, f"No user {name!r}", {"hint": "users.list shows them."})
+        return user
+
+    async def update(self, s: Client, p: UserUpdate) -> Any:
+        self._get(p.name)
+        _check_projects(p.projects)
+        fields: dict[str, Any] = {}
+        if p.role is not None:
+            fields["role"] = p.role
+        if p.projects is not None:
+            fields["projects"] = p.projects
+        if p.expires_days is not None:
+            fields["expires_at"] = time.time() + p.expires_days * 86_400
+        token = None
+        if p.new_token:
+            token = new_token()
+            fields.update(token_sha256=token_hash(token), revoked_at=None)
+        if fields:
+            self.engine.store.update_user(p.name, **fields)
+        self._drop_sessions(p.name, keep=s)  # a changed role or token applies from the next connection
+        return {"user": _public(self._get(p.name)), **({"token": token} if token else {})}
+
+    async def revoke(self, s: Client, p: UserName) -> Any:
+        self._get(p.name)
+        self.engine.store.update_user(p.name, revoked_at=time.time())
+        self._drop_sessions(p.name, keep=s)
+        return {"user": _public(self._get(p.name))}
+
+    def _drop_sessions(self, name: str, keep: Client | None = None) -> None:
+        for session in list(self.engine.sessions):
+            if session is not keep and getattr(session, "user", None) is not None and session.user.name == name:
+                asyncio.ensure_future(session.close())
