@@ -11,7 +11,13 @@ import time
 
 import pytest
 
-from engine.api.protocol import FRAME_TOO_LARGE, MAX_FRAME_BYTES, PARSE_ERROR, UNAUTHORIZED, RpcError
+from engine.api.protocol import (
+    FRAME_TOO_LARGE,
+    MAX_FRAME_BYTES,
+    PARSE_ERROR,
+    UNAUTHORIZED,
+    RpcError,
+)
 from engine.api.remote import CertificateMismatch, KnownEngines, UnknownCertificate
 from engine.cli.client import BlockingClient
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process
