@@ -122,3 +122,15 @@ def test_wrong_revoked_and_expired_tokens_are_refused_and_revoking_closes_connec
         with pytest.raises(RpcError) as err:
             admin.call("users.add", name="local", role=ADMIN)
         assert err.value.code == INVALID_PARAMS
+
+
+def test_docs_security_holds_the_current_permissions_table():
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("permissions_table", ROOT / "scripts" / "permissions_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    assert module.table() in doc, "run python scripts/permissions_table.py and paste it into docs/security.md"
