@@ -1,4 +1,5 @@
-"""The GUI's connection to the engine: JSON-RPC 2.0 over a QLocalSocket.
+"""The GUI's connection to the engine: JSON-RPC 2.0 over a QLocalSocket, or over TCP with TLS (QSslSocket)
+to an engine on another machine, its certificate pinned by fingerprint (engine/api/remote.py).
 
 Everything is asynchronous and runs on the Qt event loop: ``request`` returns
 at once and the callback runs when the reply line arrives. Subscriptions are
@@ -16,10 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtNetwork import QLocalSocket
+from PySide6.QtNetwork import QAbstractSocket, QLocalSocket, QSslSocket
 
 from engine.api import paths as engine_paths
 from engine.api import protocol
+from engine.api.remote import (
+    CertificateMismatch,
+    KnownEngines,
+    UnknownCertificate,
+    fingerprint_of_der,
+    parse_address,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +71,27 @@ class EngineClient(QObject):
     error = Signal(str)  # a plain-language message for the user or the log
     # A request sent without an error callback failed: method, RpcError (then `error` as text too).
     request_failed = Signal(str, object)
+    # A remote engine's certificate is not the accepted one: address, fingerprint, "unknown" or "changed".
+    certificate_refused = Signal(str, str, str)
+    hello_refused = Signal(object)  # the engine refused the token (an RpcError): wrong, revoked, expired
 
     def __init__(self, client_name: str = "ember-gui", parent: QObject | None = None):
         super().__init__(parent)
         self._client_name = client_name
-        self._socket = QLocalSocket(self)
-        self._socket.connected.connect(self._send_hello)
+        self._local = QLocalSocket(self)
+        self._local.connected.connect(self._send_hello)
         # stateChanged, not disconnected: a refused connect never was "connected", so Qt
         # sends no `disconnected` for it, but the state always returns to Unconnected.
-        self._socket.stateChanged.connect(self._on_socket_state)
-        self._socket.readyRead.connect(self._read)
+        self._local.stateChanged.connect(lambda _s: self._on_socket_state(self._local))
+        self._local.readyRead.connect(self._read)
+        self._tls = QSslSocket(self)
+        self._tls.setPeerVerifyMode(QSslSocket.PeerVerifyMode.VerifyNone)  # identity: the pinned fingerprint
+        self._tls.encrypted.connect(self._check_certificate)
+        self._tls.stateChanged.connect(lambda _s: self._on_socket_state(self._tls))
+        self._tls.readyRead.connect(self._read)
+        self._socket: QLocalSocket | QSslSocket = self._local
+        self.remote: str | None = None  # host:port of a remote engine, while connected to one
+        self._known: KnownEngines | None = None
         self._buffer = bytearray()
         self._next_id = 1
         self._pending: dict[int, _Pending] = {}
@@ -109,16 +128,48 @@ class EngineClient(QObject):
             self._token = engine_paths.read_token(paths)
         except OSError:
             return False
-        if self._socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
+        self._begin(self._local, None)
+        self._local.connectToServer(str(paths.socket))
+        return True
+
+    def connect_remote(self, address: str, token: str, known: KnownEngines | None = None) -> None:
+        """Start connecting to the engine at ``address`` over TLS as the user of ``token``; ``connected``,
+        ``certificate_refused`` (then ``disconnected``) or ``disconnected`` follows."""
+        host, port = parse_address(address)
+        self._token = token
+        self._known = known or KnownEngines(engine_paths.known_engines_file())
+        self._begin(self._tls, address)
+        self._tls.connectToHostEncrypted(host, port)
+
+    def _begin(self, sock: QLocalSocket | QSslSocket, remote: str | None) -> None:
+        if not self._unconnected():
             # Replacing a connection nobody reported closed: settle what waited on it.
             self._abort_quietly()
             self._server = None
             self._fail_pending()
+        self._socket, self.remote = sock, remote
         self._buffer.clear()
         self._attempting = True
         self._was_open = False
-        self._socket.connectToServer(str(paths.socket))
-        return True
+
+    def _unconnected(self) -> bool:
+        if isinstance(self._socket, QLocalSocket):
+            return self._socket.state() == QLocalSocket.LocalSocketState.UnconnectedState
+        return self._socket.state() == QAbstractSocket.SocketState.UnconnectedState
+
+    def _check_certificate(self) -> None:
+        """TLS is up: the certificate must be the one accepted for this address before hello is sent."""
+        presented = fingerprint_of_der(bytes(self._tls.peerCertificate().toDer().data()))
+        try:
+            assert self._known is not None and self.remote is not None
+            self._known.check(self.remote, presented)
+        except (UnknownCertificate, CertificateMismatch) as exc:
+            kind = "unknown" if isinstance(exc, UnknownCertificate) else "changed"
+            self.error.emit(str(exc))
+            self.certificate_refused.emit(self.remote or "", presented, kind)
+            self._tls.abort()
+            return
+        self._send_hello()
 
     def close(self) -> None:
         """Drop the connection; pending requests fail with CONNECTION_LOST."""
@@ -126,7 +177,7 @@ class EngineClient(QObject):
         self._connection_ended()
 
     def _abort_quietly(self) -> None:
-        if self._socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
+        if not self._unconnected():
             self._socket.blockSignals(True)
             self._socket.abort()
             self._socket.blockSignals(False)
@@ -148,10 +199,11 @@ class EngineClient(QObject):
         if err.code == CONNECTION_LOST:
             return  # the connection ended before the engine answered (say, the window quit): not a refusal
         self.error.emit(f"The engine refused this client: {err}")
+        self.hello_refused.emit(err)
         self._socket.abort()
 
-    def _on_socket_state(self, state: QLocalSocket.LocalSocketState) -> None:
-        if state == QLocalSocket.LocalSocketState.UnconnectedState:
+    def _on_socket_state(self, sock: QObject) -> None:
+        if sock is self._socket and self._unconnected():
             self._connection_ended()
 
     def _connection_ended(self) -> None:
@@ -266,11 +318,16 @@ class EngineClient(QObject):
             del self._buffer[:end + 1]
             if line.strip():
                 self._handle_line(line)
-            if self._socket.state() != QLocalSocket.LocalSocketState.ConnectedState:
+            if not self._open():
                 return
         if len(self._buffer) > protocol.MAX_FRAME_BYTES:
             self.error.emit("The engine sent a frame over 1 MiB; reconnecting.")
             self._socket.abort()
+
+    def _open(self) -> bool:
+        if isinstance(self._socket, QLocalSocket):
+            return self._socket.state() == QLocalSocket.LocalSocketState.ConnectedState
+        return self._socket.state() == QAbstractSocket.SocketState.ConnectedState
 
     def _handle_line(self, line: bytes) -> None:
         try:

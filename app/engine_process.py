@@ -12,6 +12,10 @@ States, as shown in the status bar:
   reconnecting  the engine went away without notice; retrying and restarting it
   stopped       the engine announced an orderly shutdown (or would not start);
                 nothing restarts it until the user asks
+
+With a remote engine (Engine › Connect to engine…, or the ``remote_engine`` preference with a saved token),
+the client connects over TLS to that address instead and never starts an engine here; a certificate that
+is not the accepted one stops it with the reason (docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.engine_client import EngineClient
 from app.models.jobs_state import JobsState
-from app.prefs import engine_paths_from_prefs
+from app.prefs import engine_paths_from_prefs, prefs
 from engine.api import paths as engine_paths
+from engine.api.remote import SavedLogins
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +60,8 @@ class EngineProcess(QObject):
         super().__init__(parent)
         self.client = EngineClient(parent=self)
         self.client.connected.connect(self._on_connected)
+        self.client.certificate_refused.connect(self._on_certificate_refused)
+        self.client.hello_refused.connect(self._on_hello_refused)
         self.client.disconnected.connect(self._on_disconnected)
         self.client.subscribe(["engine"], self._on_engine_event)
         # Every job record, for every page: the one jobs.list and the one "jobs" subscription.
@@ -66,6 +73,9 @@ class EngineProcess(QObject):
         self.stop_reason = ""  # from the engine's `stopping` event, e.g. "requested by ember-cli"
         self.start_failure = ""  # set when the engine would not start; shown instead
         self.paths: engine_paths.Paths | None = None
+        self.remote: dict[str, str] | None = None  # {address, token} of a team engine, else this machine's
+        self.user: dict[str, Any] = {}  # who the engine says this connection is: {name, role, projects}
+        self.refused_certificate: tuple[str, str, str] | None = None  # (address, fingerprint, unknown|changed)
         self._home_from_prefs = False  # the home is the "data_dir" preference, passed on as EMBER_HOME
         self._child: subprocess.Popen | None = None
         self._child_answered = False  # our child became the engine we talked to
@@ -83,9 +93,12 @@ class EngineProcess(QObject):
     # -- public -----------------------------------------------------------------
 
     def start(self) -> None:
-        """Connect to the engine, starting one if none answers."""
+        """Connect to the engine, starting one if none answers (a remote one: only connect)."""
         self._closed = False
         self.paths, self._home_from_prefs = engine_paths_from_prefs()
+        self.refused_certificate = None
+        if self.remote is None:
+            self.remote = _saved_remote()
         self._stop_expected = False
         self._failed_starts = 0
         self._delay = FIRST_DELAY_S
@@ -94,6 +107,21 @@ class EngineProcess(QObject):
         self.start_failure = ""
         self._set_state(STARTING)
         self._try_connect()
+
+    def connect_remote(self, address: str, token: str) -> None:
+        """Leave this machine's engine (it keeps running) for the team engine at ``address``."""
+        self.client.close()
+        self.remote = {"address": address, "token": token}
+        self.state = STARTING
+        self.start()
+
+    def use_local(self) -> None:
+        """Back to this machine's engine."""
+        self.client.close()
+        self.remote = None
+        prefs().set("remote_engine", "")
+        self.state = STARTING
+        self.start()
 
     def stop_engine(self) -> None:
         """Ask the engine to shut down (its jobs keep running); we then show `stopped`."""
@@ -123,11 +151,19 @@ class EngineProcess(QObject):
     def _try_connect(self) -> None:
         if self._closed or self.state in (CONNECTED, STOPPED):
             return
+        if self.remote is not None:
+            try:
+                self.client.connect_remote(self.remote["address"], self.remote["token"])
+            except ValueError as exc:  # not host:port
+                self.start_failure = str(exc)
+                self._set_state(STOPPED)
+            return
         if not self.client.connect_to_engine(self.paths):
             self._connect_failed()  # no token: no engine has ever started here
 
     def _on_connected(self, hello: dict[str, Any]) -> None:
         self.version = str(hello.get("version", ""))
+        self.user = dict(hello.get("user") or {})
         self.engine_pid = hello.get("pid")
         self._stop_expected = False  # a new engine; any earlier stop was for the old one
         if self._child is not None and self._child.pid == self.engine_pid:
@@ -150,10 +186,27 @@ class EngineProcess(QObject):
             self._set_state(RECONNECTING)
         self._connect_failed()
 
+    def _on_certificate_refused(self, address: str, fingerprint: str, kind: str) -> None:
+        self.refused_certificate = (address, fingerprint, kind)
+        self.start_failure = (f"The engine at {address} presents a certificate ({fingerprint}) "
+                              + ("not yet trusted: compare it and accept it in Engine › Connect to engine…"
+                                 if kind == "unknown" else "other than the one accepted before: not connected"))
+        self._set_state(STOPPED)
+
+    def _on_hello_refused(self, err: Any) -> None:
+        if self.remote is not None:  # a wrong or revoked token: retrying only counts as failed logins
+            self.start_failure = f"The engine at {self.remote['address']} refused the token: {err}"
+            self._set_state(STOPPED)
+
     def _connect_failed(self) -> None:
         if self._closed or self.state in (CONNECTED, STOPPED):
             return
         self._reap()
+        if self.remote is not None:  # a team engine: retry, never start one here
+            self.attempt += 1
+            self._retry.start(int(self._delay * 1000))
+            self._delay = min(self._delay * 2, MAX_DELAY_S)
+            return
         if self._child is None:
             if self._failed_starts >= MAX_FAILED_STARTS:
                 self.start_failure = (f"The engine exited {self._failed_starts} times while "
@@ -215,6 +268,13 @@ class EngineProcess(QObject):
         self._reaper.stop()
         if code not in (0, DUPLICATE_ENGINE_EXIT) and not self._child_answered:
             self._failed_starts += 1
+
+
+def _saved_remote() -> dict[str, str] | None:
+    """The team engine the user connected to and asked to remember, with its saved token."""
+    address = prefs().get("remote_engine")
+    token = SavedLogins(engine_paths.saved_logins_file()).get(address) if address else None
+    return {"address": address, "token": token} if address and token else None
 
 
 def _source_root() -> Path | None:

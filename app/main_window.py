@@ -106,6 +106,11 @@ class MainWindow(QMainWindow):
         from app.shortcuts import install_shortcuts
 
         install_shortcuts(self)
+        engine_menu = self.menuBar().addMenu("&Engine")
+        self.connect_action = engine_menu.addAction("Connect to engine…")
+        self.connect_action.triggered.connect(self.show_connect_dialog)
+        self.local_action = engine_menu.addAction("Use this machine's engine")
+        self.local_action.triggered.connect(self.engine.use_local)
         install_help_menu(self)  # the menu bar's Help menu (app/help.py)
         install_accessibility(self)
 
@@ -135,6 +140,13 @@ class MainWindow(QMainWindow):
     def _show_row(self, row: int) -> None:
         if 0 <= row < len(PAGES):
             self.stack.setCurrentWidget(self.page(PAGES[row].key))
+
+    def show_connect_dialog(self) -> None:
+        """Engine › Connect to engine…: a team engine over TLS (app/widgets/connect_dialog.py)."""
+        from app.widgets.connect_dialog import ConnectDialog
+
+        self.connect_dialog = ConnectDialog(self.engine, self)
+        self.connect_dialog.show()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         from app.prefs import save_window

@@ -50,6 +50,7 @@ KEYS: dict[str, Key] = {
     "last_page": Key(""),
     "tour_done": Key(False),
     "desktop_notifications": Key(True),
+    "remote_engine": Key(""),  # host:port of a team engine to connect to over TLS; "" = this machine's
 }
 WINDOWS_GROUP = "windows"  # window geometry per data folder
 

@@ -77,6 +77,11 @@ def known_engines_file() -> Path:
     return Path(platformdirs.user_config_dir("ember-studio", appauthor=False)) / "known_engines.json"
 
 
+def saved_logins_file() -> Path:
+    """Tokens the user chose to keep for remote engines (engine/api/remote.py's SavedLogins)."""
+    return known_engines_file().with_name("engine_logins.json")
+
+
 def builtin_models_dir() -> Path:
     """Where the built-in models are written on first use: ``EMBER_MODELS_DIR``, else ``<data>/models``.
 

@@ -54,6 +54,22 @@ def fingerprint_of_der(der: bytes) -> str:
     return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
 
 
+class SavedLogins:
+    """address -> the user's token for that engine, kept only when the user asks (mode 0600)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def get(self, address: str) -> str | None:
+        return KnownEngines(self.path)._read().get(address)
+
+    def save(self, address: str, token: str) -> None:
+        KnownEngines(self.path).accept(address, token)  # the same small 0600 JSON map
+
+    def forget(self, address: str) -> None:
+        KnownEngines(self.path).forget(address)
+
+
 class KnownEngines:
     """address -> accepted fingerprint, in a JSON file of this client's (mode 0600)."""
 
