@@ -165,7 +165,8 @@ class EngineClient(QObject):
             self._known.check(self.remote, presented)
         except (UnknownCertificate, CertificateMismatch) as exc:
             kind = "unknown" if isinstance(exc, UnknownCertificate) else "changed"
-            self.error.emit(str(exc))
+            if kind == "changed":  # an alarm; an unknown one is the first connection's question
+                self.error.emit(str(exc))
             self.certificate_refused.emit(self.remote or "", presented, kind)
             self._tls.abort()
             return

@@ -110,16 +110,19 @@ class EngineProcess(QObject):
 
     def connect_remote(self, address: str, token: str) -> None:
         """Leave this machine's engine (it keeps running) for the team engine at ``address``."""
-        self.client.close()
-        self.remote = {"address": address, "token": token}
-        self.state = STARTING
-        self.start()
+        self._switch({"address": address, "token": token})
 
     def use_local(self) -> None:
         """Back to this machine's engine."""
-        self.client.close()
-        self.remote = None
         prefs().set("remote_engine", "")
+        self._switch(None)
+
+    def _switch(self, remote: dict[str, str] | None) -> None:
+        self._retry.stop()
+        self._closed = True  # the disconnection that follows is ours: no reconnecting to the old engine
+        self.client.close()
+        self._closed = False
+        self.remote = remote
         self.state = STARTING
         self.start()
 

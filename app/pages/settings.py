@@ -90,6 +90,10 @@ class SettingsPage(QWidget):
         box.addWidget(self.machine_facts)
         outer.addWidget(machine_card)
         from app.pages.audit_view import AuditView
+        from app.pages.users_card import UsersCard
+
+        self.users_card = UsersCard(engine)  # who may use this engine: roles, projects, tokens
+        outer.addWidget(self.users_card)
 
         self.audit_view = AuditView(self._client)  # Audit log: who changed what, with filters and export
         outer.addWidget(self.audit_view)

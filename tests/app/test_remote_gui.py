@@ -80,3 +80,25 @@ def test_a_wrong_token_and_a_changed_certificate_are_refused_with_the_reason(qtb
     qtbot.waitUntil(lambda: "DIFFERENT certificate" in dialog.status.text(), timeout=CONNECT_MS)
     assert not dialog.accept_button.isVisible() and window.engine.state == "stopped"
     assert tls["fingerprint"] in dialog.status.text()
+
+
+def test_settings_users_card_adds_a_user_shows_the_token_once_and_revokes(qtbot, make_window):
+    from app.pages.users_card import token_state
+
+    window = make_window(page="settings")
+    qtbot.waitUntil(lambda: window.engine.state == "connected", timeout=CONNECT_MS)
+    users = window.page("settings").users_card
+    qtbot.waitUntil(lambda: "You are local (admin" in users.me.text(), timeout=CONNECT_MS)
+    assert users.admin_box.isVisible()
+    users.name_edit.setText("cara")
+    users.role_combo.setCurrentIndex(users.role_combo.findData("viewer"))
+    users.projects_edit.setText("vision, nlp")
+    users.add_button.click()
+    qtbot.waitUntil(lambda: users.table.rowCount() == 1, timeout=CONNECT_MS)
+    assert users.last_token.startswith("emb_") and users.token_view.text() == users.last_token
+    assert [users.table.item(0, c).text() for c in range(4)] == ["cara", "viewer", "vision, nlp", "active"]
+    users.table.selectRow(0)
+    users.revoke_button.click()
+    qtbot.waitUntil(lambda: users.table.item(0, 3).text() == "revoked", timeout=CONNECT_MS)
+    assert not users.token_view.isVisible()
+    assert token_state({"expires_at": 1.0}, now=2.0) == "expired"
