@@ -179,7 +179,7 @@ def install_line(packages: Sequence[str], root: bool = False) -> str:
 
 
 def is_root() -> bool:
-    return os.geteuid() == 0
+    return getattr(os, "geteuid", lambda: -1)() == 0  # Windows has no uid: never root
 
 
 which = shutil.which  # module-level so tests can replace it

@@ -48,6 +48,9 @@ MAX_DELAY_S = 2.0
 # busy; restarting it forever would only hide the error in engine.log.
 MAX_FAILED_STARTS = 3
 DUPLICATE_ENGINE_EXIT = 3  # engine's exit code when another engine holds the lock
+# The engine serves a Unix socket and starts jobs in POSIX sessions: Linux and macOS. On Windows the GUI
+# connects to an engine elsewhere over TLS.
+LOCAL_ENGINE_POSSIBLE = sys.platform != "win32"
 
 
 class EngineProcess(QObject):
@@ -99,6 +102,11 @@ class EngineProcess(QObject):
         self.refused_certificate = None
         if self.remote is None:
             self.remote = _saved_remote()
+        if self.remote is None and not LOCAL_ENGINE_POSSIBLE:
+            self.start_failure = ("On Windows the engine runs on a Linux machine (a team's GPU server): "
+                                  "Engine › Connect to engine….")
+            self._set_state(STOPPED)
+            return
         self._stop_expected = False
         self._failed_starts = 0
         self._delay = FIRST_DELAY_S
