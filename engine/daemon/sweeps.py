@@ -39,6 +39,7 @@ class SweepRun:
         self.jm = jm
         self.run_id = job["id"]
         self.name = job.get("name") or self.run_id
+        self.owner, self.project = job.get("owner") or "", job.get("project") or ""  # its trials' too
         self.run_dir = Path(job["run_dir"])
         self.spec = spec
         self.trials: list[dict[str, Any]] = []
@@ -202,7 +203,8 @@ class SweepRun:
             number = len(self.trials)
             settings = self._next_settings(number)
             spec = self.spec.trial_spec(settings)
-            job = self.jm.submit(FINETUNE, spec, name=f"{self.name} #{number}: {settings_text(settings)}")
+            job = self.jm.submit(FINETUNE, spec, name=f"{self.name} #{number}: {settings_text(settings)}",
+                                 owner=self.owner, project=self.project)
             trial = {"number": number, "settings": settings, "run_id": job["id"], "state": RUNNING, "value": None}
             self.trials.append(trial)
             self._trial_event(trial)
