@@ -177,7 +177,7 @@ def test_message_links_open_the_manual(qtbot, make_window):
 def test_help_menu_and_f1_open_the_right_doc(qtbot, make_window):
     window = make_window(start=False, page="runs")
     menus = [action.text().replace("&", "") for action in window.menuBar().actions()]
-    assert menus == ["Help"]
+    assert menus == ["Engine", "Help"]
     menu = window.menuBar().actions()[0].menu()
     names = [action.text() for action in menu.actions() if not action.isSeparator()]
     assert names == ["Documentation", "Help for this page", "Keyboard shortcuts", "Troubleshooting",
