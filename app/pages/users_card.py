@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.common import card, label
+from app.widgets.common import card, label, say
 from app.widgets.wizard_parts import error_text
 from engine.api.permissions import ADMIN, ROLE_WORDS, ROLES
 
@@ -159,7 +159,4 @@ class UsersCard(QWidget):
         self._say(error_text(err), error=True)
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.status.setProperty("role", "error" if error else "muted")
-        self.status.style().polish(self.status)
-        self.status.setText(text)
-        self.status.show()
+        say(self.status, text, error)

@@ -29,6 +29,14 @@ def label(text: str, role: str = "", wrap: bool = False) -> QLabel:
     return widget
 
 
+def say(widget: QLabel, text: str, error: bool = False) -> None:
+    """Show ``text`` in a status label, in the error colour when ``error``."""
+    set_role(widget, "error" if error else "muted")
+    widget.style().polish(widget)  # the stylesheet notices the new role
+    widget.setText(text)
+    widget.show()
+
+
 def card(parent: QWidget | None = None) -> tuple[QFrame, QVBoxLayout]:
     """A white rounded panel; returns the frame and its layout."""
     frame = QFrame(parent)

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.prefs import prefs
-from app.widgets.common import label
+from app.widgets.common import label, say
 from engine.api import paths as engine_paths
 from engine.api.remote import KnownEngines, SavedLogins, parse_address
 
@@ -74,10 +74,7 @@ class ConnectDialog(QDialog):
             self.token_edit.setText(self.logins.get(self.address_edit.text()) or "")
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.status.setProperty("role", "error" if error else "muted")
-        self.status.style().polish(self.status)
-        self.status.setText(text)
-        self.status.show()
+        say(self.status, text, error)
 
     def connect_now(self) -> None:
         address, token = self.address_edit.text().strip(), self.token_edit.text().strip()

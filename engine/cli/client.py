@@ -54,13 +54,7 @@ class BlockingClient:
         except OSError:
             sock.close()
             raise
-        c = cls(sock, timeout)
-        try:
-            c.server = c.call("hello", token=token, protocol=PROTOCOL_VERSION, client=client)
-        except BaseException:
-            c.close()
-            raise
-        return c
+        return cls._greet(sock, timeout, token, client)
 
     @classmethod
     def connect_tls(cls, address: str, token: str, known: KnownEngines | None = None, client: str = "ember-cli",
@@ -91,6 +85,11 @@ class BlockingClient:
         except ConnectionError:
             sock.close()
             raise
+        return cls._greet(sock, timeout, token, client)
+
+    @classmethod
+    def _greet(cls, sock: socket.socket, timeout: float, token: str, client: str) -> BlockingClient:
+        """The hello handshake on a fresh connection; the client, or the socket closed and the error raised."""
         c = cls(sock, timeout)
         try:
             c.server = c.call("hello", token=token, protocol=PROTOCOL_VERSION, client=client)

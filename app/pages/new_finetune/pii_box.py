@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.common import card, label
+from app.widgets.common import card, label, say
 from app.widgets.wizard_parts import error_text
 from engine.api.job_terms import FINAL_STATES, PII_SCAN, PII_SCRUB, SUCCEEDED
 from engine.api.pii_spec import MODE_WORDS, SCRUB_MODES
@@ -193,10 +193,7 @@ class PiiBox(QWidget):
         self._say(error_text(err), error=True)
 
     def _say(self, text: str, error: bool = False) -> None:
-        self.status.setProperty("role", "error" if error else "muted")
-        self.status.style().polish(self.status)
-        self.status.setText(text)
-        self.status.show()
+        say(self.status, text, error)
 
     # -- results ----------------------------------------------------------------------------
 
