@@ -34,11 +34,8 @@ def main() -> int:
     box = step.pii_box
     box.scan_button.click()
     wait(app, lambda: box.table.isVisible() or "failed" in box.status.text(), 300, "the scan")
-    for r in range(box.table.rowCount()):
-        mode = {"EMAIL_ADDRESS": "fake", "CREDIT_CARD": "hash", "PHONE_NUMBER": "mask"}.get(box.table.item(r, 1).text())
-        if mode:
-            combo = box.table.cellWidget(r, 4)
-            combo.setCurrentIndex(combo.findData(mode))
+    for entity, mode in {"EMAIL_ADDRESS": "fake", "CREDIT_CARD": "hash", "PHONE_NUMBER": "mask"}.items():
+        box.set_mode(entity, mode)
     pump(app, 2)
     area = box.parentWidget()
     while area is not None and not hasattr(area, "ensureWidgetVisible"):

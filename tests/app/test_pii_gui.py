@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from PySide6.QtWidgets import QComboBox
 
 from app.pages.new_finetune.pii_box import findings_rows, summary_text
 from tests.app.conftest import wait_connected
@@ -39,8 +40,13 @@ def test_scan_then_scrub_from_the_data_step(qtbot, make_window, tmp_path):
     assert box.status.text().startswith("10 findings found in 20 rows") and "not looked for" in box.status.text()
 
     row = next(r for r in range(box.table.rowCount()) if box.table.item(r, 1).text() == "EMAIL_ADDRESS")
-    combo = box.table.cellWidget(row, 4)
-    combo.setCurrentIndex(combo.findData("fake"))
+    box.table.editItem(box.table.item(row, 4))  # the mode's drop-down, as a double-click opens it
+    editor = box.table.findChild(QComboBox)
+    assert editor is not None and [editor.itemText(i) for i in range(editor.count())] == ["mask", "tag", "fake", "hash"]
+    editor.setCurrentIndex(editor.findText("fake"))
+    editor.activated.emit(editor.currentIndex())
+    box.table.setCurrentCell(row, 0)  # leaving the cell closes the editor
+    qtbot.waitUntil(lambda: box.table.item(row, 4).text() == "fake", timeout=5000)
     assert box.modes()["EMAIL_ADDRESS"] == "fake" and box.modes()["US_SSN"] == "tag"
     box.scrub_button.click()
     qtbot.waitUntil(lambda: box.use_button.isVisible() or "failed" in box.status.text(), timeout=JOB_MS)

@@ -12,7 +12,6 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QPushButton,
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets.choice_delegate import ChoiceDelegate
 from app.widgets.common import card, label, say
 from app.widgets.wizard_parts import error_text
 from engine.api.job_terms import FINAL_STATES, PII_SCAN, PII_SCRUB, SUCCEEDED
@@ -84,7 +84,9 @@ class PiiBox(QWidget):
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["Column", "Type", "Found", "Examples (masked)", "Scrub as"])
         self.table.verticalHeader().hide()
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        # Only the mode column is editable, with a drop-down (app/widgets/choice_delegate.py).
+        self.table.setEditTriggers(QTableWidget.EditTrigger.DoubleClicked | QTableWidget.EditTrigger.SelectedClicked)
+        self.table.setItemDelegateForColumn(4, ChoiceDelegate(SCRUB_MODES, parent=self.table))
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.table.setAccessibleName("Personal data found")
         self.table.hide()
@@ -131,13 +133,13 @@ class PiiBox(QWidget):
 
     def modes(self) -> dict[str, str]:
         """The mode chosen per entity type in the table."""
-        out: dict[str, str] = {}
+        return {self.table.item(r, 1).text(): self.table.item(r, 4).text() for r in range(self.table.rowCount())
+                if self.table.item(r, 4) is not None and self.table.item(r, 4).text() in SCRUB_MODES}
+
+    def set_mode(self, entity: str, mode: str) -> None:
         for r in range(self.table.rowCount()):
-            combo = self.table.cellWidget(r, 4)
-            entity = self.table.item(r, 1).text()
-            if isinstance(combo, QComboBox):
-                out[entity] = combo.currentData()
-        return out
+            if self.table.item(r, 1).text() == entity:
+                self.table.item(r, 4).setText(mode)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -204,15 +206,14 @@ class PiiBox(QWidget):
         for r, (column, entity, n, examples) in enumerate(rows):
             for c, value in enumerate((column, entity, f"{n:,}", examples)):
                 item = QTableWidgetItem(value)
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
                 if c == 2:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(r, c, item)
-            combo = QComboBox()
-            for mode in SCRUB_MODES:
-                combo.addItem(mode, mode)
-            combo.setCurrentIndex(SCRUB_MODES.index(DEFAULT_MODE))
-            combo.setToolTip("\n".join(MODE_WORDS.values()))
-            self.table.setCellWidget(r, 4, combo)
+            mode = QTableWidgetItem(DEFAULT_MODE)
+            mode.setFlags(mode.flags() | Qt.ItemFlag.ItemIsEditable)
+            mode.setToolTip("Double-click to change.\n" + "\n".join(MODE_WORDS.values()))
+            self.table.setItem(r, 4, mode)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         shown = min(len(rows), MAX_ROWS_SHOWN)  # every type at once, up to a dozen, without a scroll bar

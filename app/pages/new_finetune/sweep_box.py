@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets.choice_delegate import ChoiceDelegate
 from app.widgets.common import label
 from engine.api.sweep_spec import SweepSpec
 
@@ -94,6 +95,8 @@ class SweepBox(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setMinimumHeight(120)
+        # The field: a spec path typed, or picked from the common ones (app/widgets/choice_delegate.py).
+        self.table.setItemDelegateForColumn(0, ChoiceDelegate(COMMON_FIELDS, editable=True, parent=self.table))
         body.addWidget(self.table)
         buttons = QHBoxLayout()
         self.add_button = QPushButton("Add field")
@@ -148,13 +151,8 @@ class SweepBox(QWidget):
     def add_row(self, path: str = "", values: str = "") -> None:
         row = self.table.rowCount()
         self.table.insertRow(row)
-        combo = QComboBox()
-        combo.setEditable(True)
-        combo.addItems(COMMON_FIELDS)
         used = {self.field(r) for r in range(row)}
-        combo.setCurrentText(path or next((f for f in COMMON_FIELDS if f not in used), ""))
-        combo.currentTextChanged.connect(self._on_change)
-        self.table.setCellWidget(row, 0, combo)
+        self.table.setItem(row, 0, QTableWidgetItem(path or next((f for f in COMMON_FIELDS if f not in used), "")))
         self.table.setItem(row, 1, QTableWidgetItem(values))
         self._on_change()
 
@@ -165,8 +163,8 @@ class SweepBox(QWidget):
             self._on_change()
 
     def field(self, row: int) -> str:
-        combo = self.table.cellWidget(row, 0)
-        return combo.currentText().strip() if isinstance(combo, QComboBox) else ""
+        item = self.table.item(row, 0)
+        return item.text().strip() if item is not None else ""
 
     def params(self) -> list[dict[str, Any]]:
         rows = []
