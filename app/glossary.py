@@ -117,8 +117,8 @@ TERMS: dict[str, str] = {
     "run on": "This machine alone, several machines at once (this one and training hosts reached over SSH, "
               "as one run), or a Slurm cluster's nodes.",
     "slurm": "A cluster scheduler: a job is submitted from the cluster's login node (sbatch), waits in a "
-             "partition's queue until the nodes it asks for are free, then runs there. Ember submits, follows, "
-             "stops (with a checkpoint) and resumes it.",
+             "partition's queue until the nodes it asks for are free, then runs there, and Ember submits, "
+             "follows, stops (with a checkpoint) and resumes it.",
     "rendezvous": "The address and port where the machines of a multi-machine run find each other before "
                   "training starts; node 0 listens there.",
     "augmentation": "Random changes to the training images (crops, flips, colour) so the model learns the "

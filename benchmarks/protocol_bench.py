@@ -1,4 +1,4 @@
-"""Protocol speed: request/reply round trip and event fan-out, against a real engine.
+"""Protocol speed: request/reply round trip (Unix socket, and TCP with TLS) and event fan-out, against a real engine.
 
     python benchmarks/protocol_bench.py [--pings 3000] [--events 60000]
 
@@ -37,7 +37,7 @@ FANOUT_TARGET = 20_000
 
 def start_engine(home: Path) -> subprocess.Popen:
     env = dict(os.environ, EMBER_HOME=str(home), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve"], env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--listen", "127.0.0.1:0"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     os.environ["EMBER_HOME"] = str(home)
     for _ in range(400):
@@ -54,8 +54,9 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def rtt_engine(n: int) -> list[float]:
-    with BlockingClient.connect() as c:
+def rtt_engine(n: int, tls: bool = False) -> list[float]:
+    """``ping`` round trips on the local socket, or (``tls``) over TCP with TLS as a user."""
+    with _client(tls) as c:
         for _ in range(200):
             c.call("ping")
         out = []
@@ -64,6 +65,19 @@ def rtt_engine(n: int) -> list[float]:
             c.call("ping")
             out.append((time.perf_counter() - t0) * 1000)
         return out
+
+
+def _client(tls: bool) -> BlockingClient:
+    if not tls:
+        return BlockingClient.connect()
+    from engine.api.remote import KnownEngines
+
+    with BlockingClient.connect() as admin:
+        listen = admin.call("engine.status")["tls"]
+        token = admin.call("users.add", name=f"bench{time.monotonic_ns()}", role="viewer")["token"]
+    known = KnownEngines(Path(tempfile.mkdtemp(prefix="ember-bench-known-")) / "known.json")
+    known.accept(listen["listen"], listen["fingerprint"])
+    return BlockingClient.connect_tls(listen["listen"], token, known)
 
 
 def rtt_echo_anchor(n: int) -> list[float]:
@@ -159,6 +173,10 @@ def main() -> None:
               f"  -> engine/anchor p50 ratio {p50 / a50:.2f}")
         print(f"  p50 vs target {RTT_TARGET_MS} ms: ratio {p50 / RTT_TARGET_MS:.2f} "
               f"({'meets' if p50 < RTT_TARGET_MS else 'MISSES'} target)")
+        tls = rtt_engine(args.pings, tls=True)
+        t50, t99 = statistics.median(tls), percentile(tls, 0.99)
+        print(f"  over TCP with TLS (a user, 127.0.0.1): p50 {t50:.3f} ms  p99 {t99:.3f} ms"
+              f"  -> TLS/Unix-socket p50 ratio {t50 / p50:.2f}")
         for n in (1, 4):
             rate, delivered = fanout(home, n, args.events)
             print(f"fan-out to {n} subscriber(s): {rate:,.0f} events/s per subscriber "

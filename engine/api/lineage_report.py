@@ -52,7 +52,9 @@ def _section(rec: dict[str, Any], level: int, relation: str = "") -> list[str]:
     lines = [f"{h} {title}", ""]
     lines += [f"- Name: {run.get('name') or '-'}", f"- State: {run.get('state')}",
               f"- Created: {_when(run.get('created_at'))}, ended: {_when(run.get('ended_at'))}",
-              f"- Host: {run.get('host') or 'local'}; run folder `{run.get('run_dir')}`"]
+              f"- Host: {run.get('host') or 'local'}; run folder `{run.get('run_dir')}`",
+              f"- Launched by: {run.get('owner') or 'local'}" + (f" (project {run['project']})" if run.get("project")
+                                                                 else "")]
     if run.get("error"):
         lines.append(f"- Error: {(run['error'] or {}).get('message')}")
     code = rec.get("code") or {}

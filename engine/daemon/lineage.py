@@ -332,7 +332,7 @@ def gather(store: Any, job: dict[str, Any], pending: _Pending | None = None, dep
         pending.code.append(code)
     rec: dict[str, Any] = {
         "run": {k: job.get(k) for k in ("id", "kind", "name", "state", "created_at", "started_at", "ended_at",
-                                          "host", "run_dir", "parent_id", "error")},
+                                          "host", "run_dir", "parent_id", "error", "owner", "project")},
         "spec": spec,
         "data": _data(spec, kind, pending),
         "base_model": _base_model(spec, kind, pending),

@@ -178,7 +178,9 @@ def test_help_menu_and_f1_open_the_right_doc(qtbot, make_window):
     window = make_window(start=False, page="runs")
     menus = [action.text().replace("&", "") for action in window.menuBar().actions()]
     assert menus == ["Engine", "Help"]
-    menu = window.menuBar().actions()[0].menu()
+    engine_menu = window.menuBar().actions()[0].menu()
+    assert [a.text() for a in engine_menu.actions()] == ["Connect to engine…", "Use this machine's engine"]
+    menu = window.menuBar().actions()[1].menu()
     names = [action.text() for action in menu.actions() if not action.isSeparator()]
     assert names == ["Documentation", "Help for this page", "Keyboard shortcuts", "Troubleshooting",
                      "About Ember Studio"]

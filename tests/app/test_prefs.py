@@ -24,6 +24,7 @@ VALUES = {
     "last_page": "hosts",
     "tour_done": True,
     "desktop_notifications": False,
+    "remote_engine": "gpu-server:7443",
 }
 
 

@@ -343,7 +343,7 @@ def test_compare_page_hosts_the_variants_tab(qtbot):
     page = ComparePage(engine)
     qtbot.addWidget(page)
     settle(qtbot, engine.client)
-    assert [page.tabs.tabText(i) for i in range(page.tabs.count())] == ["Runs", "Variants", "Evaluations"]
+    assert [page.tabs.tabText(i) for i in range(page.tabs.count())] == ["Runs", "Variants", "Evaluations", "Sweeps"]
     assert page.tabs.currentIndex() == 0
     page.show_variants(PARENT_ID)
     settle(qtbot, engine.client)

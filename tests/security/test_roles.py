@@ -93,6 +93,9 @@ def test_users_see_only_their_projects_and_the_audit_log_names_them(engine_proc)
         refused = admin.call("audit.list", user="carol", ok=False)["records"]
         assert [r["action"] for r in refused] == ["jobs.stop"]
         assert admin.call("audit.list", action="users.add")["records"][0]["user"] == "local"
+        from engine.api.lineage_report import to_markdown
+
+        assert "- Launched by: alice (project vision)" in to_markdown(admin.call("jobs.lineage", id=job["id"]))
 
 
 def test_wrong_revoked_and_expired_tokens_are_refused_and_revoking_closes_connections(engine_proc):

@@ -109,17 +109,26 @@ class SweepBox(QWidget):
         self.method_combo = QComboBox()
         for key, text in METHODS:
             self.method_combo.addItem(text, key)
+        self.method_combo.setToolTip("Grid: every combination of the values. Random: draws from the values or "
+                                     "ranges, seeded. Optuna: its TPE sampler learns from the trials so far. "
+                                     "Job file: method.")
         form.addRow("Search", self.method_combo)
         self.trials_spin = QSpinBox()
         self.trials_spin.setRange(1, 256)
         self.trials_spin.setValue(8)
         self.trials_spin.setSuffix(" trials")
+        self.trials_spin.setToolTip("How many fine-tunes to run (a grid runs every combination instead). "
+                                    "Job file: trials.")
         form.addRow("Trials", self.trials_spin)
         self.metric_combo = QComboBox()
         for name, mode in METRICS:
             self.metric_combo.addItem(f"{name} ({'lower' if mode == 'min' else 'higher'} is better)", (name, mode))
+        self.metric_combo.setToolTip("The evaluation metric that picks the best trial (and that pruning "
+                                     "compares). Job file: metric, mode.")
         form.addRow("Ranked by", self.metric_combo)
         self.prune_check = QCheckBox("Stop trials early that trail the median at an evaluation")
+        self.prune_check.setToolTip("Optuna's median pruner: a trial whose metric at an evaluation is worse than "
+                                    "the median of earlier trials there is stopped. Job file: prune.")
         form.addRow("Pruning", self.prune_check)
         self.parallel_spin = QSpinBox()
         self.parallel_spin.setRange(1, 64)
