@@ -11,7 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION="$(sed -n 's/^llama-cpp-python==//p' constraints.txt)"
-CACHE="${EMBER_BUILD_CACHE:-$HOME/.cache/ember-studio}/llama-cpp-python-$VERSION"
+# Portable x86-64 code (AVX2, FMA, F16C), not -march=native: a native build on a Sapphire Rapids machine (AVX-512,
+# AMX) dies with a general protection fault in libggml-cpu when it quantizes or runs q4_k_m, and a wheel
+# built on one machine must run on the next. The build's flavour is part of the cache's name.
+FLAVOUR="avx2"
+CACHE="${EMBER_BUILD_CACHE:-$HOME/.cache/ember-studio}/llama-cpp-python-$VERSION-$FLAVOUR"
 SDIST="$CACHE/llama_cpp_python-$VERSION.tar.gz"
 PY="${PYTHON:-python3}"
 
@@ -26,8 +30,13 @@ build() {
   echo "== building llama.cpp (llama-cpp-python $VERSION) into $CACHE"
   [ -f "$SDIST" ] || "$PY" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$CACHE"
   # The library only: no multimodal part, examples, tools or tests. The converter runs from Python.
+  local cpu=""
+  if [ "$(uname -m)" = x86_64 ]; then
+    cpu="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  fi
   CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
--DLLAMA_BUILD_SERVER=OFF ${EMBER_LLAMA_CMAKE_ARGS:-}" \
+-DLLAMA_BUILD_SERVER=OFF $cpu ${EMBER_LLAMA_CMAKE_ARGS:-}" \
     "$PY" -m pip wheel --quiet --no-deps "$SDIST" -w "$CACHE.tmp"
   mv "$CACHE.tmp"/llama_cpp_python-*.whl "$CACHE"/ && rmdir "$CACHE.tmp"
   echo "== llama.cpp built in $((SECONDS - start)) s"
@@ -47,6 +56,7 @@ install() {
   tar -czf "$share/llama.cpp-src.tar.gz" -C "$src" .
   rm -rf "$src"
   echo "$VERSION" > "$share/VERSION"
+  echo "$FLAVOUR" > "$share/FLAVOUR"  # scripts/venv.sh rebuilds a venv whose llama.cpp is of another flavour
 }
 
 case "${1:-all}" in

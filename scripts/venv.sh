@@ -40,7 +40,8 @@ ensure_venv() {
   fi
   # llama.cpp for the GGUF export: built once per machine and cached (scripts/llama_cpp.sh, ~3.5 min).
   # EMBER_LLAMA_CPP_DEFER=1 leaves it to a later call (CI builds it beside the app's build).
-  if [ -z "${EMBER_LLAMA_CPP_DEFER:-}" ] && [ "$(cat .venv/share/llama.cpp/VERSION 2>/dev/null)" != "$(sed -n 's/^llama-cpp-python==//p' constraints.txt)" ]; then
+  if [ -z "${EMBER_LLAMA_CPP_DEFER:-}" ] && { [ "$(cat .venv/share/llama.cpp/VERSION 2>/dev/null)" != "$(sed -n 's/^llama-cpp-python==//p' constraints.txt)" ] \
+       || [ "$(cat .venv/share/llama.cpp/FLAVOUR 2>/dev/null)" != avx2 ]; }; then
     bash scripts/llama_cpp.sh || echo "warning: llama.cpp could not be built; the GGUF export is unavailable until" \
       "scripts/llama_cpp.sh succeeds" >&2
   fi
