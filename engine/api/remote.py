@@ -54,24 +54,8 @@ def fingerprint_of_der(der: bytes) -> str:
     return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
 
 
-class SavedLogins:
-    """address -> the user's token for that engine, kept only when the user asks (mode 0600)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def get(self, address: str) -> str | None:
-        return KnownEngines(self.path)._read().get(address)
-
-    def save(self, address: str, token: str) -> None:
-        KnownEngines(self.path).accept(address, token)  # the same small 0600 JSON map
-
-    def forget(self, address: str) -> None:
-        KnownEngines(self.path).forget(address)
-
-
-class KnownEngines:
-    """address -> accepted fingerprint, in a JSON file of this client's (mode 0600)."""
+class _PrivateMap:
+    """address -> a string, in a small JSON file of this client's, written 0600 (atomically)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -86,9 +70,9 @@ class KnownEngines:
     def get(self, address: str) -> str | None:
         return self._read().get(address)
 
-    def accept(self, address: str, fingerprint: str) -> None:
+    def _set(self, address: str, value: str) -> None:
         data = self._read()
-        data[address] = fingerprint
+        data[address] = value
         self._write(data)
 
     def forget(self, address: str) -> None:
@@ -103,6 +87,20 @@ class KnownEngines:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True)
         os.replace(tmp, self.path)
+
+
+class SavedLogins(_PrivateMap):
+    """address -> the user's token for that engine, kept only when the user asks."""
+
+    def save(self, address: str, token: str) -> None:
+        self._set(address, token)
+
+
+class KnownEngines(_PrivateMap):
+    """address -> the accepted certificate fingerprint."""
+
+    def accept(self, address: str, fingerprint: str) -> None:
+        self._set(address, fingerprint)
 
     def check(self, address: str, fingerprint: str) -> None:
         """Raise unless ``fingerprint`` is the one accepted for ``address``."""

@@ -100,12 +100,15 @@ async def check(store: Any, kind: str, spec: Any) -> None:
     all_rules = rules(store)
     if not all_rules:
         return
+    records: dict[str, dict[str, Any]] | None = None
     for path in _paths(kind, spec):
         rule = rule_for(all_rules, path)
         if rule is None or not _exists(path):
             continue  # a missing file fails the job with its own message
         sha = await asyncio.to_thread(_hash, path)
-        known = _records(store).get(sha, {})
+        if records is None:  # read the scans' results once, only when a rule applies
+            records = _records(store)
+        known = records.get(sha, {})
         if known.get("scrubbed_by"):
             continue
         limit = rule.get("max_findings")
