@@ -138,7 +138,7 @@ def variant_word(job: dict[str, Any]) -> str | None:
     kind = str(job.get("kind") or "")
     spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
     if kind == QUANTIZE:
-        return {"fp16": "fp16", "static": "static int8"}.get(str(spec.get("mode")), "int8")
+        return {"fp16": "fp16", "fp32": "fp32 fused", "static": "static int8"}.get(str(spec.get("mode")), "int8")
     if kind == PRUNE:
         ratio = spec.get("ratio")
         return f"pruned {ratio:.0%}" if isinstance(ratio, (int, float)) else "pruned"

@@ -1,19 +1,23 @@
 """Compression of the built-in MiniLM text classifier: parent vs each variant, one table.
 
-    python benchmarks/compress_bench.py [--steps 150] [--samples 0] [--repeats 30] [--keep DIR]
+    python benchmarks/compress_bench.py [--steps 150] [--samples 0] [--repeats 30] [--qat-steps 150]
+                                        [--qat-lr 1e-5] [--keep DIR]
 
 Runs a real engine (one job at a time, so no two jobs share the cores) in a
 private EMBER_HOME: fine-tunes MiniLM in full on the built-in support tickets,
-then dynamic int8, static int8 (QDQ), fp16, QAT, pruning 30% + recovery and a
-3-layer distilled student. Static int8 runs twice: in the TensorRT form (symmetric
-int8 activations) and in the CPU form (unsigned activations, ONNX Runtime's x86 path). Each variant job measures itself beside the parent in
-the same process: ONNX Runtime on the CPU, the same threads, the same held-out
-inputs, parent and variant timed in alternation. The table prints each variant's
-accuracy, its latency at batch 1 and batch N, its size, and the ratios against the
-parent measured in that same job, then checks the targets from ONNX Runtime's
-published BERT results (4.0x smaller, 2.2x faster, under 1 point lost):
-int8 size <= 0.27x, latency <= 0.6x, accuracy drop <= 1 point; pruned 30% latency
-<= 0.8x with <= 1.5 points lost after recovery. Misses are printed, not hidden.
+then the fused fp32 graph (ONNX Runtime's transformer optimizer), dynamic int8,
+static int8 (QDQ) in both forms (TensorRT: symmetric int8 activations; CPU:
+unsigned activations, ONNX Runtime's x86 path), fp16, QAT in the CPU form, pruning
+30% + recovery and a 3-layer distilled student. Each variant job measures itself
+beside the parent in the same process: ONNX Runtime on the CPU, the same threads,
+the same held-out inputs, parent and variant timed in alternation. The table prints
+each variant's accuracy, its latency at batch 1 and batch N, its size, and the
+ratios against the parent measured in that same job, then checks the targets:
+int8 (dynamic, static CPU form) size <= 0.27x, latency <= 0.5x at batch N, at most 1
+point lost; QAT within 0.5 point of the parent and never below dynamic int8; the
+student at most 0.5 point lost; pruned 30% latency <= 0.8x with <= 1.5 points lost.
+A TensorRT-form or fp16 variant's CPU latency is marked (*) as not its target
+runtime and not held to a latency target. Misses are printed, not hidden.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TARGETS = {  # variant name -> (max size ratio, max latency ratio at batch N, max accuracy drop in points)
-    "int8 dynamic": (0.27, 0.6, 1.0),
-    "int8 static": (0.27, 0.6, 1.0),
+    "int8 dynamic": (0.27, 0.5, 1.0),
+    "int8 static (QDQ, CPU form)": (0.27, 0.5, 1.0),
+    "int8 static (QDQ, TensorRT form)": (0.27, None, 1.0),
+    "QAT int8 (CPU form)": (0.27, 0.5, 0.5),
+    "fp32 fused": (None, 1.0, 0.0),
     "pruned 30%": (None, 0.8, 1.5),
+    "student 3 layers": (None, 0.6, 0.5),
 }
 
 
@@ -70,7 +78,7 @@ def wait(c, job_id: str) -> dict:
         time.sleep(1.0)
 
 
-def row(name: str, doc: dict | None, job: dict) -> list[str]:
+def row(name: str, doc: dict | None, job: dict, dynamic_acc: float | None = None) -> list[str]:
     if doc is None:
         err = (job.get("error") or {}).get("message", job["state"])
         return [name, f"FAILED: {err[:80]}"]
@@ -80,15 +88,23 @@ def row(name: str, doc: dict | None, job: dict) -> list[str]:
     latn = doc["delta"]["latency_ratio"]
     size = doc["delta"]["size_ratio"]
     drop = (pacc - acc) * 100
+    target = doc.get("target") or {}
+    on_target = target.get("measured_on_target", True)
+    mark = "" if on_target else "*"
     verdict = ""
     for key, (max_size, max_lat, max_drop) in TARGETS.items():
         if name.startswith(key):
             misses = [f"size {size:.2f}x > {max_size}x" for _ in [0] if max_size is not None and size > max_size]
-            misses += [f"latency {latn:.2f}x > {max_lat}x" for _ in [0] if latn > max_lat]
-            misses += [f"drop {drop:.2f} > {max_drop} pt" for _ in [0] if drop > max_drop]
+            misses += [f"latency {latn:.2f}x > {max_lat}x" for _ in [0]
+                       if max_lat is not None and on_target and latn > max_lat]
+            misses += [f"drop {drop:.2f} > {max_drop} pt" for _ in [0] if drop > max_drop + 1e-9]
+            if name.startswith("QAT") and dynamic_acc is not None and acc < dynamic_acc:
+                misses.append(f"below int8 dynamic ({acc:.4f} < {dynamic_acc:.4f})")
             verdict = "PASS" if not misses else "MISS: " + "; ".join(misses)
-    return [name, f"{acc:.4f}", f"{-drop:+.2f}", f"{doc['agreement']:.3f}", f"{v['latency_ms']['b1']['p50']:.2f}",
-            f"{lat1:.2f}x", f"{v['latency_ms']['bN']['p50']:.1f}", f"{latn:.2f}x",
+    if not on_target:
+        verdict = (verdict + "; " if verdict else "") + f"latency not on its target runtime ({target.get('label')})"
+    return [name, f"{acc:.4f}", f"{-drop:+.2f}", f"{doc['agreement']:.3f}", f"{v['latency_ms']['b1']['p50']:.2f}{mark}",
+            f"{lat1:.2f}x{mark}", f"{v['latency_ms']['bN']['p50']:.1f}{mark}", f"{latn:.2f}x{mark}",
             f"{v['size_bytes'] / 1e6:.1f}", f"{size:.2f}x", verdict]
 
 
@@ -98,6 +114,8 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=0, help="held-out examples scored (0 = all 160)")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16, help="the batch N of the second latency figure")
+    ap.add_argument("--qat-steps", type=int, default=150, help="QAT fine-tuning steps")
+    ap.add_argument("--qat-lr", type=float, default=1e-5, help="QAT learning rate")
     ap.add_argument("--keep", type=Path, help="keep the runs in this EMBER_HOME instead of a temporary one")
     args = ap.parse_args()
 
@@ -119,13 +137,15 @@ def main() -> int:
             pid = parent["id"]
             ev = {"samples": args.samples, "batch_size": args.batch, "repeats": args.repeats, "warmup": 5}
             variants = [
+                ("fp32 fused (transformer optimizer)", "compress.quantize", {"mode": "fp32"}),
                 ("int8 dynamic", "compress.quantize", {"mode": "dynamic"}),
                 ("int8 static (QDQ, TensorRT form)", "compress.quantize",
                  {"mode": "static", "calibration": {"samples": 128}}),
                 ("int8 static (QDQ, CPU form)", "compress.quantize",
                  {"mode": "static", "target": "cpu", "calibration": {"samples": 128}}),
                 ("fp16", "compress.quantize", {"mode": "fp16"}),
-                ("QAT int8", "compress.qat", {"steps": 40}),
+                ("QAT int8 (CPU form)", "compress.qat",
+                 {"steps": args.qat_steps, "lr": args.qat_lr, "target": "cpu", "calibration": {"samples": 128}}),
                 ("pruned 30% + recovery", "compress.prune", {"ratio": 0.3, "recovery_steps": 80}),
             ]
             ids = [(name, c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": ev, **s}, name=name)["id"])
@@ -133,12 +153,14 @@ def main() -> int:
             student = {**parent["spec"], "max_steps": args.steps, "distill": {"teacher_run": pid, "student_layers": 3}}
             ids.append(("student 3 layers (distilled)",
                         c.call("jobs.start", kind="train.finetune", spec=student, name="student")["id"]))
-            rows, first = [], None
+            rows, first, dynamic_acc = [], None, None
             for name, job_id in ids:
                 job = wait(c, job_id)
                 file = Path(job["run_dir"]) / "evaluation.json"
                 doc = json.loads(file.read_text()) if job["state"] == "succeeded" and file.exists() else None
-                rows.append(row(name, doc, job))
+                rows.append(row(name, doc, job, dynamic_acc))
+                if doc and name == "int8 dynamic":
+                    dynamic_acc = doc["variant"]["metrics"]["accuracy"]
                 first = first or doc
                 print(f"  {name}: {job['state']}", file=sys.stderr, flush=True)
     finally:
@@ -161,6 +183,8 @@ def main() -> int:
     for r in [header, *rows]:
         print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)))
     print("Ratios are against the parent as measured in the same job (same process, threads and inputs).")
+    print("* not its target runtime: a TensorRT-form or fp16 variant measured with ONNX Runtime on this CPU; "
+          "its latency there says nothing about TensorRT (not installed here) or a GPU.")
     print(f"total {time.monotonic() - t0:.0f} s")
     if tmp:
         tmp.cleanup()

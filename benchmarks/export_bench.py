@@ -1,20 +1,21 @@
-"""Latency of the built-in MiniLM text classifier: torch eager vs ONNX Runtime fp32 vs ONNX Runtime int8.
+"""Latency of the built-in MiniLM text classifier: torch eager vs ONNX Runtime fp32, fused fp32 and int8.
 
     python benchmarks/export_bench.py [--repeats 50] [--warmup 5] [--threads 0] [--max-length 128] [--json PATH]
 
 Builds MiniLM (all-MiniLM-L6-v2) with the support-tickets head (untrained: latency and
 parity do not depend on what the head learned), exports it to ONNX fp32 with
 engine.export.onnx.export_onnx (what the export job writes: torch.export-based exporter,
-opset 18, dynamic batch and sequence), makes an ONNX
-Runtime dynamic int8 copy with engine.compress.quantize.quantize_dynamic, and times
-the three at batch 1 and batch 8 on real validation examples (dynamic padding, as the
+opset 18, dynamic batch and sequence), the graph ONNX Runtime's transformer optimizer
+makes of it (engine.compress.graph_opt.export_fused: exported with eager attention, then
+fused attention, SkipLayerNorm, BiasGelu, EmbedLayerNorm; what the ORT package ships), makes a dynamic int8 copy of the fused graph with
+engine.compress.quantize.quantize_dynamic, and times the four at batch 1 and batch 8 on real validation examples (dynamic padding, as the
 task's collate does; --max-length only truncates).
 
 Timing is engine/evaluate's: TorchRunner (torch.inference_mode) and OrtRunner (ORT's
-thread spinning off), the same thread count for all three (--threads, 0 = every core
+thread spinning off), the same thread count for all four (--threads, 0 = every core
 this process may use), each warmed up and then called round robin with the order
 rotating every round (engine.evaluate.latency.measure), so a busy machine slows all
-three alike. The process runs with OMP_WAIT_POLICY=PASSIVE, as compression jobs do.
+four alike. The process runs with OMP_WAIT_POLICY=PASSIVE, as compression jobs do.
 
 Prints per runtime and batch: p50, p90 and mean latency (ms), throughput (examples/s
 at p50) and the p50 ratio against torch eager (the anchor). Target: ONNX Runtime fp32
@@ -43,6 +44,7 @@ BATCHES = (1, 8)
 ANCHOR = "torch eager"
 TARGET_RUNTIME = "onnxruntime fp32"
 TARGET_RATIO = 1.0  # ONNX Runtime fp32 p50 / torch eager p50, at each batch size
+FUSED = "onnxruntime fp32 fused"
 
 
 class Timed:
@@ -101,6 +103,7 @@ def run(args) -> dict:
     import onnxruntime as ort
     import torch
 
+    from engine.compress.graph_opt import export_fused
     from engine.compress.quantize import quantize_dynamic
     from engine.evaluate import latency
     from engine.evaluate.runners import OrtRunner, TorchRunner, resolve_threads
@@ -125,11 +128,18 @@ def run(args) -> dict:
         exported = export_onnx(model, TASK, batches[max(BATCHES)], fp32_path)
         export_s = time.monotonic() - t1
         t1 = time.monotonic()
-        quant = quantize_dynamic(fp32_path, int8_path)
+        fused_path = Path(tmp) / "model.fused.onnx"
+        graph = export_fused(model, TASK, batches[max(BATCHES)], fused_path)
+        if not graph["path"]:
+            raise SystemExit(f"the transformer optimizer did not apply: {graph['skipped']}")
+        fuse_s = time.monotonic() - t1
+        t1 = time.monotonic()
+        quant = quantize_dynamic(fused_path, int8_path)
         quant_s = time.monotonic() - t1
 
         runners = [Timed(TorchRunner(model, TASK, threads, label=ANCHOR), ANCHOR),
                    Timed(OrtRunner(fp32_path, TASK, threads, label=TARGET_RUNTIME), TARGET_RUNTIME),
+                   Timed(OrtRunner(fused_path, TASK, threads, label=FUSED), FUSED),
                    Timed(OrtRunner(int8_path, TASK, threads, label="onnxruntime int8"), "onnxruntime int8")]
 
         # Parity on the very batches that are timed (untimed calls).
@@ -139,6 +149,7 @@ def run(args) -> dict:
             "examples": int(len(top1[ANCHOR])),
             "fp32_vs_eager_max_abs_diff": float(np.abs(logits[TARGET_RUNTIME] - logits[ANCHOR]).max()),
             "fp32_vs_eager_top1_agreement": float((top1[TARGET_RUNTIME] == top1[ANCHOR]).mean()),
+            "fused_vs_fp32_max_abs_diff": float(np.abs(logits[FUSED] - logits[TARGET_RUNTIME]).max()),
             "int8_vs_fp32_max_abs_diff": float(np.abs(logits["onnxruntime int8"] - logits[TARGET_RUNTIME]).max()),
             "int8_vs_fp32_top1_agreement": float((top1["onnxruntime int8"] == top1[TARGET_RUNTIME]).mean()),
         }
@@ -170,9 +181,10 @@ def run(args) -> dict:
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
                      "torch": torch.__version__, "onnxruntime": ort.__version__,
                      "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "graph": {"fused": graph["fused"], "nodes_before": graph["nodes_before"], "nodes_after": graph["nodes_after"]},
         "files": {"fp32_bytes": exported["bytes"], "int8_bytes": quant["bytes_after"], "opset": exported["opset"],
                   "exporter": exported.get("exporter"), "export_max_abs_diff": exported.get("max_abs_diff")},
-        "seconds": {"build": built_s, "export": export_s, "quantize": quant_s, "timing": timed_s},
+        "seconds": {"build": built_s, "export": export_s, "fuse": fuse_s, "quantize": quant_s, "timing": timed_s},
         "latency_ms": results,
         "parity": parity,
         "target": {"runtime": TARGET_RUNTIME, "anchor": ANCHOR, "per_batch": targets},
@@ -185,8 +197,11 @@ def report(doc: dict) -> None:
     print(f"{doc['model']}; {s['threads']} threads (of {s['cores']} cores), {s['warmup']} warm-up + "
           f"{s['repeats']} timed runs per batch, runtimes interleaved; torch {s['torch']}, onnxruntime "
           f"{s['onnxruntime']}; padded length {seq}")
+    g = doc["graph"]
     print(f"ONNX fp32 {f['fp32_bytes'] / 1e6:.1f} MB (opset {f['opset']}, {f['exporter']} exporter), "
-          f"int8 dynamic {f['int8_bytes'] / 1e6:.1f} MB")
+          f"int8 dynamic (of the fused graph) {f['int8_bytes'] / 1e6:.1f} MB")
+    print(f"transformer optimizer: {g['nodes_before']} -> {g['nodes_after']} nodes; "
+          + ", ".join(f"{n} {op}" for op, n in g["fused"].items()))
     print()
     rows = [["runtime", "batch", "p50 ms", "p90 ms", "mean ms", "examples/s", "vs eager"]]
     for label, per_batch in doc["latency_ms"].items():
@@ -200,10 +215,12 @@ def report(doc: dict) -> None:
     for key, t in doc["target"]["per_batch"].items():
         print(f"  batch {key[1:]}: {t['ratio']:.2f}x  {'MET' if t['met'] else 'MISSED'}")
     print(f"Parity on the {p['examples']} timed examples: fp32 vs eager max |diff| {p['fp32_vs_eager_max_abs_diff']:.2e}"
-          f" (top-1 agreement {p['fp32_vs_eager_top1_agreement']:.3f}); int8 vs fp32 top-1 agreement "
+          f" (top-1 agreement {p['fp32_vs_eager_top1_agreement']:.3f}); fused vs fp32 max |diff| "
+          f"{p['fused_vs_fp32_max_abs_diff']:.2e}; int8 vs fp32 top-1 agreement "
           f"{p['int8_vs_fp32_top1_agreement']:.3f} (max |diff| {p['int8_vs_fp32_max_abs_diff']:.3f})")
     sec = doc["seconds"]
-    print(f"build {sec['build']:.1f} s, export {sec['export']:.1f} s, quantize {sec['quantize']:.1f} s, "
+    print(f"build {sec['build']:.1f} s, export {sec['export']:.1f} s, fuse {sec['fuse']:.1f} s, "
+          f"quantize {sec['quantize']:.1f} s, "
           f"timing {sec['timing']:.1f} s")
 
 

@@ -1,7 +1,8 @@
 """Screenshots of a team engine: Settings › Users and Engine › Connect to engine…, against a real engine
 listening with TLS (started by scripts/screenshots_team.sh with --listen 127.0.0.1:7443).
 
-  settings-users.png    Settings › Users: three users with their roles, projects and token states
+  settings-users.png    Settings › Users: users with their roles, projects and token states; the projects
+                        with their members, data folders and hosts
   connect-engine.png    Connect to engine: the first connection, the certificate's fingerprint to compare
 """
 
@@ -29,16 +30,20 @@ def main() -> int:
         c.call("users.add", name="lead", role="admin", projects=["*"])
         c.call("users.add", name="old-intern", role="operator", projects=["nlp"])
         c.call("users.revoke", name="old-intern")
+        c.call("hosts.add", host={"name": "gpu-server", "address": "10.0.0.12", "user": "ember"})
+        c.call("projects.set", name="vision", data_folders=["/data/vision"], hosts=["gpu-server"])
+        c.call("projects.set", name="nlp", data_folders=["/data/nlp", "/data/support-tickets"])
     app, window = open_window()
     settings = window.show_page("settings")
     users = settings.users_card
     wait(app, lambda: users.table.rowCount() == 4, 60, "the users")
+    wait(app, lambda: users.projects_table.rowCount() == 3, 60, "the projects")
     users.table.selectRow(0)
     area = users.parentWidget()
     while area is not None and not hasattr(area, "ensureWidgetVisible"):
         area = area.parentWidget()
     if area is not None:
-        area.ensureWidgetVisible(users.add_button)
+        area.ensureWidgetVisible(users.save_project_button)
     pump(app, 1)
     shoot(app, window, "settings-users.png")
 

@@ -9,6 +9,11 @@ ensure_venv dev
 # The remote-host and Slurm tests run a real sshd and a real Slurm on 127.0.0.1: Debian's packages.
 bash scripts/system_packages.sh || true
 export QT_QPA_PLATFORM=offscreen
+# The workers share the cores: each job's thread pools (PyTorch, ONNX Runtime, llama.cpp) get its share,
+# not one thread per core; pools larger than the cores they get wait on each other (engine/threads.py).
+workers="${EMBER_TEST_WORKERS:-2}"
+[ "$workers" -gt 0 ] || workers=1
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / workers > 0 ? $(nproc) / workers : 1 ))}"
 echo "== ruff"
 .venv/bin/ruff check engine app tests benchmarks
 echo "== import contracts"

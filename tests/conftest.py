@@ -127,6 +127,8 @@ class RunningEngine:
 
 
 def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0) -> subprocess.Popen:
+    if os.environ.get("EMBER_TEST_ENGINE") == "tls" and "--listen" not in extra:
+        extra = (*extra, "--listen", "127.0.0.1:0")  # a GUI test's window connects to it over TLS
     p.home.mkdir(parents=True, exist_ok=True)
     log = open(p.home / "engine.log", "ab")  # noqa: SIM115 - kept open for the process
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))

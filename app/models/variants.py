@@ -15,8 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.job_terms import LORA_MERGE, PRUNE, QAT, QUANTIZE
+from engine.api.variant_targets import TARGET_LABELS, variant_target
 
 LATENCY_BASES = {"b1": "batch 1", "bN": "batch N"}
+# Where the user will run the model; latencies count only where they were measured on that runtime.
+DEPLOY_TARGETS = {"cpu": "a CPU (ONNX Runtime)", "gpu": "a GPU server", "jetson": "a Jetson"}
+# A variant's own runtime (evaluation.json "target", engine/compress/variant.py target_of).
+# Which variants can run where: CPU-form int8 and fused graphs are ONNX Runtime's CPU kernels (TensorRT
+# reads neither), the TensorRT form and fp16 are for GPUs and Jetsons, float models (the parent, pruned,
+# distilled, merged) run anywhere.
+RUNS_ON = {"cpu": ("cpu",), "tensorrt": ("gpu", "jetson"), "gpu": ("gpu", "jetson"), "any": ("cpu", "gpu", "jetson")}
+FORMS = {"tensorrt": "TensorRT form", "cpu": "CPU form"}  # static int8's two forms
+CPU_RUNTIMES = ("onnxruntime-cpu", "torch", "llama.cpp", "onnxruntime-genai", "transformers")
 
 
 @dataclass
@@ -48,9 +58,51 @@ class Row:
     per_token: bool = False  # b1_ms and bn_ms are milliseconds per generated token (a language model's file)
     runtime: str = ""  # where a language model's file was measured (llama.cpp, onnxruntime-genai, transformers)
     ttft_s: float | None = None  # a language model's time to its first token (median, one request at a time)
+    target: str = "any"  # the runtime this variant is made for: cpu | tensorrt | gpu | any (a float model)
+    measured_with: str = ""  # the runtime its b1/bN figures come from (evaluation settings.runtime)
+    deploy: str = "cpu"  # where the user will run it (the Compare page's choice): DEPLOY_TARGETS
+
+    def runs_on(self, deploy: str) -> bool:
+        """Whether this variant is made to run on ``deploy`` (DEPLOY_TARGETS)."""
+        return deploy in RUNS_ON.get(self.target, ("cpu", "gpu", "jetson"))
+
+    def measured_on(self, deploy: str) -> bool:
+        """Whether this row's b1/bN latencies were measured where ``deploy`` runs it."""
+        if not self.runs_on(deploy):
+            return False
+        if deploy == "cpu":
+            return (self.measured_with or "onnxruntime-cpu") in CPU_RUNTIMES
+        if deploy == "gpu":
+            return self.measured_with == "onnxruntime-cuda"
+        return False  # a Jetson: only its on-device figures (device_ms) count
+
+    def device_ms(self) -> float | None:
+        lat = (self.device or {}).get("latency_ms") or {}
+        return _num(lat.get("median") or lat.get("mean"))
 
     def latency(self, basis: str) -> float | None:
+        """The latency that counts for ``deploy``: measured on that runtime, or None."""
+        if self.deploy == "jetson":
+            return self.device_ms() if self.runs_on("jetson") else None
+        if not self.measured_on(self.deploy):
+            return None
         return self.b1_ms if basis == "b1" else self.bn_ms
+
+    def latency_note(self) -> str:
+        """Why ``latency`` is None for this deploy target ('' when it is not)."""
+        if self.latency("b1") is not None or self.b1_ms is None:
+            return ""
+        made_for = TARGET_LABELS.get(self.target, self.target)
+        where = DEPLOY_TARGETS.get(self.deploy, self.deploy)
+        if not self.runs_on(self.deploy):
+            if self.target == "cpu":
+                return f"Made for {made_for}: its operators are ONNX Runtime's CPU kernels, not for {where}."
+            return (f"Not its target runtime: made for {made_for}, measured with {self.measured_with or 'ONNX Runtime'}"
+                    f" on a CPU, where it runs slowly. Its figures come from an export to TensorRT or a Jetson.")
+        if self.deploy == "jetson":
+            return "No figures from a Jetson yet: export this variant to a Jetson (Export) to time it there."
+        return (f"Measured with {self.measured_with or 'ONNX Runtime on a CPU'}, not on a GPU: evaluate with "
+                "eval.runtime onnxruntime-cuda on a GPU machine, or export to TensorRT.")
 
     def drop(self) -> float | None:
         """How much worse than the parent (positive = worse): accuracy points, or perplexity."""
@@ -80,9 +132,11 @@ def technique_label(record: dict[str, Any], evaluation: dict[str, Any] | None = 
     spec = record.get("spec") or {}
     if kind == QUANTIZE:
         mode = spec.get("mode", "dynamic")
-        return "fp16" if mode == "fp16" else f"int8 {mode}"
+        if mode == "static":
+            return f"int8 static ({FORMS.get(spec.get('target', 'tensorrt'), '?')})"
+        return {"fp16": "fp16", "fp32": "fp32 fused"}.get(mode, f"int8 {mode}")
     if kind == QAT:
-        return "QAT int8"
+        return f"QAT int8 ({FORMS.get(spec.get('target', 'tensorrt'), '?')})"
     if kind == PRUNE:
         ratio = spec.get("ratio")
         target = spec.get("target", "params")
@@ -94,6 +148,23 @@ def technique_label(record: dict[str, Any], evaluation: dict[str, Any] | None = 
         return f"distilled ({layers} layers)" if layers else "distilled"
     label = ((evaluation or {}).get("variant") or {}).get("label")
     return str(label or kind or "variant")
+
+
+def target_of(record: dict[str, Any], evaluation: dict[str, Any] | None) -> str:
+    """The runtime a variant is made for: its evaluation's "target", else what its job spec says."""
+    target = ((evaluation or {}).get("target") or {}).get("runtime")
+    if target in TARGET_LABELS:
+        return str(target)
+    kind, spec = record.get("kind"), record.get("spec") or {}
+    technique = {QUANTIZE: f"quantize.{spec.get('mode', 'dynamic')}", QAT: "qat", PRUNE: "prune",
+                 LORA_MERGE: "lora_merge"}.get(str(kind)) or ("distill" if spec.get("distill") else "")
+    return variant_target(technique, spec.get("target"))
+
+
+def set_deploy(rows: list[Row], deploy: str) -> None:
+    """Where the user will run the model: every row's ``latency`` then counts only figures from there."""
+    for row in rows:
+        row.deploy = deploy
 
 
 def _fill(row: Row, entry: dict[str, Any] | None, task: str | None) -> None:
@@ -109,6 +180,7 @@ def _fill(row: Row, entry: dict[str, Any] | None, task: str | None) -> None:
     row.size_bytes = entry.get("size_bytes")
     row.params = entry.get("params")
     row.peak_bytes = entry.get("peak_memory_bytes")
+    row.measured_with = str(entry.get("runtime") or "")
 
 
 def latest_device(deployments: list[dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -167,6 +239,7 @@ def llm_rows(deployment: dict[str, Any]) -> list[Row]:
                   size_bytes=f.get("bytes"), peak_bytes=check.get("peak_rss_bytes"), per_token=True,
                   runtime=str(check.get("runtime") or ""),
                   quality={k: v for k, v in (check.get("metrics") or {}).items() if _num(v) is not None},
+                  measured_with=str(check.get("runtime") or ""),
                   entry={"check": check, "path": f.get("path")}, parent_entry=ref)
         device = deployment.get("device") or {}
         if fmt_name == "gguf" and device.get("gguf_type") == kind and not device.get("stopped"):
@@ -188,6 +261,7 @@ def _parent_from_reference(row: Row, deployments: list[dict[str, Any]]) -> None:
         return
     row.metric_name, row.higher_is_better, row.metric = "perplexity", False, _num(ref.get("perplexity"))
     row.b1_ms, row.per_token, row.runtime = _per_token_ms(ref.get("tokens_per_s")), True, "torch"
+    row.measured_with = "torch"
     row.bn_ms, row.batch_n, row.ttft_s = _per_token_ms(ref.get("batch_tokens_per_s")), ref.get("batch"), _num(ref.get("ttft_s"))
     row.size_bytes, row.params = ref.get("bytes"), ref.get("params")
     row.quality = {k: v for k, v in (ref.get("metrics") or {}).items() if _num(v) is not None}
@@ -215,6 +289,7 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
         if doc:
             task_here = doc.get("task") or task
             _fill(row, doc.get("variant"), task_here)
+            row.target = target_of(job, doc)
             own = doc.get("parent")
             row.parent_entry = own
             _name, parent_metric, _hib = headline(task_here, own)
@@ -253,7 +328,12 @@ def recommend(rows: list[Row], max_latency_ms: float | None, max_drop: float | N
     A limit of None (or 0) is no limit. When none qualifies, the sentence says what
     each variant misses, so the user sees which limit to loosen.
     """
-    candidates = [r for r in rows if not r.is_parent and r.has_figures() and r.size_bytes]
+    measured = [r for r in rows if not r.is_parent and r.has_figures() and r.size_bytes]
+    candidates = [r for r in measured if r.runs_on(r.deploy)]
+    elsewhere = len(measured) - len(candidates)
+    if measured and not candidates:
+        return None, (f"None of the {len(measured)} variants is made for "
+                      f"{DEPLOY_TARGETS.get(measured[0].deploy, measured[0].deploy)}: choose another Deploy on.")
     if not candidates:
         return None, "No measured variant yet: a variant is listed here once its job has evaluated it."
     unit = "points" if candidates[0].higher_is_better else "perplexity"
@@ -272,12 +352,15 @@ def recommend(rows: list[Row], max_latency_ms: float | None, max_drop: float | N
             misses.append(f"{row.technique}: {', '.join(reasons)}")
         else:
             meeting.append(row)
+    left_out = (f"\n({elsewhere} variant{'s' if elsewhere != 1 else ''} made for another runtime "
+                f"left out)") if elsewhere else ""
     if not meeting:
-        return None, "No variant meets both limits:\n" + "\n".join(f"• {m}" for m in misses)
+        return None, "No variant meets both limits:\n" + "\n".join(f"• {m}" for m in misses) + left_out
     best = min(meeting, key=lambda r: (r.size_bytes, r.latency(basis) or 0.0))
     others = len(meeting) - 1
     tail = f" ({others} other{'s' if others != 1 else ''} also qualif{'y' if others != 1 else 'ies'})" if others else ""
-    return best, f"Recommended: {best.technique} ({best.name}), the smallest file that meets both limits{tail}."
+    return best, (f"Recommended: {best.technique} ({best.name}), the smallest file that meets both limits{tail}."
+                  + left_out)
 
 
 CSV_COLUMNS = ("run_id", "name", "technique", "state", "is_parent", "metric_name", "metric",

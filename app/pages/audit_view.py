@@ -35,7 +35,7 @@ from engine.api.audit_rows import COLUMNS, row
 
 PAGE = 100
 EXPORT_PAGE = 500
-HEADERS = ("Time", "Client", "Action", "Target", "OK", "Error")
+HEADERS = ("Time", "User", "Client", "Action", "Target", "OK", "Error")
 ACTIONS = ("All actions", "jobs.*", "jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete",
            "queue.*", "hosts.*", "templates.*", "engine.shutdown")
 
@@ -70,8 +70,8 @@ class AuditView(QWidget):
         head.addWidget(self.export_button)
         box.addLayout(head)
         box.addWidget(label("Every request that changed something (jobs started, stopped or deleted, hosts, "
-                            "templates, the engine stopped), with the client that sent it. Secrets are never "
-                            "stored.", "muted", wrap=True))
+                            "templates, users, the engine stopped), with the user and the client that sent it. "
+                            "Secrets are never stored.", "muted", wrap=True))
 
         filters = QHBoxLayout()
         self.action_combo = QComboBox()
@@ -83,9 +83,16 @@ class AuditView(QWidget):
         self.text_edit.setPlaceholderText("Filter by client, target, params or error")
         self.text_edit.setClearButtonEnabled(True)
         self.text_edit.textChanged.connect(self._filter_changed)
+        self.user_edit = QLineEdit()
+        self.user_edit.setPlaceholderText("User")
+        self.user_edit.setAccessibleName("Filter by user")
+        self.user_edit.setToolTip("Only this user's requests (local: the engine's own admin on its machine)")
+        self.user_edit.setClearButtonEnabled(True)
+        self.user_edit.textChanged.connect(self._filter_changed)
         self.failed_check = QCheckBox("Failed only")
         self.failed_check.toggled.connect(self._filter_changed)
         filters.addWidget(self.action_combo)
+        filters.addWidget(self.user_edit)
         filters.addWidget(self.text_edit, 1)
         filters.addWidget(self.failed_check)
         box.addLayout(filters)
@@ -132,6 +139,8 @@ class AuditView(QWidget):
             out["action"] = action
         if self.text_edit.text().strip():
             out["text"] = self.text_edit.text().strip()
+        if self.user_edit.text().strip():
+            out["user"] = self.user_edit.text().strip()
         if self.failed_check.isChecked():
             out["ok"] = False
         return out
@@ -170,13 +179,13 @@ class AuditView(QWidget):
         self.table.setRowCount(len(self._records))
         for r, rec in enumerate(self._records):
             ok = bool(rec.get("ok"))
-            cells = (fmt.timestamp(rec.get("t")), rec.get("client", ""), rec.get("action", ""),
+            cells = (fmt.timestamp(rec.get("t")), rec.get("user") or "", rec.get("client", ""), rec.get("action", ""),
                      rec.get("target", ""), "yes" if ok else "no", rec.get("error") or "")
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(str(text))
                 if c == 0:
                     item.setToolTip(json.dumps(rec.get("params") or {}, indent=1)[:2000])
-                if c == 4 and not ok:
+                if c == HEADERS.index("OK") and not ok:
                     item.setForeground(Qt.GlobalColor.darkRed)
                 self.table.setItem(r, c, item)
         self.count_label.setText(f"Showing {len(self._records)} of {self._total} records" if self._total

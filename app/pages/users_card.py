@@ -2,7 +2,9 @@
 
 Lists the users (never their tokens: the engine keeps only hashes), adds one (the new token is shown once,
 to copy and hand over privately), changes a role, makes a new token, revokes. A non-admin sees who they
-are and what their role allows. Every action is an engine request (users.*), checked and audited there.
+are and what their role allows. Below, the projects the user belongs to (an admin: all) with their members,
+data folders and hosts; an admin gives a project its folders and hosts there. Every action is an engine
+request (users.*, projects.*), checked and audited there.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from app.widgets.wizard_parts import error_text
 from engine.api.permissions import ADMIN, ROLE_WORDS, ROLES
 
 COLUMNS = ("Name", "Role", "Projects", "Token")
+PROJECT_COLUMNS = ("Project", "Members", "Data folders", "Hosts")
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def token_state(user: dict[str, Any], now: float | None = None) -> str:
@@ -100,6 +107,40 @@ class UsersCard(QWidget):
         self.token_view.hide()
         admin.addWidget(self.token_view)
         box.addWidget(self.admin_box)
+        box.addWidget(label("Projects", "h3"))
+        self.projects_table = QTableWidget(0, len(PROJECT_COLUMNS))
+        self.projects_table.setHorizontalHeaderLabels(PROJECT_COLUMNS)
+        self.projects_table.verticalHeader().hide()
+        self.projects_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.projects_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.projects_table.setAccessibleName("Projects")
+        self.projects_table.setToolTip("A project's data folders and hosts serve only its jobs; a folder or host no "
+                                       "project names is everyone's")
+        self.projects_table.itemSelectionChanged.connect(self._project_picked)
+        box.addWidget(self.projects_table)
+        self.project_box = QFrame()
+        edit = QHBoxLayout(self.project_box)
+        edit.setContentsMargins(0, 0, 0, 0)
+        self.project_name = QLineEdit()
+        self.project_name.setPlaceholderText("project")
+        self.project_name.setAccessibleName("Project's name")
+        self.project_folders = QLineEdit()
+        self.project_folders.setPlaceholderText("/data/vision, …")
+        self.project_folders.setAccessibleName("Project's data folders")
+        self.project_folders.setToolTip("Comma-separated folders on the engine's machine whose files only this "
+                                        "project's jobs may read")
+        self.project_hosts = QLineEdit()
+        self.project_hosts.setPlaceholderText("hosts")
+        self.project_hosts.setAccessibleName("Project's hosts")
+        self.project_hosts.setToolTip("Comma-separated hosts (Hosts page) only this project's jobs may use")
+        self.save_project_button = QPushButton("Save project")
+        self.save_project_button.setToolTip("Give the project these data folders and hosts (replacing what it had)")
+        self.save_project_button.clicked.connect(self.save_project)
+        for w, stretch in ((self.project_name, 1), (self.project_folders, 2), (self.project_hosts, 1),
+                           (self.save_project_button, 0)):
+            edit.addWidget(w, stretch)
+        box.addWidget(self.project_box)
+        self.projects: list[dict[str, Any]] = []
         self.status = label("", "muted", wrap=True)
         self.status.hide()
         box.addWidget(self.status)
@@ -116,8 +157,39 @@ class UsersCard(QWidget):
         self.me.setText(f"You are {me.get('name')} ({role}: {ROLE_WORDS.get(role, '')}){where}; projects: "
                         f"{', '.join(me.get('projects') or []) or 'none'}.")
         self.admin_box.setVisible(role == ADMIN)
+        self.project_box.setVisible(role == ADMIN)
         if role == ADMIN:
             self._client.request("users.list", {}, self._show_users, self._failed)
+        self._client.request("projects.list", {}, self._show_projects, self._failed)
+
+    def _show_projects(self, reply: dict[str, Any]) -> None:
+        self.projects = reply.get("projects") or []
+        self.projects_table.setRowCount(len(self.projects))
+        for r, p in enumerate(self.projects):
+            values = (p["name"], ", ".join(p.get("members") or []) or "-",
+                      ", ".join(p.get("data_folders") or []) or "anywhere", ", ".join(p.get("hosts") or []) or "-")
+            for c, value in enumerate(values):
+                self.projects_table.setItem(r, c, QTableWidgetItem(value))
+        self.projects_table.resizeColumnsToContents()
+        self.projects_table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+
+    def _project_picked(self) -> None:
+        row = self.projects_table.currentRow()
+        if 0 <= row < len(self.projects):
+            p = self.projects[row]
+            self.project_name.setText(p["name"])
+            self.project_folders.setText(", ".join(p.get("data_folders") or []))
+            self.project_hosts.setText(", ".join(p.get("hosts") or []))
+
+    def save_project(self) -> None:
+        params = {"name": self.project_name.text().strip(), "data_folders": _split(self.project_folders.text()),
+                  "hosts": _split(self.project_hosts.text())}
+        self._client.request("projects.set", params, self._project_saved, self._failed)
+
+    def _project_saved(self, reply: dict[str, Any]) -> None:
+        self._say(f"Project {reply.get('name')}: data folders {', '.join(reply.get('data_folders') or []) or 'anywhere'}"
+                  f"; hosts {', '.join(reply.get('hosts') or []) or 'everyone’s'}.")
+        self.refresh()
 
     def _show_users(self, reply: dict[str, Any]) -> None:
         self.users = reply.get("users") or []
@@ -129,7 +201,7 @@ class UsersCard(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
 
     def add_user(self) -> None:
-        projects = [p.strip() for p in self.projects_edit.text().split(",") if p.strip()]
+        projects = _split(self.projects_edit.text())
         params = {"name": self.name_edit.text().strip(), "role": self.role_combo.currentData(),
                   "projects": projects or ["default"]}
         self._client.request("users.add", params, self._done, self._failed)

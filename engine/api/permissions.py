@@ -48,7 +48,7 @@ RULES: dict[str, str] = {
     "queue.configure": ADMIN, "models.delete": ADMIN, "hub.login": ADMIN, "hub.logout": ADMIN,
     "pii.set_policy": ADMIN, "audit.list": ADMIN,
     "users.list": ADMIN, "users.add": ADMIN, "users.update": ADMIN, "users.revoke": ADMIN,
-    "users.me": VIEWER,
+    "users.me": VIEWER, "projects.list": VIEWER, "projects.set": ADMIN,
 }
 # Methods that act on one job (params ``id``): an operator needs the job to be theirs or in one of their
 # projects; a viewer sees only those projects' jobs.

@@ -29,8 +29,8 @@ class PiiScanSpec(BaseModel):
                                        "names, e.g. EMAIL_ADDRESS); None = every type the recognizers know")
     threshold: float = Field(0.4, ge=0.0, le=1.0, description="the lowest Presidio score that counts as a finding")
     ner_model: str | None = Field(None, max_length=500, description="a transformers token-classification model "
-                                  "(local folder or Hub id) for people, places and organisations; None = a spaCy "
-                                  "model when one is installed")
+                                  "(local folder or Hub id), or a spaCy pipeline folder, for people, places and "
+                                  "organisations; None = a spaCy model when one is installed")
 
     @field_validator("entities")
     @classmethod

@@ -64,10 +64,13 @@ METHODS: dict[str, str] = {
     "users.update": "{name, role?, projects?, expires_days?, new_token?} -> {user, token?}: change a user; with "
                     "new_token a fresh token replaces the old one (shown this once).",
     "users.revoke": "{name} -> {user}: the user's token stops working at once (connections using it are closed).",
-    "pii.policy": "-> {rules: [{folder, max_findings}]}: the data policy (which folders' files must be scanned for "
-                  "personal data, or scrubbed, before a fine-tune trains on them).",
-    "pii.set_policy": "{folder, max_findings?, clear?} -> {rules}: set (or with clear, remove) the rule of a folder "
-                      "('/' for every file); max_findings null = a scan is enough.",
+    "projects.list": "-> {projects: [{name, data_folders, hosts, members}]}: the projects this user belongs to.",
+    "projects.set": "{name, data_folders?, hosts?, remove?} -> {name, data_folders, hosts}: a project's data folders "
+                    "and hosts, which only its jobs (and members) may use.",
+    "pii.policy": "-> {rules: [{folder or project, max_findings}]}: the data policy (which folders' files, or which "
+                  "projects' data, must be scanned for personal data, or scrubbed, before a fine-tune trains on them).",
+    "pii.set_policy": "{folder or project, max_findings?, clear?} -> {rules}: set (or with clear, remove) the rule of a "
+                      "folder ('/' for every file) or a project; max_findings null = a scan is enough.",
     "models.inspect": "{spec} -> {ok, issues, facts}: the spec's model, measured on the meta device (no weights loaded).",
     "estimate.fit": "{spec} -> {devices, verdict, reason, suggestions, params, throughput, notes}: "
                     "peak memory per device before launch.",

@@ -95,8 +95,12 @@ class LoraMergeSpec(CompressSpec):
 class QuantizeSpec(CompressSpec):
     """compress.quantize: ONNX Runtime post-training quantization of the parent's ONNX export."""
 
-    mode: Literal["dynamic", "static", "fp16"] = Field(
-        "dynamic", description="dynamic int8 (CPU servers), static int8 QDQ (calibrated; TensorRT), fp16 (GPU/Jetson)")
+    mode: Literal["dynamic", "static", "fp16", "fp32"] = Field(
+        "dynamic", description="dynamic int8 (CPU servers), static int8 QDQ (calibrated; TensorRT), fp16 (GPU/Jetson), "
+                               "fp32 (the graph optimization alone)")
+    optimize: bool = Field(True, description="fuse attention, LayerNorm and GELU with ONNX Runtime's transformer "
+                                             "optimizer first (variants ONNX Runtime runs on a CPU: dynamic, static "
+                                             "cpu, fp32)")
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
     target: Literal["tensorrt", "cpu"] = Field(
         "tensorrt", description="static int8's form: tensorrt = symmetric int8 activations (TensorRT, Jetson); "
@@ -107,13 +111,15 @@ class QuantizeSpec(CompressSpec):
 
 
 class QatSpec(CompressSpec):
-    """compress.qat: fake-quant fine-tune (torchao), then static int8 QDQ ONNX."""
+    """compress.qat: fine-tune with ONNX Runtime's int8 rounding simulated, then that int8 QDQ ONNX graph."""
 
     steps: int = Field(50, ge=1, le=1_000_000, description="fine-tuning steps with fake quantization")
     lr: float = Field(2e-5, gt=0, le=1)
     batch_size: int = Field(16, ge=1, le=4096)
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
     target: Literal["tensorrt", "cpu"] = Field("tensorrt", description="the int8 form, as in compress.quantize")
+    optimize: bool = Field(True, description="fuse LayerNorm and GELU with ONNX Runtime's transformer optimizer "
+                                             "before quantizing (target cpu)")
 
 
 class PruneSpec(CompressSpec):
@@ -185,6 +191,8 @@ class ExportSpec(Spec):
     seq_len: int | None = Field(None, ge=1, le=131_072,
                                 description="text models: the longest sequence; None = the run's data.max_length")
     slim: bool = Field(False, description="simplify the ONNX graph with onnxslim (constant folding, fusions)")
+    optimize: bool = Field(True, description="the ONNX Runtime package (ort) gets ONNX Runtime's fused attention, "
+                                             "LayerNorm and GELU (transformers); the onnx format stays portable")
     torchscript_mode: Literal["trace", "script"] = Field("trace", description="how TorchScript captures the model")
     precision: Literal["fp32", "fp16", "int8"] = Field(
         "fp16", description="TensorRT engine precision; int8 needs a QDQ model (compress.quantize static, tensorrt)")
@@ -412,7 +420,8 @@ JOB_KINDS: dict[str, JobKind] = {
         JobKind(
             QAT,
             "Quantization-aware training",
-            "Fine-tune with fake int8 quantization (torchao), then export static int8 QDQ ONNX.",
+            "Fine-tune with fake int8 quantization exactly as the deployed graph rounds, then export that int8 "
+            "QDQ ONNX graph.",
             "engine.recipes.compress",
             QatSpec,
         ),

@@ -3,6 +3,7 @@
     ember pii scan data/tickets.csv
     ember pii scrub data/tickets.csv --mode tag --mode PERSON=fake --mode EMAIL_ADDRESS=hash
     ember pii policy --folder data/customers --max-findings 0     # training needs a clean scan or a scrub
+    ember pii policy --project vision                             # every fine-tune of vision: a scan first
     ember pii policy                                              # list the rules
 """
 
@@ -61,14 +62,15 @@ def show_findings(result: dict[str, Any], key: str = "findings") -> None:
 def cmd_pii(args: argparse.Namespace) -> int:
     with ensure_engine() as c:
         if args.pii_action == "policy":
-            if args.folder:
-                rules = c.call("pii.set_policy", folder=args.folder, max_findings=args.max_findings,
-                               clear=args.clear)["rules"]
+            if args.folder or args.project:
+                where = {"folder": args.folder} if args.folder else {"project": args.project}
+                rules = c.call("pii.set_policy", **where, max_findings=args.max_findings, clear=args.clear)["rules"]
             else:
                 rules = c.call("pii.policy")["rules"]
             for r in rules:
                 limit = "a scan" if r["max_findings"] is None else f"a scan with at most {r['max_findings']} findings"
-                out(f"{r['folder']}: training needs {limit}, or a scrubbed copy")
+                where = r["folder"] if "folder" in r else f"project {r['project']}"
+                out(f"{where}: training needs {limit}, or a scrubbed copy")
             if not rules:
                 out("no rules: data is trained on as it is")
             return 0
@@ -106,16 +108,18 @@ def add_parser(sub: Any) -> None:
         a.add_argument("path", help="a CSV, TSV or JSONL file, or a folder of images (EXIF)")
         a.add_argument("--entities", help="comma-separated types to look for (default: every type)")
         a.add_argument("--threshold", type=float, default=0.4, help="lowest Presidio score counted (default 0.4)")
-        a.add_argument("--ner-model", help="a transformers NER model (folder or Hub id) for people, places, "
-                                           "organisations (default: a spaCy model when installed)")
+        a.add_argument("--ner-model", help="a transformers NER model (folder or Hub id), or a spaCy pipeline "
+                                           "folder, for people, places, organisations (default: a spaCy model "
+                                           "when installed)")
         a.add_argument("--json", action="store_true", help="print the job's result as JSON")
         if action == "scrub":
             a.add_argument("--mode", action="append", metavar="[TYPE=]MODE",
                            help="how to replace (repeatable): " + "; ".join(MODE_WORDS.values())
                            + ". TYPE=MODE sets one type, MODE the rest (default tag)")
             a.add_argument("--output", help="where to write the copy (default: in the job's folder)")
-    pol = ps.add_parser("policy", help="list the data policy's rules, or set one with --folder")
+    pol = ps.add_parser("policy", help="list the data policy's rules, or set one with --folder or --project")
     pol.add_argument("--folder", help="a folder (or / for every file) whose files need a scan before training")
+    pol.add_argument("--project", help="or a project: every data file its fine-tunes read")
     pol.add_argument("--max-findings", type=int, help="findings allowed before a scrub is required")
-    pol.add_argument("--clear", action="store_true", help="remove the rule of --folder")
+    pol.add_argument("--clear", action="store_true", help="remove the rule of --folder or --project")
     p.set_defaults(fn=cmd_pii)

@@ -6,6 +6,8 @@
     ember users token alice          # a new token; the old one stops working
     ember users revoke alice
     ember users me                   # who this connection is
+    ember projects                   # the projects you belong to, their data folders, hosts and members
+    ember projects set vision --data-folder /data/vision --host gpu1     # only vision's jobs read or use them
 """
 
 from __future__ import annotations
@@ -85,3 +87,28 @@ def add_parser(sub: Any) -> None:
             a.add_argument("--project", action="append", help="a project they belong to (repeatable; * = all)")
             a.add_argument("--expires-days", type=float, help="the token stops working after this many days")
     u.set_defaults(fn=cmd_users, users_action=None)
+
+
+def cmd_projects(args: argparse.Namespace) -> int:
+    with ensure_engine() as c:
+        if args.projects_action == "set":
+            c.call("projects.set", name=args.name, data_folders=args.data_folder or [], hosts=args.host or [],
+                   remove=args.remove)
+        for p in c.call("projects.list")["projects"]:
+            out(f"{p['name']}: members {', '.join(p['members']) or '-'}")
+            out(f"  data folders: {', '.join(p['data_folders']) or 'none (data anywhere)'}")
+            out(f"  hosts: {', '.join(p['hosts']) or 'none (everyone’s hosts)'}")
+    return 0
+
+
+def add_projects_parser(sub: Any) -> None:
+    p = sub.add_parser("projects", help="projects: their members, data folders and hosts (a team engine)")
+    ps = p.add_subparsers(dest="projects_action")
+    ps.add_parser("list", help="the projects you belong to (the default)")
+    s = ps.add_parser("set", help="give a project its data folders and hosts (admin); replaces what it had")
+    s.add_argument("name")
+    s.add_argument("--data-folder", action="append", help="a folder whose files only this project's jobs read "
+                                                          "(repeatable)")
+    s.add_argument("--host", action="append", help="a host (Hosts page) only this project's jobs use (repeatable)")
+    s.add_argument("--remove", action="store_true", help="forget the project's folders and hosts")
+    p.set_defaults(fn=cmd_projects, projects_action=None)

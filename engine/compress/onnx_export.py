@@ -41,6 +41,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.threads import cap
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
@@ -187,7 +188,8 @@ def feeds(input_names: list[str] | tuple[str, ...], batch: dict[str, Any]) -> di
 
 
 def session(path: str | Path, threads: int = 0, provider: str = "cpu") -> ort.InferenceSession:
-    """An ONNX Runtime session with all graph optimizations; ``threads`` = 0 leaves ORT's default."""
+    """An ONNX Runtime session with all graph optimizations; ``threads`` = 0: ``OMP_NUM_THREADS`` if set
+    (engine/threads.py), else ORT's default."""
     import onnxruntime as ort
 
     if provider not in PROVIDERS:
@@ -198,7 +200,7 @@ def session(path: str | Path, threads: int = 0, provider: str = "cpu") -> ort.In
                         "install onnxruntime-gpu built for this machine's CUDA version (in place of onnxruntime), "
                         "or run on provider 'cpu'.")
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(0, int(threads))
+    opts.intra_op_num_threads = max(0, int(threads)) or cap()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3  # errors only: ORT's warnings are about its own choices
     providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])

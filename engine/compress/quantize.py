@@ -318,7 +318,10 @@ def quantize_dynamic(src: str | Path, dst: str | Path, exclude_nodes: Iterable[s
         result = out.path("model.onnx")
         try:
             ort_quantize_dynamic(str(src), str(result), op_types_to_quantize=ops, per_channel=per_channel,
-                                 reduce_range=reduce_range, weight_type=QuantType.QInt8, nodes_to_exclude=skip)
+                                 reduce_range=reduce_range, weight_type=QuantType.QInt8, nodes_to_exclude=skip,
+                                 # A fused graph's com.microsoft ops are unknown to ONNX shape inference: the
+                                 # tensors after them are float (graph_opt keeps every activation float).
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         except Exception as exc:  # ORT's quantizer raises plain exceptions for graphs it cannot handle
             raise JobFailed(f"dynamic quantization failed: {' '.join(str(exc).split())[:400]}",
                             "keep the node it names in float with exclude_nodes, or report this with the "
@@ -394,8 +397,15 @@ def _same_shape(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterable[dict[str, Any]],
                     method: str = "minmax", exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
-                    per_channel: bool = True, reduce_range: bool = True, target: str = "tensorrt") -> dict[str, Any]:
+                    per_channel: bool = True, reduce_range: bool = True, target: str = "tensorrt",
+                    only_nodes: Iterable[str] = (), overrides: dict[str, list[dict[str, Any]]] | None = None,
+                    ) -> dict[str, Any]:
     """Calibrated int8 QDQ; ``calibration_feeds`` are ORT feed dicts (batches).
+
+    ``only_nodes`` (QAT): quantize these MatMul/Gemm/Gather nodes and nothing else, with biases and
+    MatMul outputs in float;
+    ``overrides`` (ORT's TensorQuantOverrides) fixes tensors' scales and zero points instead of
+    calibrating them.
 
     ``target`` "tensorrt": symmetric int8 activations and weights, the form TensorRT takes (ONNX Runtime
     on a CPU runs it, slowly). "cpu": unsigned asymmetric activations with signed weights (U8S8), the
@@ -418,8 +428,16 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
     if samples < MIN_CALIBRATION_SAMPLES:
         raise JobFailed(f"calibration data too small: {samples} examples, at least {MIN_CALIBRATION_SAMPLES} needed",
                         "raise calibration.samples or use a larger validation split.")
-    ops = [op for op in (*STATIC_COMPUTE_OPS, *STATIC_MOVE_OPS) if op not in op_types]
+    only = list(dict.fromkeys(only_nodes or ()))
+    ops = [op for op in ((*STATIC_COMPUTE_OPS, *STATIC_MOVE_OPS) if not only else ("MatMul", "Gemm", "Gather"))
+           if op not in op_types]
     excluded = _excluded(candidates, nodes, op_types)
+    if only:
+        unknown = [n for n in only if n not in {c["name"] for c in candidates}]
+        if unknown:
+            raise JobFailed(f"only_nodes: no quantizable node named {unknown[0]!r} in the model",
+                            "report this with the run's spec.yaml.")
+        candidates = [c for c in candidates if c["name"] in only]
     if not [c for c in candidates if c["op_type"] in ops and c["name"] not in excluded]:
         raise _nothing_left(candidates, excluded, "static")
     # The quantizer places Q/DQ pairs only on tensors whose type and shape ONNX shape inference found.
@@ -432,7 +450,7 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
         if any(c["name"] in untyped for c in candidates):
             pre, inference = _preprocess(src, out.path("pre.onnx"))
         if pre != src:  # pre-processing folds nodes away: count what is left
-            candidates = _candidates(onnx.load(str(pre)))
+            candidates = [c for c in _candidates(onnx.load(str(pre))) if not only or c["name"] in only]
             excluded = _excluded(candidates, nodes, op_types)
         del model
 
@@ -446,12 +464,20 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
             activations, options = ortq.QuantType.QInt8, dict(TENSORRT_OPTIONS)
         else:
             activations, options = ortq.QuantType.QUInt8, {"ActivationSymmetric": False, "WeightSymmetric": True}
+        if only:
+            # What QAT trained: int8 inputs and weights, float biases and float MatMul outputs (ORT would
+            # otherwise round each output to int8 as well, with a calibrated range the training never saw).
+            options["QuantizeBias"] = False
+            options["OpTypesToExcludeOutputQuantization"] = ["MatMul", "Gemm"]
+        if overrides:
+            options["TensorQuantOverrides"] = overrides
         calibrate = {"minmax": ortq.CalibrationMethod.MinMax, "entropy": ortq.CalibrationMethod.Entropy,
                      "percentile": ortq.CalibrationMethod.Percentile}[method]
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # the calibrators print progress lines
                 ortq.quantize_static(str(pre), str(result), Reader(batches), quant_format=ortq.QuantFormat.QDQ,
                                      op_types_to_quantize=ops, per_channel=per_channel, reduce_range=reduce_range,
+                                     nodes_to_quantize=only or None,
                                      activation_type=activations, weight_type=ortq.QuantType.QInt8,
                                      nodes_to_exclude=list(dict.fromkeys([*nodes, *excluded])),
                                      calibrate_method=calibrate, extra_options=options)
@@ -459,7 +485,11 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
             raise JobFailed(f"static quantization failed: {' '.join(str(exc).split())[:400]}",
                             "check that the calibration batches come from the same task and tokenizer as the "
                             "model; report this with the run's spec.yaml if they do.") from exc
-        counts = _count(onnx.load(str(result)), candidates)
+        written = onnx.load(str(result))
+        if only:
+            _float_elsewhere(written, set(only))
+            onnx.save(written, str(result))
+        counts = _count(written, candidates)
         if counts[0] == 0:
             raise _nothing_left(candidates, excluded, "static")
         size = out.commit(result)
@@ -471,8 +501,36 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
                              "shape_inference": inference})
 
 
-def _probe_feeds(model) -> dict[str, Any]:
-    """Made-up inputs that fit the model: ones for masks, zeros for token types, small ids, normal floats."""
+def _float_elsewhere(model, quantized: set[str]) -> int:
+    """Give every consumer of a quantized activation that is not itself quantized the float tensor again.
+
+    ORT rewires all consumers of a tensor to its DequantizeLinear output when one quantized
+    node reads it: a transformer's residual Add then adds int8-rounded hidden states, which
+    QAT never trained with (it rounds only what enters a Linear) and which costs accuracy
+    without saving any work (the Add runs in float either way). Returns how many inputs
+    were rewired; the model is changed in place.
+    """
+    producer = {o: n for n in model.graph.node for o in n.output}
+    rewired = 0
+    for node in model.graph.node:
+        if node.name in quantized or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for i, name in enumerate(node.input):
+            dq = producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = producer.get(dq.input[0])
+            if q is None or q.op_type != "QuantizeLinear":
+                continue  # a weight stored as int8: no float tensor to go back to
+            node.input[i] = q.input[0]
+            rewired += 1
+    return rewired
+
+
+def probe_feeds(model, batch: int = 2, seq: int = 8, pad: bool = True) -> dict[str, Any]:
+    """Made-up inputs that fit the model: normal floats, small ids, zeros for token types, and masks whose
+    rows after the first end in padding (a third of the sequence, with ``pad``), so masked attention is
+    exercised."""
     import numpy as np
     import onnx
 
@@ -483,12 +541,15 @@ def _probe_feeds(model) -> dict[str, Any]:
         if vi.name in inits:
             continue
         dims = vi.type.tensor_type.shape.dim
-        shape = [d.dim_value if d.dim_value > 0 else (2 if i == 0 else 8) for i, d in enumerate(dims)]
+        shape = [d.dim_value if d.dim_value > 0 else (batch if i == 0 else seq) for i, d in enumerate(dims)]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         if np.issubdtype(dtype, np.floating):
             out[vi.name] = rng.standard_normal(shape).astype(dtype)
         elif "mask" in vi.name:
-            out[vi.name] = np.ones(shape, dtype)
+            mask = np.ones(shape, dtype)
+            if pad and len(shape) == 2 and shape[1] >= 3:
+                mask[1:, shape[1] - shape[1] // 3:] = 0
+            out[vi.name] = mask
         elif "type" in vi.name or "position" in vi.name:
             out[vi.name] = np.zeros(shape, dtype)
         else:
@@ -532,7 +593,7 @@ def convert_fp16(src: str | Path, dst: str | Path, exclude_op_types: Iterable[st
         del half
         if counts[0] == 0:
             raise _nothing_left(candidates, excluded, "fp16")
-        probe = _probe_feeds(model)
+        probe = probe_feeds(model, pad=False)
         ref = session(src).run(None, probe)
         got = session(result).run(None, probe)
         diff, scale = 0.0, 1.0

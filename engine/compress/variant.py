@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.specs import EvalSpec
+from engine.api.variant_targets import TARGET_LABELS, variant_target
 from engine.trainer import source as sources
 from engine.training.context import JobContext, JobFailed
 
@@ -31,6 +32,7 @@ class Job:
     parent: Any  # the parent's torch module (fp32, CPU, eval)
     work: Path
     files: dict[str, Path] = field(default_factory=dict)
+    fused: dict[str, tuple[Path | None, dict[str, Any]]] = field(default_factory=dict)  # optimized(), by name
 
     @classmethod
     def open(cls, ctx: JobContext, spec: Any) -> Job:
@@ -75,6 +77,15 @@ class Job:
         self.ctx.log(f"calibrating on {n} training examples")
         return [feeds(input_names, self.data.collate([rows[i]])) for i in range(n)]
 
+    def calibration_batches(self, samples: int) -> list[dict[str, Any]]:
+        """The same examples as ``calibration_feeds``, as the torch model's keyword inputs."""
+        from engine.evaluate.runners import TASK_INPUTS
+
+        rows = self.data.train
+        keys = TASK_INPUTS[self.task_name]
+        return [{k: v for k, v in self.data.collate([rows[i]]).items() if k in keys}
+                for i in range(min(samples, len(rows)))]
+
     def export(self, model: Any, name: str) -> dict[str, Any]:
         from engine.compress.onnx_export import export_onnx
 
@@ -82,6 +93,25 @@ class Job:
         report = export_onnx(model, self.task_name, self.example_batch(), path)
         self.files[name] = path
         return report
+
+    def optimized(self, model: Any, name: str, attention: bool) -> tuple[Path | None, dict[str, Any]]:
+        """``model`` exported and run through ONNX Runtime's transformer optimizer (engine/compress/graph_opt.py):
+        the fused file (None when nothing could be fused) and the optimizer's report."""
+        from engine.compress import graph_opt
+
+        key = name + ("" if attention else "-no-attention")
+        if key not in self.fused:
+            dst = self.work / f"{key}.fused.onnx"
+            report = graph_opt.export_fused(model, self.task_name, self.example_batch(), dst, attention=attention)
+            if report["path"]:
+                self.ctx.log("graph optimized: " + ", ".join(f"{n} {op}" for op, n in report["fused"].items())
+                             + f" ({report['nodes_before']} -> {report['nodes_after']} nodes, max abs diff "
+                             f"{report['max_abs_diff']:.2g})" + (f"; {report['attention_note']}"
+                                                                 if report.get("attention_note") else ""))
+            else:
+                self.ctx.log(f"graph not optimized: {report['skipped']}")
+            self.fused[key] = (Path(report["path"]) if report["path"] else None, report)
+        return self.fused[key]
 
     def parent_onnx(self) -> Path:
         if "parent.onnx" not in self.files:
@@ -123,6 +153,9 @@ class Job:
             (self.model_dir / "ember_model.json").write_text(json.dumps(meta, indent=1, default=str),
                                                              encoding="utf-8")
         doc = self.evaluate(label, variant_onnx, variant_torch)
+        doc["target"] = target_of(technique, settings, doc["settings"]["runtime"])
+        if not doc["target"]["measured_on_target"]:
+            self.ctx.log(f"latency: {doc['target']['note']}")
         pair.write(Path(self.ctx.run_dir), doc)
         result = {"source_run": self.source.run_id, "technique": technique, "label": label,
                   "path": str(self.model_dir), "evaluation": summary(doc), **extra}
@@ -176,6 +209,16 @@ class Job:
         return evaluate_pair(parent, variant, self.data, self.task_name, settings, log=self.ctx.log)
 
 
+def target_of(technique: str, settings: dict[str, Any], measured_with: str) -> dict[str, Any]:
+    """``{"runtime", "label", "measured_on_target", "note"}`` for a variant measured with ``measured_with``."""
+    target = variant_target(technique, settings.get("target"))
+    on_target = target in ("cpu", "any") or (target == "gpu" and measured_with == "onnxruntime-cuda")
+    note = "" if on_target else (
+        f"not its target runtime: measured with {measured_with}, its target is {TARGET_LABELS[target]}; "
+        "its figures there come from an export to TensorRT or a Jetson (Export), not from this job")
+    return {"runtime": target, "label": TARGET_LABELS[target], "measured_on_target": on_target, "note": note}
+
+
 def cuda_available() -> bool:
     import onnxruntime as ort
 
@@ -196,7 +239,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
                 "p50_b1_ms": (lat.get("b1") or {}).get("p50"), "p50_bN_ms": (lat.get("bN") or {}).get("p50"),
                 "size_bytes": e.get("size_bytes"), "params": e.get("params")}
     return {"parent": entry(doc["parent"]), "variant": entry(doc["variant"]), "agreement": doc.get("agreement"),
-            "delta": doc.get("delta"), "runtime": doc["settings"].get("runtime")}
+            "delta": doc.get("delta"), "runtime": doc["settings"].get("runtime"), "target": doc.get("target")}
 
 
 def _headline(doc: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 # Environment for a process that measures latency (set before torch is imported; see the module doc).
+from engine.threads import cpu_threads
 from engine.training.context import JobFailed
 
 # The model inputs each task's collate produces (labels are never fed).
@@ -34,13 +35,8 @@ _ORT_DTYPES = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float
 
 
 def resolve_threads(threads: int = 0) -> int:
-    """``threads`` when positive, else the cores this process may run on (its CPU affinity)."""
-    if threads and threads > 0:
-        return int(threads)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """``threads`` when positive, else ``OMP_NUM_THREADS``, else the cores this process may run on."""
+    return cpu_threads(threads)
 
 
 def task_inputs(task_name: str) -> tuple[str, ...]:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 import sys
 import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
+
+from engine.threads import cap, cpu_threads
 
 RUNTIMES = ("transformers", "onnxruntime-genai", "llama.cpp")
 
@@ -95,7 +96,10 @@ class GenaiRuntime:
     def __init__(self, path: Path, n_ctx: int):
         import onnxruntime_genai as og
 
-        self.og, self.model, self.n_ctx, self.gen = og, og.Model(str(path)), n_ctx, None
+        config = og.Config(str(path))
+        if cap():  # the session's intra-op pool, otherwise one thread per core (engine/threads.py)
+            config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": cap()}}}}))
+        self.og, self.model, self.n_ctx, self.gen = og, og.Model(config), n_ctx, None
 
     def _generator(self) -> Any:
         params = self.og.GeneratorParams(self.model)
@@ -155,7 +159,7 @@ class LlamaCppRuntime:
 
         self.all_positions = all_positions
         self.llm = Llama(model_path=str(path), n_ctx=n_ctx, logits_all=all_positions, verbose=False,
-                         n_threads=max(1, os.cpu_count() or 1))
+                         n_threads=cpu_threads(), n_threads_batch=cpu_threads())
 
     def _last(self) -> Any:
         if self.all_positions:

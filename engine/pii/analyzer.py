@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DEFAULT_THRESHOLD = 0.4  # a bare phone number scores 0.4; context words lift real ones higher
@@ -39,6 +40,12 @@ def _offline_tldextract() -> None:
     import tldextract.tldextract as tld
 
     tld.TLD_EXTRACTOR = tld.TLDExtract(suffix_list_urls=())
+
+
+def is_spacy_folder(name: str) -> bool:
+    """A spaCy pipeline saved to a folder (config.cfg and meta.json), e.g. an unpacked en_core_web_sm."""
+    folder = Path(name).expanduser()
+    return (folder / "config.cfg").is_file() and (folder / "meta.json").is_file()
 
 
 def installed_spacy_model() -> str | None:
@@ -80,7 +87,10 @@ class Analyzer:
         from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
 
         self.threshold = threshold
-        spacy_model = None if ner_model else installed_spacy_model()
+        if ner_model and is_spacy_folder(ner_model):  # a spaCy pipeline folder: people and places through spaCy
+            spacy_model, ner_model = str(Path(ner_model).expanduser().resolve()), None
+        else:
+            spacy_model = None if ner_model else installed_spacy_model()
         if spacy_model:
             from presidio_analyzer.nlp_engine import SpacyNlpEngine
 

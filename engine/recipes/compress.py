@@ -18,7 +18,7 @@ from engine.api.specs import PruneSpec, QatSpec, QuantizeSpec
 from engine.compress.variant import Job, progress
 from engine.training.context import JobContext, JobFailed, run_job
 
-MODE_LABELS = {"dynamic": "int8 dynamic", "static": "int8 static (QDQ)", "fp16": "fp16"}
+MODE_LABELS = {"dynamic": "int8 dynamic", "static": "int8 static (QDQ)", "fp16": "fp16", "fp32": "fp32, fused graph"}
 TARGET_LABELS = {"tensorrt": "TensorRT form", "cpu": "CPU form"}
 
 
@@ -27,51 +27,77 @@ def quantize(job: Job, spec: QuantizeSpec) -> str | None:
 
     parent_onnx = job.parent_onnx()
     out = job.model_dir / "model.onnx"
+    src, graph = parent_onnx, None
+    if spec.optimize and fuses(spec.mode, spec.target):
+        # Static int8 quantizes the attention's MatMuls one by one; a fused Attention node would hide them.
+        fused, graph = job.optimized(job.parent, "parent", attention=spec.mode != "static")
+        src = fused or parent_onnx
     progress(job.ctx, "quantize", 0.4, f"quantizing: {MODE_LABELS[spec.mode]}")
     exclude = {"exclude_nodes": spec.exclude_nodes, "exclude_op_types": spec.exclude_op_types}
     if spec.mode == "dynamic":
-        report = q.quantize_dynamic(parent_onnx, out, per_channel=spec.per_channel, **exclude)
+        report = q.quantize_dynamic(src, out, per_channel=spec.per_channel, **exclude)
     elif spec.mode == "static":
-        names = _input_names(parent_onnx)
+        names = _input_names(src)
         feeds = job.calibration_feeds(names, spec.calibration.samples)
-        report = q.quantize_static(parent_onnx, out, feeds, method=spec.calibration.method,
+        report = q.quantize_static(src, out, feeds, method=spec.calibration.method,
                                    per_channel=spec.per_channel, target=spec.target, **exclude)
+    elif spec.mode == "fp32":
+        if src == parent_onnx:
+            raise JobFailed(f"nothing to fuse in this model's graph: {(graph or {}).get('skipped') or 'optimize is off'}",
+                            "The parent's ONNX export is already as ONNX Runtime runs it; use int8 to go faster.")
+        shutil.copyfile(src, out)
+        report = {"mode": "fp32", "bytes_before": parent_onnx.stat().st_size, "bytes_after": out.stat().st_size}
     else:
-        report = q.convert_fp16(parent_onnx, out, exclude_op_types=spec.exclude_op_types)
-    job.ctx.log(f"{report.get('quantized_nodes', '?')} nodes quantized, {report['bytes_before']:,} -> "
-                f"{report['bytes_after']:,} bytes")
-    settings = {"mode": spec.mode, "per_channel": spec.per_channel, **exclude}
+        report = q.convert_fp16(src, out, exclude_op_types=spec.exclude_op_types)
+    if "quantized_nodes" in report:
+        job.ctx.log(f"{report['quantized_nodes']} nodes quantized, {report['bytes_before']:,} -> "
+                    f"{report['bytes_after']:,} bytes")
+    settings = {"mode": spec.mode, "per_channel": spec.per_channel, "optimize": spec.optimize, **exclude}
     if spec.mode == "static":
         settings["calibration"] = spec.calibration.model_dump()
         settings["target"] = spec.target
     label = MODE_LABELS[spec.mode] + (f", {TARGET_LABELS[spec.target]}" if spec.mode == "static" else "")
-    job.finish(label, f"quantize.{spec.mode}", out, None, settings, {"quantization": report})
+    extra = {"quantization": report, **({"graph": graph} if graph else {})}
+    job.finish(label, f"quantize.{spec.mode}", out, None, settings, extra)
     return None
+
+
+def fuses(mode: str, target: str) -> bool:
+    """Whether a variant's graph gets ONNX Runtime's fused operators: only those ONNX Runtime on a CPU runs
+    (TensorRT reads no com.microsoft operators; fp16 is for GPUs and Jetsons)."""
+    return mode in ("dynamic", "fp32") or (mode == "static" and target == "cpu")
 
 
 def qat(job: Job, spec: QatSpec) -> str | None:
     from engine.compress import qat as fq
     from engine.compress import quantize as q
 
-    progress(job.ctx, "prepare", 0.1, "inserting fake quantization (torchao)")
-    model = fq.prepare_qat(copy.deepcopy(job.parent).train())
-    trained = job.train(model, spec.steps, spec.lr, spec.batch_size, "quantization-aware fine-tune")
+    scheme = fq.Scheme(target=spec.target)
+    progress(job.ctx, "prepare", 0.1, f"inserting fake int8 quantization ({TARGET_LABELS[spec.target]})")
+    model = fq.prepare_qat(copy.deepcopy(job.parent), scheme)
+    # The same training examples static quantization calibrates on, one at a time, through the float model.
+    n = fq.calibrate(model, job.calibration_batches(spec.calibration.samples))
+    job.ctx.log(f"{fq.fake_quant_modules(model)} Linear layers fake-quantized; activation ranges from {n} examples")
+    trained = job.train(model.train(), spec.steps, spec.lr, spec.batch_size, "quantization-aware fine-tune")
     if trained is None:
         return "stopped"
+    layers = fq.trained_layers(trained)
     plain = fq.convert_qat(trained)
-    progress(job.ctx, "export", 0.7, "exporting the QAT model and quantizing it to int8 QDQ")
-    float_onnx = job.export(plain, "qat_float.onnx")["path"]
+    progress(job.ctx, "export", 0.7, "exporting the QAT model and writing its int8 QDQ graph")
+    float_onnx, graph = None, None
+    if spec.optimize and fuses("static", spec.target):
+        float_onnx, graph = job.optimized(plain, "qat", attention=False)
+    float_onnx = float_onnx or job.export(plain, "qat_float.onnx")["path"]
+    deploy = fq.deployment(layers, float_onnx)
     out = job.model_dir / "model.onnx"
-    feeds = job.calibration_feeds(_input_names(float_onnx), spec.calibration.samples)
-    # The head trained without fake quantization; it stays float in the int8 model too. The
-    # exporter names nodes by module path ("/model/classifier/Gemm").
-    head = [n["name"] for n in q.quantizable_nodes(float_onnx)
-            if fq.is_head(".".join(part for part in n["name"].split("/") if part))]
-    report = q.quantize_static(float_onnx, out, feeds, method=spec.calibration.method, per_channel=True,
-                               exclude_nodes=head, target=spec.target)
+    feeds = job.calibration_feeds(_input_names(float_onnx), min(spec.calibration.samples, 8))
+    report = q.quantize_static(float_onnx, out, feeds, per_channel=True, reduce_range=scheme.reduce_range,
+                               target=spec.target, only_nodes=deploy.nodes, overrides=deploy.overrides)
     settings = {"steps": spec.steps, "lr": spec.lr, "calibration": spec.calibration.model_dump(),
-                "target": spec.target, "float_nodes": head}
-    job.finish("QAT int8", "qat", out, None, settings, {"quantization": report})
+                "target": spec.target, "reduce_range": scheme.reduce_range, "quantized_layers": len(deploy.nodes),
+                "optimize": spec.optimize}
+    extra = {"quantization": report, **({"graph": graph} if graph else {})}
+    job.finish(f"QAT int8, {TARGET_LABELS[spec.target]}", "qat", out, None, settings, extra)
     return None
 
 

@@ -2,6 +2,12 @@
 
 The GUI under test starts the engine itself (that is part of what is tested);
 teardown stops every engine a test may have left behind, so nothing outlives it.
+
+``EMBER_TEST_ENGINE=tls`` runs the same tests against a team engine: the test's engine is started listening
+on TCP with TLS as well, and every window connects to it over TLS with a user's token (an admin of every
+project), accepted certificate and saved login as a GUI on another machine has them (docs/security.md).
+Tests that pick the window's engine themselves (how it starts, restarts or stops this machine's engine, or
+connects to a team engine) are marked ``own_engine`` and skipped then.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from engine.cli.client import BlockingClient, EngineNotRunning
 from tests.conftest import alive, kill_job_groups
 
 CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start can be slow
+OVER_TLS = os.environ.get("EMBER_TEST_ENGINE") == "tls"
 
 
 def engine_pid(paths: paths_mod.Paths) -> int | None:
@@ -92,20 +99,49 @@ def isolated_settings(tmp_path, monkeypatch) -> Iterator[None]:
     reset_prefs()
 
 
+@pytest.fixture(autouse=True)
+def own_engine_only_here(request) -> None:
+    if OVER_TLS and request.node.get_closest_marker("own_engine"):
+        pytest.skip("the test picks the window's engine itself (EMBER_TEST_ENGINE=tls)")
+
+
 @pytest.fixture
 def gui_home(ember_home: paths_mod.Paths) -> Iterator[paths_mod.Paths]:
     yield ember_home
     stop_engine(ember_home)
 
 
+def serve_over_tls(paths: paths_mod.Paths, folder, monkeypatch) -> subprocess.Popen | None:
+    """Start the test's engine on TLS as well, and point the GUI's preferences at it with a user's token."""
+    from app.prefs import prefs
+    from engine.api.remote import KnownEngines, SavedLogins
+    from tests.conftest import start_engine_process
+
+    proc = None
+    if engine_pid(paths) is None:  # else the test started its own engine (on TLS: tests/app/test_remote_gui.py)
+        proc = start_engine_process(paths, "--listen", "127.0.0.1:0")
+    with BlockingClient.connect(paths, client="test-setup", timeout=30) as c:
+        tls = c.call("engine.status").get("tls")
+        assert tls, "the test's engine was started without --listen: it cannot serve a GUI over TLS"
+        token = c.call("users.add", name="tester", role="admin", projects=["*"])["token"]
+    monkeypatch.setenv("EMBER_KNOWN_ENGINES", str(folder / "known_engines.json"))
+    KnownEngines(paths_mod.known_engines_file()).accept(tls["listen"], tls["fingerprint"])
+    SavedLogins(paths_mod.saved_logins_file()).save(tls["listen"], token)
+    prefs().set("remote_engine", tls["listen"])
+    return proc
+
+
 @pytest.fixture
-def make_window(qtbot, gui_home) -> Iterator[Callable[..., object]]:
+def make_window(qtbot, gui_home, tmp_path, monkeypatch) -> Iterator[Callable[..., object]]:
     """Build, show and start main windows; all are closed and their engines stopped after."""
     from app.main_window import MainWindow
 
     windows: list[MainWindow] = []
+    served: list[subprocess.Popen | None] = []
 
     def make(start: bool = True, page: str = "runs") -> MainWindow:
+        if OVER_TLS and not served:
+            served.append(serve_over_tls(gui_home, tmp_path, monkeypatch))
         window = MainWindow()
         qtbot.addWidget(window)
         window.show_page(page)
@@ -122,8 +158,9 @@ def make_window(qtbot, gui_home) -> Iterator[Callable[..., object]]:
         if child is not None:
             children.append(child)
         window.close()
-    stop_engine(gui_home, tuple(c.pid for c in children))
-    for child in children:  # reap what the GUIs started, so no zombie outlives the test
+    served_procs = [p for p in served if p is not None]
+    stop_engine(gui_home, tuple(c.pid for c in children) + tuple(p.pid for p in served_procs))
+    for child in [*children, *served_procs]:  # reap what the GUIs started, so no zombie outlives the test
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(10)
 

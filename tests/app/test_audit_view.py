@@ -31,21 +31,26 @@ def test_audit_table_filters_exports_and_the_lineage_dialog(qtbot, make_window, 
     qtbot.waitUntil(lambda: view.table.rowCount() == 3, timeout=10_000)
     shown = [[view.table.item(r, c).text() for c in range(view.table.columnCount())]
              for r in range(view.table.rowCount())]
-    actions = [row[2] for row in shown]
+    actions = [row[3] for row in shown]
     assert actions[:3] == ["jobs.stop", "templates.save", "jobs.start"], shown
-    assert shown[0][1] == "audit-test" and shown[0][3] == "no-such-run" and shown[0][4] == "no" and shown[0][5]
-    assert shown[2][3] == job["id"] and shown[2][4] == "yes"
+    assert shown[0][2] == "audit-test" and shown[0][4] == "no-such-run" and shown[0][5] == "no" and shown[0][6]
+    assert shown[2][4] == job["id"] and shown[2][5] == "yes"
+    assert shown[0][1] == "local"  # the engine's own admin, on its machine
     assert "Showing 3 of 3" in view.count_label.text()
 
     # The action filter goes to the engine; the count is of every match.
     view.action_combo.setCurrentText("jobs.*")
     qtbot.waitUntil(lambda: view.table.rowCount() == 2, timeout=10_000)
-    assert {view.table.item(r, 2).text() for r in range(2)} == {"jobs.start", "jobs.stop"}
+    assert {view.table.item(r, 3).text() for r in range(2)} == {"jobs.start", "jobs.stop"}
+    view.user_edit.setText("nobody")  # the user filter goes to the engine too
+    qtbot.waitUntil(lambda: view.table.rowCount() == 0, timeout=10_000)
+    view.user_edit.setText("local")
+    qtbot.waitUntil(lambda: view.table.rowCount() == 2, timeout=10_000)
     view.action_combo.setCurrentText("All actions")
     view.text_edit.setText("tiny")
-    qtbot.waitUntil(lambda: view.table.rowCount() == 1 and view.table.item(0, 2).text() == "templates.save",
+    qtbot.waitUntil(lambda: view.table.rowCount() == 1 and view.table.item(0, 3).text() == "templates.save",
                     timeout=10_000)
-    assert view.table.item(0, 3).text() == "tiny"
+    assert view.table.item(0, 4).text() == "tiny"
     view.text_edit.setText("audit-test")
     qtbot.waitUntil(lambda: view.table.rowCount() == 3, timeout=10_000)
 

@@ -107,7 +107,7 @@ def test_sources_are_finished_runs_with_a_model_and_set_variant_preselects(page,
     assert sorted(page.source_step.source_ids()) == sorted([LORA["id"], DIGITS["id"], "r-static", "r-pruned"])
     assert page.source_step.row_text(DIGITS["id"])[:5] == [
         "digits-cnn-full", "train.finetune", "the fine-tune itself", "image classification", "0.97"]
-    assert page.source_step.row_text("r-static")[1:3] == ["compress.quantize", "int8 static"]
+    assert page.source_step.row_text("r-static")[1:3] == ["compress.quantize", "int8 static (TensorRT form)"]
     assert page.current_step() == 0 and not page.next_button.isEnabled() and not page.run_button.isEnabled()
 
     choose(page, qtbot, "r-pruned")

@@ -75,6 +75,7 @@ def test_events_missed_while_disconnected_are_replayed_once(qtbot, make_window, 
     assert client.last_seq >= live_last
 
 
+@pytest.mark.own_engine  # the window restarts this machine's engine after the crash
 def test_subscriptions_survive_an_engine_crash(qtbot, make_window, gui_home):
     window = make_window()
     wait_connected(qtbot, window)

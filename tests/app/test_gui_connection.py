@@ -12,7 +12,8 @@ import pytest
 
 from tests.app.conftest import CONNECT_TIMEOUT_MS, alive, engine_pid, wait_connected
 
-pytestmark = pytest.mark.slow
+# How the window starts, restarts, stops and re-attaches to this machine's engine.
+pytestmark = [pytest.mark.slow, pytest.mark.own_engine]
 
 
 def record_states(window) -> list[tuple[str, str, bool]]:

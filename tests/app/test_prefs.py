@@ -174,6 +174,7 @@ def test_default_device_is_the_wizards_first_choice(make_window):
     assert window.page("new_finetune").current_spec()["device"] == "cpu"
 
 
+@pytest.mark.own_engine  # the window starts this machine's engine in the preferred folder
 def test_data_dir_preference_is_the_engines_home(tmp_path, monkeypatch, qtbot):
     from tests.app.conftest import CONNECT_TIMEOUT_MS, stop_engine
 

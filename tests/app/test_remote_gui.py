@@ -9,7 +9,8 @@ import pytest
 from engine.api.remote import KnownEngines
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.timeout(180)]
+# The windows connect themselves (Engine › Connect to engine…), in either mode of tests/app/conftest.py.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.own_engine]
 CONNECT_MS = 30_000
 
 
@@ -22,8 +23,9 @@ def team(gui_home, monkeypatch, tmp_path):
     eng = RunningEngine(gui_home, start_engine_process(gui_home, "--listen", "127.0.0.1:0"))
     with eng.client("admin") as admin:
         tls = admin.call("engine.status")["tls"]
-        tokens = {name: admin.call("users.add", name=name, role="operator", projects=[project])["token"]
-                  for name, project in (("ann", "vision"), ("ben", "nlp"))}
+        tokens = {name: admin.call("users.add", name=name, role=role, projects=[project])["token"]
+                  for name, role, project in (("ann", "operator", "vision"), ("ben", "operator", "nlp"),
+                                              ("ada", "admin", "*"))}
         jobs = {project: admin.call("jobs.start", kind="system.probe", spec={}, name=f"{project} probe",
                                     project=project)["id"] for project in ("vision", "nlp")}
         for job_id in jobs.values():
@@ -64,6 +66,26 @@ def test_two_users_connect_over_tls_and_each_sees_only_their_project(qtbot, make
     assert [j["id"] for j in second.engine.jobs.all()] == [jobs["nlp"]]
     assert second.engine.child_pid is None and first.engine.child_pid is None  # no engine started here
 
+    # ann starts a job from her window; an admin's window sees every project's jobs, and in Settings › Audit
+    # log who did what.
+    started = []
+    first.engine.client.request("jobs.start", {"kind": "system.probe", "spec": {}, "name": "ann's probe"},
+                                started.append)
+    qtbot.waitUntil(lambda: bool(started), timeout=CONNECT_MS)
+    assert started[0]["owner"] == "ann" and started[0]["project"] == "vision"
+    third = make_window(start=False, page="settings")
+    _connect(qtbot, third, address, tokens["ada"])
+    qtbot.waitUntil(lambda: third.engine.state == "connected", timeout=CONNECT_MS)
+    qtbot.waitUntil(lambda: {*jobs.values(), started[0]["id"]} <= {j["id"] for j in third.engine.jobs.all()},
+                    timeout=CONNECT_MS)
+    audit = third.page("settings").audit_view
+    audit.user_edit.setText("ann")
+    qtbot.waitUntil(lambda: audit.table.rowCount() == 1, timeout=CONNECT_MS)
+    row = [audit.table.item(0, c).text() for c in range(audit.table.columnCount())]
+    assert row[1] == "ann" and row[3] == "jobs.start" and row[4] == started[0]["id"] and row[5] == "yes", row
+    # By now the job's record has reached every window allowed to see it; ben's (nlp) is not one of them.
+    assert started[0]["id"] in first.engine.jobs and started[0]["id"] not in second.engine.jobs
+
 
 def test_a_wrong_token_and_a_changed_certificate_are_refused_with_the_reason(qtbot, make_window, team):
     tls, _tokens, _jobs, known_file = team
@@ -82,7 +104,7 @@ def test_a_wrong_token_and_a_changed_certificate_are_refused_with_the_reason(qtb
     assert tls["fingerprint"] in dialog.status.text()
 
 
-def test_settings_users_card_adds_a_user_shows_the_token_once_and_revokes(qtbot, make_window):
+def test_settings_users_card_adds_a_user_shows_the_token_once_and_revokes(qtbot, make_window, tmp_path):
     from app.pages.users_card import token_state
 
     window = make_window(page="settings")
@@ -102,3 +124,13 @@ def test_settings_users_card_adds_a_user_shows_the_token_once_and_revokes(qtbot,
     qtbot.waitUntil(lambda: users.table.item(0, 3).text() == "revoked", timeout=CONNECT_MS)
     assert not users.token_view.isVisible()
     assert token_state({"expires_at": 1.0}, now=2.0) == "expired"
+
+    # Projects: cara's two and the default one; vision gets a data folder.
+    qtbot.waitUntil(lambda: [p["name"] for p in users.projects] == ["default", "nlp", "vision"], timeout=CONNECT_MS)
+    users.projects_table.selectRow(2)
+    assert users.project_name.text() == "vision" and users.project_box.isVisible()
+    users.project_folders.setText(str(tmp_path))
+    users.save_project_button.click()
+    qtbot.waitUntil(lambda: "Project vision: data folders" in users.status.text(), timeout=CONNECT_MS)
+    qtbot.waitUntil(lambda: users.projects_table.item(2, 2).text() == str(tmp_path.resolve()), timeout=CONNECT_MS)
+    assert users.projects_table.item(2, 1).text() == "cara" and users.projects_table.item(2, 3).text() == "-"

@@ -82,7 +82,7 @@ PRUNED = {"job": job("r-prune", "compress.prune", "tickets-lora-r8-pruned-30pct"
                                   90 * MB),
                             parent_entry(3.2, 21.5), 0.93)}
 STATIC = {"job": job("r-static", "compress.quantize", "tickets-lora-r8-int8-static",
-                     {"mode": "static", "calibration": {"samples": 64, "method": "entropy"}}),
+                     {"mode": "static", "target": "cpu", "calibration": {"samples": 64, "method": "entropy"}}),
           "evaluation": doc(entry("r-static", "int8 static", 0.88, [0.91, 0.87, 0.86],
                                   [[63, 3, 1], [5, 59, 3], [3, 3, 60]], 1.2, 7.5, 22_800_000, 22_700_000,
                                   55 * MB),
@@ -124,7 +124,7 @@ def ids_in_order(view) -> list[str]:
 def test_table_shows_each_variant_against_its_own_parent(view):
     assert view._client.sent("compress.variants") == [{"id": PARENT_ID}]
     assert ids_in_order(view) == [PARENT_ID, "r-dyn", "r-prune", "r-static"]
-    assert texts(view, "technique") == ["◆ parent", "◆ int8 dynamic", "pruned 30% params", "◆ int8 static"]
+    assert texts(view, "technique") == ["◆ parent", "◆ int8 dynamic", "pruned 30% params", "◆ int8 static (CPU form)"]
     assert texts(view, "metric") == ["0.9100", "0.9050", "0.8700", "0.8800"]
     assert texts(view, "delta") == ["—", "-0.50 pts", "-4.00 pts", "-3.00 pts"]
     assert texts(view, "agreement") == ["—", "98.5%", "93.0%", "95.0%"]
@@ -145,7 +145,7 @@ def test_table_shows_each_variant_against_its_own_parent(view):
 
 
 def test_sorting_by_value_with_unmeasured_rows_last(view, qtbot):
-    running = {"job": job("r-qat", "compress.qat", "tickets-lora-r8-qat-int8", {"steps": 50}, "running"),
+    running = {"job": job("r-qat", "compress.qat", "tickets-lora-r8-qat-int8", {"steps": 50, "target": "cpu"}, "running"),
                "evaluation": None}
     view.state["reply"] = variants_reply(DYNAMIC, PRUNED, STATIC, running)
     view.refresh()
@@ -201,7 +201,7 @@ def test_pareto_front_on_plain_rows_and_perplexity():
     # static is faster and has lower perplexity than both: it alone is on the front.
     assert pareto_front([parent, dyn, static], "b1") == ["r-static"]
     best, text = recommend([parent, dyn, static], None, 0.2)
-    assert best is static and "int8 static" in text
+    assert best is static and "int8 static (CPU form)" in text
 
 
 def test_constraint_box_recommends_the_smallest_file_that_meets_both(view):
@@ -219,11 +219,48 @@ def test_constraint_box_recommends_the_smallest_file_that_meets_both(view):
     assert view.recommended_id() is None
     text = view.recommendation.text()
     assert text.startswith("No variant meets both limits:\n• ")
-    assert "int8 static: 1.20 ms ≥ 1 ms, accuracy drop 3.00 ≥ 1 points" in text
+    assert "int8 static (CPU form): 1.20 ms ≥ 1 ms, accuracy drop 3.00 ≥ 1 points" in text
     assert "int8 dynamic: 1.60 ms ≥ 1 ms" in text and "pruned 30% params" in text
 
     view.set_limits(None, None)  # no limits: simply the smallest
     assert view.recommended_id() == "r-static"
+
+
+def test_deploy_target_counts_only_figures_from_where_the_model_will_run(view, qtbot):
+    """A TensorRT-form int8 timed on this CPU is shown as such and left out on a CPU; on a Jetson the
+    on-device figures count and the CPU-only variants are left out."""
+    trt = {"job": job("r-trt", "compress.quantize", "tickets-lora-r8-int8-trt",
+                      {"mode": "static", "calibration": {"samples": 64}}),
+           "evaluation": doc(entry("r-trt", "int8 static", 0.90, [0.92, 0.89, 0.89],
+                                   [[64, 2, 1], [4, 61, 2], [3, 2, 61]], 0.9, 50.0, 22_800_000, 22_700_000,
+                                   55 * MB), parent_entry(3.1, 21.0), 0.97),
+           "deployments": [{"job": "r-exp", "state": "succeeded",
+                            "device": {"host": "orin", "precision": "int8", "latency_ms": {"median": 0.42}}}]}
+    trt["evaluation"]["target"] = {"runtime": "tensorrt", "label": "TensorRT (GPU server, Jetson)",
+                                   "measured_on_target": False, "note": "not its target runtime"}
+    view.state["reply"] = variants_reply(DYNAMIC, PRUNED, STATIC, trt)
+    view.refresh()
+    qtbot.waitUntil(lambda: len(view.rows()) == 5, timeout=3000)
+    assert view.deploy() == "cpu"
+    row = view.model.row_of("r-trt")
+    b1 = view.model.index(row, COLUMN["b1"])
+    assert b1.data() == "0.90 ✱" and "Not its target runtime" in b1.data(Qt.ItemDataRole.ToolTipRole)
+    assert view.model.index(view.model.row_of("r-dyn"), COLUMN["b1"]).data() == "1.60"
+    assert "r-trt" not in view.front()  # 0.9 ms on a CPU it is not made for does not count
+    view.set_limits(None, 5.0)
+    assert view.recommended_id() == "r-static"
+    assert "1 variant made for another runtime left out" in view.recommendation.text()
+
+    view.set_deploy("jetson")
+    # On a Jetson: the TensorRT form with its on-device 0.42 ms and the float models; not the CPU forms.
+    assert view.front() == ["r-trt"]
+    assert view.recommended_id() == "r-trt"
+    assert "2 variants made for another runtime left out" in view.recommendation.text()
+    assert view.model.index(view.model.row_of("r-dyn"), COLUMN["b1"]).data() == "1.60 ✱"
+    assert "ONNX Runtime's CPU kernels" in view.model.index(view.model.row_of("r-dyn"),
+                                                            COLUMN["b1"]).data(Qt.ItemDataRole.ToolTipRole)
+    view.set_deploy("cpu")
+    assert "r-trt" not in view.front() and view.recommended_id() == "r-static"
 
 
 def test_per_class_view_compares_the_selected_variant_with_its_parent(view):
@@ -292,7 +329,7 @@ def test_export_this_variant_goes_to_the_export_page(view, qtbot):
     settle(qtbot, engine.client)
     facts = page.variant_facts
     assert facts.value("Run") == "tickets-lora-r8-int8-static (r-static)"
-    assert facts.value("Variant") == "int8 static"
+    assert facts.value("Variant") == "int8 static (CPU form)"
     assert facts.value("Model file") == "/tmp/ember/runs/r-static/model/model.onnx"
     # The export wizard starts from that run, on its formats step.
     assert page.source()["id"] == "r-static" and page.current_step() == 1
@@ -300,7 +337,7 @@ def test_export_this_variant_goes_to_the_export_page(view, qtbot):
 
 def test_a_variant_finishing_shows_up_without_a_refresh(view, qtbot):
     client = view._client
-    qat_job = job("r-qat", "compress.qat", "tickets-lora-r8-qat-int8", {"steps": 50}, "running")
+    qat_job = job("r-qat", "compress.qat", "tickets-lora-r8-qat-int8", {"steps": 50, "target": "cpu"}, "running")
     view.state["reply"] = variants_reply(DYNAMIC, PRUNED, STATIC, {"job": qat_job, "evaluation": None})
     client.publish("jobs", qat_job)  # a new child of the parent shown
     qtbot.waitUntil(lambda: len(view.rows()) == 5, timeout=3000)

@@ -59,7 +59,7 @@ def test_text_classifier_variants_quantize_prune_qat_distill(engine_with_runs):
             "dynamic": ("compress.quantize", {"mode": "dynamic"}),
             "static": ("compress.quantize", {"mode": "static", "calibration": {"samples": 16, "method": "minmax"}}),
             "prune": ("compress.prune", {"ratio": 0.3, "recovery_steps": 4, "batch_size": 8}),
-            "qat": ("compress.qat", {"steps": 4, "batch_size": 8, "calibration": {"samples": 16}}),
+            "qat": ("compress.qat", {"steps": 4, "batch_size": 8, "calibration": {"samples": 16}, "target": "cpu"}),
         }
         ids = {name: c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": EVAL, **spec}, name=name)["id"]
                for name, (kind, spec) in jobs.items()}
@@ -79,6 +79,18 @@ def test_text_classifier_variants_quantize_prune_qat_distill(engine_with_runs):
         assert pruned["variant"]["macs"] < pruned["parent"]["macs"]
         student = docs["distill"]
         assert student["variant"]["params"] < 0.9 * student["parent"]["params"]
+
+        # Where each variant runs fast: the TensorRT form's CPU latency is flagged, the CPU ones are not.
+        static_target = docs["static"]["target"]
+        assert static_target["runtime"] == "tensorrt" and not static_target["measured_on_target"]
+        assert "not its target runtime" in static_target["note"]
+        assert docs["qat"]["target"]["runtime"] == "cpu" and docs["qat"]["target"]["measured_on_target"]
+        # Variants ONNX Runtime runs on a CPU start from the transformer optimizer's fused graph.
+        results = {name: c.call("jobs.get", id=ids[name])["result"] for name in ("dynamic", "qat")}
+        assert results["dynamic"]["graph"]["fused"]["Attention"] == 6
+        assert results["qat"]["graph"]["fused"]["SkipLayerNormalization"] == 12
+        assert "Attention" not in results["qat"]["graph"]["fused"]  # QAT quantizes q, k, v one by one
+        assert docs["qat"]["agreement"] >= 0.8
 
         prune_run = c.call("jobs.get", id=ids["prune"])
         assert prune_run["result"]["pruning"]["params_after"] < prune_run["result"]["pruning"]["params_before"]
@@ -109,6 +121,8 @@ def test_digits_cnn_variants(engine_with_runs):
         assert dynamic["delta"]["size_ratio"] <= 0.30 and static["delta"]["size_ratio"] <= 0.35
         assert static["agreement"] >= 0.8
         assert fp16["delta"]["size_ratio"] == pytest.approx(0.5, abs=0.05) and fp16["agreement"] >= 0.95
+        assert fp16["target"]["runtime"] == "gpu" and not fp16["target"]["measured_on_target"]
+        assert dynamic["target"]["measured_on_target"]
         assert pruned["variant"]["params"] < 0.85 * pruned["parent"]["params"]
         assert pruned["variant"]["macs"] < pruned["parent"]["macs"]
 

@@ -218,7 +218,8 @@ def test_augmentation_preview_through_the_protocol(engine_proc):
     import base64
 
     spec = digits_spec(data={"augment": {"random_resized_crop": True, "horizontal_flip": True, "color_jitter": 0.3}})
-    with engine_proc.client() as c:
+    # The first preview imports torchvision in the engine: seconds, or more than 30 on a loaded two-core machine.
+    with engine_proc.client(timeout=120) as c:
         out = c.call("data.preview", spec=spec, n=6)
         assert out["issues"] == [] and len(out["samples"]) == 6
         assert {s["label"] for s in out["samples"]} <= {str(d) for d in range(10)}

@@ -4,6 +4,7 @@ policy is enforced by the engine, and nothing planted reaches a run, an export, 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,29 @@ def test_a_scan_counts_every_planted_type_exactly_and_shows_only_masked_examples
     assert not _leaks(json.dumps(result, ensure_ascii=False))
     assert "EmailRecognizer" in result["recognizers"] and result["ner"]["ran"] is False
     assert "spaCy" in result["ner"]["why"]  # says how to look for names too
+
+
+SPACY_MODEL = os.environ.get("EMBER_TEST_SPACY_MODEL", "")
+
+
+# No spaCy or transformers NER model can be fetched by the test command (they come from GitHub releases and
+# the Hub); set EMBER_TEST_SPACY_MODEL to an unpacked spaCy English pipeline folder (en_core_web_sm) to run it.
+@pytest.mark.skipif(not SPACY_MODEL, reason="no spaCy pipeline folder (EMBER_TEST_SPACY_MODEL)")
+def test_people_and_places_are_found_with_a_spacy_pipeline_folder(tmp_path):
+    from engine.pii import job
+    from engine.pii.analyzer import Analyzer
+
+    people = ["John Smith", "Maria Garcia", "David Johnson", "Sarah Williams", "Michael Brown"]
+    places = ["London", "Paris", "Chicago", "Berlin", "Madrid"]
+    rows = [f"{person} from {place} says the invoice is wrong" for person, place in zip(people, places, strict=True)]
+    data = tmp_path / "notes.csv"
+    data.write_text("text,label\n" + "".join(f"{r},billing\n" for r in rows) + "the printer is broken,hardware\n")
+    result = job.scan(data, Analyzer(ner_model=SPACY_MODEL))
+    assert result["ner"] == {"ran": True, "model": str(Path(SPACY_MODEL).resolve()), "how": "spaCy"}
+    assert "SpacyRecognizer" in result["recognizers"]
+    found = result["findings"]["by_entity"]
+    assert found.get("PERSON") == 5 and found.get("LOCATION") == 5, found
+    assert not any(p in json.dumps(result) for p in people + places)  # masked examples only
 
 
 @pytest.mark.parametrize("mode", ["mask", "tag", "fake", "hash"])

@@ -378,3 +378,36 @@ def test_unreadable_sources_are_refused(digits, tmp_path):
     with pytest.raises(JobFailed, match="is the source model"):
         qz.quantize_dynamic(digits.src, digits.src)
     assert digits.src.stat().st_size == size
+
+
+def test_transformer_optimizer_fuses_minilm_and_keeps_its_logits(minilm, tmp_path):
+    from engine.compress import graph_opt
+
+    assert graph_opt.family(minilm.model) == "bert" and graph_opt.shape(minilm.model) == (12, 384)
+    example = minilm.data.collate([minilm.data.val[i] for i in range(4)])
+    dst = tmp_path / "fused.onnx"
+    report = graph_opt.export_fused(minilm.model, "text_classification", example, dst)
+    assert report["path"] == str(dst), report
+    assert minilm.model.config._attn_implementation != "eager"  # exported with eager attention, then restored
+    assert report["fused"] == {"EmbedLayerNormalization": 1, "Attention": 6, "BiasGelu": 6,
+                               "SkipLayerNormalization": 12}, report["fused"]
+    assert report["nodes_after"] < report["nodes_before"] / 2, report
+    assert report["max_abs_diff"] <= graph_opt.TOLERANCE and report["shapes"] == "symbolic"
+    got = _logits(dst, minilm.eval)  # 32 real validation examples, padded batches
+    assert np.abs(got - minilm.ref).max() <= 1e-4
+    # Dynamic int8 of the fused graph quantizes the fused attention too (QAttention).
+    out = tmp_path / "dyn.onnx"
+    qz.quantize_dynamic(dst, out)
+    ops = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert "QAttention" in ops and "MatMulInteger" in ops, ops
+    assert (_logits(out, minilm.eval).argmax(-1) == minilm.ref.argmax(-1)).mean() >= 0.9
+
+
+def test_transformer_optimizer_leaves_other_models_as_exported(digits, tmp_path):
+    from engine.compress import graph_opt
+
+    report = graph_opt.optimize(digits.src, tmp_path / "fused.onnx", graph_opt.family(digits.model))
+    assert report["path"] is None and "no transformer optimizer" in report["skipped"]
+    report = graph_opt.optimize(digits.src, tmp_path / "fused.onnx", "bert")  # no BERT patterns in a CNN
+    assert report["path"] is None and report["skipped"] == "nothing to fuse"
+    assert not (tmp_path / "fused.onnx").exists()

@@ -1,4 +1,4 @@
-"""MiniLM + LoRA on the built-in support tickets, on 2 CPU processes, with every strategy."""
+"""MiniLM + LoRA on the built-in support tickets, on 2 CPU processes, with each strategy."""
 
 import os
 
@@ -16,12 +16,14 @@ def minilm_spec(distributed):
             "checkpoint_every": 20, "data": {"max_length": 64}, "optim": {"lr": 0.002}}
 
 
+# ZeRO-2 runs on one process below; on two, DeepSpeed's engine, its process group and its checkpoints are
+# those of ZeRO-3, which also shards the parameters (and is stopped and resumed here).
+@pytest.mark.timeout(900)  # two processes each, DeepSpeed's CPU Adam compiled on first use: minutes when busy
 @pytest.mark.parametrize("distributed", [
     {"strategy": "ddp"},
     {"strategy": "fsdp"},
-    {"strategy": "deepspeed", "zero_stage": 2},
     {"strategy": "deepspeed", "zero_stage": 3},
-], ids=["ddp", "fsdp", "zero2", "zero3"])
+], ids=["ddp", "fsdp", "zero3"])
 def test_minilm_lora_learns_with_every_strategy(engine_proc, distributed):
     """The sharded strategies are also stopped and resumed from their own checkpoint format on the way."""
     sharded = distributed["strategy"] == "fsdp" or distributed.get("zero_stage") == 3

@@ -4,7 +4,11 @@ jobs and events; wrong, revoked and expired tokens are refused; the audit log sa
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +141,68 @@ def test_docs_security_holds_the_current_permissions_table():
     spec.loader.exec_module(module)
     doc = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
     assert module.table() in doc, "run python scripts/permissions_table.py and paste it into docs/security.md"
+
+
+def test_projects_keep_their_data_folders_hosts_and_policy(engine_proc, tmp_path):
+    """A project's data folder and host serve only its jobs; a non-member cannot look at its files; the data
+    policy can name a project."""
+    rows = "text,label\n" + "".join(f"ticket number {i},{'a' if i % 2 else 'b'}\n" for i in range(40))
+    files = {}
+    for project in ("vision", "nlp"):
+        (tmp_path / project).mkdir()
+        files[project] = tmp_path / project / "tickets.csv"
+        files[project].write_text(rows)
+    with engine_proc.client("admin") as admin:
+        admin.call("hosts.add", host={"name": "gpu1", "address": "127.0.0.1"})
+        admin.call("hosts.add", host={"name": "shared", "address": "127.0.0.1"})
+        # The CLI an admin uses on the engine's machine; the same request as the Users card's Save project.
+        cli = [sys.executable, "-m", "engine.cli", "projects"]
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        done = subprocess.run([*cli, "set", "vision", "--data-folder", str(tmp_path / "vision"), "--host", "gpu1"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert f"vision: members -\n  data folders: {tmp_path / 'vision'}\n  hosts: gpu1" in done.stdout
+        admin.call("projects.set", name="nlp", data_folders=[str(tmp_path / "nlp")])
+        with pytest.raises(RpcError) as err:
+            admin.call("projects.set", name="nlp", hosts=["no-such-host"])
+        assert err.value.code == NOT_FOUND
+        alice = admin.call("users.add", name="alice", role="operator", projects=["vision"])["token"]
+        bob = admin.call("users.add", name="bob", role="operator", projects=["nlp"])["token"]
+        assert {h["name"] for h in admin.call("hosts.list")["hosts"]} == {"gpu1", "shared"}
+        assert [p["name"] for p in admin.call("projects.list")["projects"]] == ["default", "nlp", "vision"]
+    finetune = {"task": "text_classification", "max_steps": 1, "device": "cpu"}
+    with _as(engine_proc, alice, "gui-a") as a, _as(engine_proc, bob, "gui-b") as b:
+        (mine,) = b.call("projects.list")["projects"]
+        assert mine == {"name": "nlp", "data_folders": [str(tmp_path / "nlp")], "hosts": [], "members": ["bob"]}
+        assert {h["name"] for h in b.call("hosts.list")["hosts"]} == {"shared"}
+        assert {h["name"] for h in a.call("hosts.list")["hosts"]} == {"gpu1", "shared"}
+
+        refusals = [
+            (b, "jobs.start", {"kind": "pii.scan", "spec": {"path": str(files["vision"])}}, "data folder of project 'vision'"),
+            (b, "jobs.start", {"kind": "train.finetune", "spec": {**finetune, "data": {"path": str(files["vision"])}}},
+             "this job belongs to project 'nlp'"),
+            (a, "jobs.start", {"kind": "train.finetune", "spec": {**finetune, "data": {"path": str(files["nlp"])}}},
+             "data folder of project 'nlp'"),
+            (b, "jobs.start", {"kind": "serve.model", "spec": {"model": {"builtin": "smollm2-135m-instruct"},
+                                                               "host": "gpu1"}}, "Host 'gpu1' belongs to project(s) vision"),
+            (b, "data.inspect", {"spec": {**finetune, "data": {"path": str(files["vision"])}}}, "bob may not read"),
+            (b, "data.preview", {"spec": {**finetune, "data": {"path": str(files["vision"])}}}, "bob may not read"),
+        ]
+        for client, method, params, words in refusals:
+            with pytest.raises(RpcError) as err:
+                client.call(method, **params)
+            assert err.value.code == FORBIDDEN and words in err.value.message, (method, err.value.message)
+        # A member looks at their own project's file.
+        seen = a.call("data.inspect", spec={**finetune, "data": {"path": str(files["vision"])}})
+        assert seen["n_train"] + seen["n_val"] == 40
+
+        with engine_proc.client("admin") as admin:
+            assert admin.call("pii.set_policy", project="nlp", max_findings=0)["rules"] == \
+                [{"project": "nlp", "max_findings": 0}]
+        with pytest.raises(RpcError) as err:
+            b.call("jobs.start", kind="train.finetune", spec={**finetune, "data": {"path": str(files["nlp"])}})
+        assert err.value.code == protocol.POLICY_REFUSED and "data policy for project nlp" in err.value.message
+        # The policy of nlp is not vision's: alice's fine-tune on her own data starts.
+        job = a.call("jobs.start", kind="train.finetune", spec={**finetune, "data": {"path": str(files["vision"])}})
+        assert job["project"] == "vision"
+        a.call("jobs.cancel", id=job["id"])

@@ -120,7 +120,7 @@ def unavailable_reason(key: str, record: dict[str, Any] | None) -> str:
         return (f"A {info.get('method')} run cannot be compressed: its weights are not a plain model. "
                 "Fine-tune with LoRA or in full to compress the result.")
     if key == "qat" and info.get("task") == "image_classification":
-        return ("QAT (torchao) fake-quantizes Linear layers only; a CNN's convolutions would train without it. "
+        return ("QAT fake-quantizes Linear layers only; a CNN's convolutions would train without it. "
                 "Use Static int8 for image models.")
     if key == "prune" and info.get("task") == "causal_lm":
         return "Pruning knows BERT-style encoders and CNNs; causal language models are not supported yet."

@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont
 
 from app import format as fmt
 from app.jobs_model import STATE_COLOURS
-from app.models.variants import Row, device_text
+from app.models.variants import DEPLOY_TARGETS, Row, device_text
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NONE = "—"
@@ -50,6 +50,7 @@ COLUMN = {key: i for i, (key, _h, _t) in enumerate(COLUMNS)}
 Index = QModelIndex | QPersistentModelIndex
 RECOMMENDED = QColor("#e6f4ea")
 PARETO_MARK = "◆ "
+OFF_TARGET = " ✱"  # a latency measured somewhere other than where the model will run (see the tooltip)
 
 
 def _fixed(value: float | None, digits: int, suffix: str = "") -> str:
@@ -147,6 +148,8 @@ class VariantsModel(QAbstractTableModel):
             return font
         if role == Qt.ItemDataRole.BackgroundRole and row.run_id == self.recommended:
             return RECOMMENDED
+        if role == Qt.ItemDataRole.ForegroundRole and key in ("b1", "bn", "speedup") and self.off_target(row):
+            return QColor("#868e96")
         if role == Qt.ItemDataRole.ForegroundRole and key == "state":
             colour = STATE_COLOURS.get(row.state)
             return QColor(colour) if colour else None
@@ -179,14 +182,14 @@ class VariantsModel(QAbstractTableModel):
         if key in ("em", "rouge"):
             value = row.quality.get("exact_match" if key == "em" else "rouge_l")
             return _fixed(value * 100 if value is not None else None, 1, "%")
-        if key == "b1":
-            return _fixed(row.b1_ms, 2)
-        if key == "bn":
-            return _fixed(row.bn_ms, 2)
+        if key in ("b1", "bn", "speedup"):
+            value = _fixed(row.b1_ms if key == "b1" else row.bn_ms, 2) if key != "speedup" \
+                else _fixed(row.speedup, 2, "×")
+            return value + (OFF_TARGET if self.off_target(row) and value != NONE else "")
         if key == "ttft":
             return _fixed(row.ttft_s * 1000 if row.ttft_s is not None else None, 0, " ms")
-        if key in ("speedup", "compression"):
-            return _fixed(getattr(row, key), 2, "×")
+        if key == "compression":
+            return _fixed(row.compression, 2, "×")
         if key == "size":
             return fmt.size(row.size_bytes) if row.size_bytes is not None else NONE
         if key == "params":
@@ -209,9 +212,17 @@ class VariantsModel(QAbstractTableModel):
                   or (row.device or {}).get("tokens_per_s")}
         return values.get(key)
 
+    @staticmethod
+    def off_target(row: Row) -> bool:
+        """Measured somewhere other than where the user will run it (the Compare page's Deploy on)."""
+        return row.b1_ms is not None and not row.measured_on(row.deploy)
+
     def tooltip(self, row: Row, key: str) -> str | None:
         if key == "name":
             return row.run_id
+        if key in ("b1", "bn", "speedup") and self.off_target(row):
+            return row.latency_note() or (f"Measured with {row.measured_with or 'ONNX Runtime on a CPU'}, "
+                                          f"not on {DEPLOY_TARGETS.get(row.deploy, row.deploy)}.")
         if key == "technique" and row.runtime:
             path = (row.entry or {}).get("path")
             return f"Measured in {row.runtime}" + (f": {path}" if path else "") + \

@@ -31,12 +31,14 @@ from PySide6.QtWidgets import (
 from app.jobs_model import display_name
 from app.models.navigation import Navigator
 from app.models.variants import (
+    DEPLOY_TARGETS,
     LATENCY_BASES,
     Row,
     build_rows,
     csv_records,
     pareto_front,
     recommend,
+    set_deploy,
 )
 from app.pages.variants.per_class import PerClassView
 from app.pages.variants.scatter import VariantsScatter
@@ -115,6 +117,13 @@ class VariantsView(QWidget):
         box.addWidget(label("The smallest file that meets both limits is recommended. Leave a limit at "
                             "“no limit” to ignore it.", "muted", wrap=True))
         form = QFormLayout()
+        self.deploy_combo = QComboBox()
+        for key, text in DEPLOY_TARGETS.items():
+            self.deploy_combo.addItem(text, key)
+        self.deploy_combo.setToolTip("Where the model will run: latencies count only where they were measured "
+                                     "there (a TensorRT-form int8 variant timed on this CPU does not count for "
+                                     "a CPU; a Jetson counts its on-device figures)")
+        form.addRow("Deploy on", self.deploy_combo)
         self.latency_limit = QDoubleSpinBox()
         self.latency_limit.setRange(0, 1_000_000)
         self.latency_limit.setDecimals(2)
@@ -158,6 +167,7 @@ class VariantsView(QWidget):
         for widget in (self.latency_limit, self.drop_limit):
             widget.valueChanged.connect(self._recompute)
         self.basis_combo.currentIndexChanged.connect(self._recompute)
+        self.deploy_combo.currentIndexChanged.connect(self._on_deploy)
 
         self.per_class = PerClassView()
 
@@ -249,6 +259,17 @@ class VariantsView(QWidget):
     def basis(self) -> str:
         return self.basis_combo.currentData() or "b1"
 
+    def deploy(self) -> str:
+        return self.deploy_combo.currentData() or "cpu"
+
+    def set_deploy(self, key: str) -> None:
+        self.deploy_combo.setCurrentIndex(max(0, self.deploy_combo.findData(key)))
+
+    def _on_deploy(self) -> None:
+        set_deploy(self._rows, self.deploy())
+        self.model.set_rows(self._rows)
+        self._recompute()
+
     def set_limits(self, max_latency_ms: float | None, max_drop: float | None, basis: str | None = None) -> None:
         """The constraint box's values (None: no limit)."""
         if basis:
@@ -285,6 +306,7 @@ class VariantsView(QWidget):
     def _set_rows(self, rows: list[Row]) -> None:
         selected = self.selected_id()
         self._rows = rows
+        set_deploy(rows, self.deploy())
         self.model.set_rows(rows)
         llm = self.model.per_token()
         for key in ("em", "rouge", "ttft"):  # a language model's answer scores and first token; a classifier has none

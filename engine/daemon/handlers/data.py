@@ -17,6 +17,7 @@ from pydantic import Field
 from engine.api.job_terms import FINETUNE
 from engine.api.protocol import INTERNAL_ERROR, INVALID_PARAMS, RpcError
 from engine.api.specs import SpecError, validate_spec
+from engine.daemon import projects
 from engine.daemon.handlers.params import NoParams, Params
 from engine.estimate import machine
 from engine.launch.local import job_env
@@ -85,10 +86,12 @@ class DataHandlers:
             "machine.info": (NoParams, self.machine_info),
         }
 
-    async def data_preview(self, _s: Client, p: DataPreview) -> Any:
+    async def data_preview(self, s: Client, p: DataPreview) -> Any:
+        projects.check_look(projects.all_projects(self.engine.store), s.user, projects.spec_data_paths(p.spec))
         return await inspect_in_subprocess({"op": "preview", "spec": p.spec, "n": p.n})
 
-    async def data_inspect(self, _s: Client, p: DataInspect) -> Any:
+    async def data_inspect(self, s: Client, p: DataInspect) -> Any:
+        projects.check_look(projects.all_projects(self.engine.store), s.user, projects.spec_data_paths(p.spec))
         return await inspect_in_subprocess({"op": "inspect_data", "spec": p.spec, "n": p.n})
 
     @staticmethod

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, ValidationError
 from engine.api.host_spec import LOCAL, HostSpec
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, NOT_FOUND, REMOTE_FAILED, RpcError
 from engine.api.specs import fields_of
+from engine.daemon import projects
 from engine.daemon.handlers.params import NoParams, Params
 from engine.launch.ssh import RemoteError
 
@@ -87,8 +88,9 @@ class HostHandlers:
         return [r["id"] for r in self.engine.store.list_jobs(state=("queued", "running", "stopping"), limit=10_000)
                 if uses((r["spec"] or {}).get("distributed") or {})]
 
-    async def list(self, _s: Client, _p: Any) -> Any:
-        return {"hosts": self.hosts.list()}
+    async def list(self, s: Client, _p: Any) -> Any:
+        """Everyone's hosts and those given to the user's projects (engine/daemon/projects.py)."""
+        return {"hosts": projects.visible_hosts(projects.all_projects(self.engine.store), s.user, self.hosts.list())}
 
     async def add(self, _s: Client, p: HostAdd) -> Any:
         spec = _validate(p.host)

@@ -16,7 +16,7 @@ from engine.api import custom_code
 from engine.api.job_terms import FINETUNE, SWEEP
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
-from engine.daemon import data_policy, templates
+from engine.daemon import data_policy, projects, templates
 from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
 from engine.daemon.handlers.params import JobId, NoParams, Params
 from engine.daemon.job_records import artifacts, delete_files, read_json, record, variants
@@ -101,8 +101,12 @@ class JobHandlers:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
         # model.code: CONFIRMATION_REQUIRED until the user approved its hash (a sweep's trials run its base's)
         custom_code.require_confirmed(spec.base if p.kind == SWEEP else spec)
-        await data_policy.check(self.engine.store, p.kind, spec)  # scanned or scrubbed first, where a rule says so
         project = self.engine.access.project_for_start(s.user, p.project)
+        defined = projects.all_projects(self.engine.store)  # another project's data or hosts: refused
+        projects.check_data(defined, project, projects.data_paths(p.kind, spec))
+        projects.check_hosts(defined, project, projects.spec_hosts(p.kind, spec))
+        # scanned or scrubbed first, where a rule of its folder or project says so
+        await data_policy.check(self.engine.store, p.kind, spec, project)
         job = self.engine.jobs.submit(p.kind, spec, p.name, owner=s.user.name, project=project)
         if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.

@@ -1,4 +1,5 @@
-"""Users, roles and projects: users.me, users.list, users.add, users.update, users.revoke (docs/security.md)."""
+"""Users, roles and projects: users.me, users.list, users.add, users.update, users.revoke, projects.list,
+projects.set (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from engine.api.protocol import INVALID_PARAMS, NOT_FOUND, RpcError
-from engine.daemon.access import new_token, token_hash
+from engine.daemon import projects
+from engine.daemon.access import ALL, DEFAULT_PROJECT, new_token, token_hash
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
@@ -35,6 +37,14 @@ class UserUpdate(Params):
     new_token: bool = False
 
 
+class ProjectSet(Params):
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    data_folders: list[str] = Field(default_factory=list, max_length=100,
+                                    description="absolute folders whose files are this project's data")
+    hosts: list[str] = Field(default_factory=list, max_length=100, description="hosts (Hosts page) given to it")
+    remove: bool = Field(False, description="forget the project's folders and hosts (its jobs stay)")
+
+
 class UserName(Params):
     name: str = Field(..., min_length=1, max_length=64)
 
@@ -57,7 +67,8 @@ class UserHandlers:
     def table(self) -> dict[str, tuple[type[Params], Any]]:
         return {"users.me": (NoParams, self.me), "users.list": (NoParams, self.list),
                 "users.add": (UserAdd, self.add), "users.update": (UserUpdate, self.update),
-                "users.revoke": (UserName, self.revoke)}
+                "users.revoke": (UserName, self.revoke), "projects.list": (NoParams, self.projects),
+                "projects.set": (ProjectSet, self.set_project)}
 
     async def me(self, s: Client, _p: NoParams) -> Any:
         return s.user.public()
@@ -101,6 +112,34 @@ class UserHandlers:
         self.engine.store.update_user(p.name, revoked_at=time.time())
         self._drop_sessions(p.name, keep=s)
         return {"user": _public(self._get(p.name))}
+
+    async def projects(self, s: Client, _p: NoParams) -> Any:
+        """The projects this user belongs to (an admin: all), with their data folders, hosts and members."""
+        store = self.engine.store
+        defined = projects.all_projects(store)
+        users = store.list_users()
+        names = set(defined) | {DEFAULT_PROJECT} | {p for u in users for p in u["projects"] if p != ALL}
+        if not s.user.sees_all:
+            names &= set(s.user.projects)
+        return {"projects": [{"name": n, **defined.get(n, {"data_folders": [], "hosts": []}),
+                              "members": sorted(u["name"] for u in users if n in u["projects"] or ALL in u["projects"])}
+                             for n in sorted(names)]}
+
+    async def set_project(self, _s: Client, p: ProjectSet) -> Any:
+        from pathlib import Path
+
+        if p.remove:
+            projects.remove_project(self.engine.store, p.name)
+            return {"name": p.name, "data_folders": [], "hosts": []}
+        for folder in p.data_folders:
+            if "\x00" in folder or not (folder.startswith("~") or Path(folder).is_absolute()):
+                raise RpcError(INVALID_PARAMS, f"{folder!r} is not an absolute folder",
+                               {"hint": "Give the folder as the engine's machine names it, e.g. /data/vision."})
+        known = {h["name"] for h in self.engine.store.list_hosts()}
+        unknown = [h for h in p.hosts if h not in known]
+        if unknown:
+            raise RpcError(NOT_FOUND, f"No host {unknown[0]!r}", {"hint": "hosts.list shows them (Hosts page)."})
+        return {"name": p.name, **projects.set_project(self.engine.store, p.name, p.data_folders, p.hosts)}
 
     def _drop_sessions(self, name: str, keep: Client | None = None) -> None:
         for session in list(self.engine.sessions):
