@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.job_terms import LORA_MERGE, PRUNE, QAT, QUANTIZE
+from engine.api.chain_spec import ChainSpec
+from engine.api.job_terms import CHAIN, LORA_MERGE, PRUNE, QAT, QUANTIZE
 from engine.api.variant_targets import TARGET_LABELS, variant_target
 
 LATENCY_BASES = {"b1": "batch 1", "bN": "batch N"}
@@ -130,6 +131,11 @@ def technique_label(record: dict[str, Any], evaluation: dict[str, Any] | None = 
     """'int8 dynamic', 'pruned 30% params', 'distilled (3 layers)' ... from the job's kind and spec."""
     kind = record.get("kind") or ""
     spec = record.get("spec") or {}
+    if kind == CHAIN:
+        try:
+            return "chain: " + ChainSpec.model_validate(spec).label()
+        except ValueError:
+            return "chain"
     if kind == QUANTIZE:
         mode = spec.get("mode", "dynamic")
         if mode == "static":

@@ -22,8 +22,10 @@ SERVE = "serve.model"
 SWEEP = "train.sweep"  # runs in the engine itself: it starts fine-tunes (docs/sweeps.md)
 PII_SCAN = "pii.scan"
 PII_SCRUB = "pii.scrub"
+CHAIN = "compress.chain"  # runs in the engine itself: its stages are compression jobs (docs/compression.md)
 KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE, SWEEP,
-         PII_SCAN, PII_SCRUB)
+         PII_SCAN, PII_SCRUB, CHAIN)
+IN_ENGINE = (SWEEP, CHAIN)  # kinds with no process of their own: the engine's controller starts their jobs
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
 SYSTEM_PREFIX = "system."  # the engine's housekeeping jobs: not shown with the user's jobs by default
@@ -43,6 +45,7 @@ KIND_NOUNS = {
     SWEEP: "Sweep",
     PII_SCAN: "PII scan",
     PII_SCRUB: "Scrub",
+    CHAIN: "Compression chain",
 }
 
 # -- states -------------------------------------------------------------------------------------

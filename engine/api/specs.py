@@ -14,9 +14,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from engine.api.chain_spec import ChainSpec
+from engine.api.compress_spec import (  # noqa: F401 - re-exported: the compress specs' old home
+    RUN_ID,
+    CalibrationSpec,
+    CompressSpec,
+    EvalSpec,
+    LoraMergeSpec,
+    PruneSpec,
+    QatSpec,
+    QuantizeSpec,
+    Spec,
+)
 from engine.api.job_terms import (
+    CHAIN,
     EVALUATE,
     EXPORT,
     FINETUNE,
@@ -37,10 +50,6 @@ from engine.api.sweep_spec import SweepSpec
 from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
 
 
-class Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 class ProbeSpec(Spec):
     """system.probe: facts about this machine, then optional utilisation samples."""
 
@@ -48,7 +57,6 @@ class ProbeSpec(Spec):
     interval_s: float = Field(1.0, gt=0, le=3600, description="seconds between samples")
 
 
-RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class ModelDownloadSpec(Spec):
@@ -60,77 +68,6 @@ class ModelDownloadSpec(Spec):
                                  description="a branch, tag or commit; None = main")
     repo_type: Literal["model", "dataset"] = Field("model", description="model, or dataset for a dataset repo "
                                                    "(a fine-tune's data.hub)")
-
-
-class EvalSpec(Spec):
-    """How a variant is scored next to its parent (docs/compression.md)."""
-
-    samples: int = Field(200, ge=0, le=1_000_000, description="held-out examples to score; 0 = the whole split")
-    batch_size: int = Field(16, ge=1, le=4096, description="the batch N of the second latency figure")
-    warmup: int = Field(3, ge=0, le=1000, description="untimed runs before timing")
-    repeats: int = Field(20, ge=3, le=100_000, description="timed runs per batch size")
-    threads: int = Field(0, ge=0, le=1024, description="CPU threads for both models; 0 = every core")
-    runtime: Literal["auto", "onnxruntime-cpu", "onnxruntime-cuda", "torch"] = Field(
-        "auto", description="auto: ONNX Runtime (CUDA where present) for every model that exports")
-
-
-class CalibrationSpec(Spec):
-    samples: int = Field(64, ge=1, le=100_000, description="validation examples the activation ranges come from")
-    method: Literal["minmax", "entropy", "percentile"] = "minmax"
-
-
-class CompressSpec(Spec):
-    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
-                            description="id of a finished train.finetune run (the parent)")
-    eval: EvalSpec = Field(default_factory=EvalSpec)
-
-
-class LoraMergeSpec(CompressSpec):
-    """compress.lora_merge: fold a LoRA fine-tune's adapters into its base weights."""
-
-    parity_samples: int = Field(64, ge=1, le=100_000,
-                                description="validation examples on which the merged model must match the adapters")
-
-
-class QuantizeSpec(CompressSpec):
-    """compress.quantize: ONNX Runtime post-training quantization of the parent's ONNX export."""
-
-    mode: Literal["dynamic", "static", "fp16", "fp32"] = Field(
-        "dynamic", description="dynamic int8 (CPU servers), static int8 QDQ (calibrated; TensorRT), fp16 (GPU/Jetson), "
-                               "fp32 (the graph optimization alone)")
-    optimize: bool = Field(True, description="fuse attention, LayerNorm and GELU with ONNX Runtime's transformer "
-                                             "optimizer first (variants ONNX Runtime runs on a CPU: dynamic, static "
-                                             "cpu, fp32)")
-    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
-    target: Literal["tensorrt", "cpu"] = Field(
-        "tensorrt", description="static int8's form: tensorrt = symmetric int8 activations (TensorRT, Jetson); "
-                                "cpu = unsigned asymmetric activations, ONNX Runtime's fast path on x86 CPUs")
-    per_channel: bool = Field(True, description="one int8 scale per output channel of each weight")
-    exclude_nodes: list[str] = Field(default_factory=list, description="ONNX node names kept in float")
-    exclude_op_types: list[str] = Field(default_factory=list, description="ONNX op types kept in float (e.g. Gemm)")
-
-
-class QatSpec(CompressSpec):
-    """compress.qat: fine-tune with ONNX Runtime's int8 rounding simulated, then that int8 QDQ ONNX graph."""
-
-    steps: int = Field(50, ge=1, le=1_000_000, description="fine-tuning steps with fake quantization")
-    lr: float = Field(2e-5, gt=0, le=1)
-    batch_size: int = Field(16, ge=1, le=4096)
-    calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
-    target: Literal["tensorrt", "cpu"] = Field("tensorrt", description="the int8 form, as in compress.quantize")
-    optimize: bool = Field(True, description="fuse LayerNorm and GELU with ONNX Runtime's transformer optimizer "
-                                             "before quantizing (target cpu)")
-
-
-class PruneSpec(CompressSpec):
-    """compress.prune: structured pruning (torch-pruning), then a recovery fine-tune."""
-
-    target: Literal["params", "macs"] = Field("params", description="what the ratio is a share of")
-    ratio: float = Field(0.3, gt=0, lt=1, description="share of parameters (or MACs) to remove")
-    iterative_steps: int = Field(1, ge=1, le=100, description="prune in this many steps, recovering between them")
-    recovery_steps: int = Field(50, ge=0, le=1_000_000, description="fine-tuning steps after pruning; 0 = none")
-    lr: float = Field(5e-5, gt=0, le=1)
-    batch_size: int = Field(16, ge=1, le=4096)
 
 
 EXPORT_FORMATS = ("onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson")
@@ -495,6 +432,15 @@ JOB_KINDS: dict[str, JobKind] = {
             "records both in its lineage.",
             "engine.recipes.pii",
             PiiScrubSpec,
+        ),
+        JobKind(
+            CHAIN,
+            "Compression chain",
+            "Apply several techniques in order to one model (for example distil to fewer layers, prune, then int8), "
+            "each stage a job whose parent is the previous stage; the last stage is scored beside the chain's start.",
+            "",
+            ChainSpec,
+            resumable=True,
         ),
     ]
 }

@@ -33,6 +33,7 @@ class Job:
     work: Path
     files: dict[str, Path] = field(default_factory=dict)
     fused: dict[str, tuple[Path | None, dict[str, Any]]] = field(default_factory=dict)  # optimized(), by name
+    _baseline: tuple[Any, Any] | None = None
 
     @classmethod
     def open(cls, ctx: JobContext, spec: Any) -> Job:
@@ -113,6 +114,18 @@ class Job:
             self.fused[key] = (Path(report["path"]) if report["path"] else None, report)
         return self.fused[key]
 
+    def baseline(self) -> tuple[sources.Source, Any]:
+        """What the variant is scored beside: the parent, or ``spec.baseline_run`` (a chain's start)."""
+        run = getattr(self.spec, "baseline_run", None)
+        if not run or run == self.source.run_id:
+            return self.source, self.parent
+        if "baseline" not in self.files:
+            source = sources.open_source(Path(self.ctx.run_dir).resolve().parent / run)
+            progress(self.ctx, "load", 0.82, f"loading run {run} to score the variant beside it")
+            self._baseline = (source, sources.load_model(source, self.data))
+            self.files["baseline"] = source.run_dir
+        return self._baseline
+
     def parent_onnx(self) -> Path:
         if "parent.onnx" not in self.files:
             progress(self.ctx, "export", 0.1, "exporting the parent to ONNX (fp32)")
@@ -180,27 +193,27 @@ class Job:
             runtime = "onnxruntime-cuda" if cuda_available() else "onnxruntime-cpu"
         threads = runners.resolve_threads(e.threads)
         one = self.example_batch(1)
-        parent_facts = facts.torch_facts(self.parent, one, self.task_name)
+        base_source, base = self.baseline()
+        parent_facts = facts.torch_facts(base, one, self.task_name)
         # Quantization changes the bits per parameter, not their number or the work per example.
-        variant_facts = (facts.torch_facts(variant_torch, one, self.task_name) if variant_torch is not None
-                         else parent_facts)
+        variant_facts = facts.torch_facts(self.parent if variant_torch is None else variant_torch, one, self.task_name)
         if runtime == "torch":
             if variant_torch is None:
                 raise JobFailed("eval.runtime torch cannot run an ONNX variant",
                                 "Use eval.runtime auto or onnxruntime-cpu.")
-            parent_runner = runners.TorchRunner(self.parent, self.task_name, threads, label="parent")
+            parent_runner = runners.TorchRunner(base, self.task_name, threads, label="parent")
             variant_runner = runners.TorchRunner(variant_torch, self.task_name, threads, label=label)
-            parent_file = memory.save_module(self.parent, self.work / "parent.pt")
+            parent_file = memory.save_module(base, self.work / "parent.pt")
             variant_file = memory.save_module(variant_torch, self.work / "variant.pt")
-            parent_size, variant_size = self.source.weights_file(), self.model_dir
+            parent_size, variant_size = base_source.weights_file(), self.model_dir
         else:
             provider = "cuda" if runtime.endswith("cuda") else "cpu"
-            parent_file = self.parent_onnx()
+            parent_file = self.parent_onnx() if base is self.parent else self.export(base, "baseline.onnx")["path"]
             variant_file = variant_onnx or self.export(variant_torch, "model.onnx")["path"]
             parent_runner = runners.OrtRunner(parent_file, self.task_name, threads, provider, label="parent")
             variant_runner = runners.OrtRunner(variant_file, self.task_name, threads, provider, label=label)
             parent_size, variant_size = parent_file, variant_file
-        parent = Candidate(self.source.run_id, "parent", parent_runner, parent_size, parent_facts["params"],
+        parent = Candidate(base_source.run_id, "parent", parent_runner, parent_size, parent_facts["params"],
                            parent_facts["macs"], parent_file)
         variant = Candidate(Path(self.ctx.run_dir).name, label, variant_runner, variant_size,
                             variant_facts["params"], variant_facts["macs"], variant_file)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from engine.api.job_terms import LIVE_STATES, SWEEP
+from engine.api.job_terms import IN_ENGINE, LIVE_STATES
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.daemon.scheduler import LOCAL, Capacity, Job, Plan, Settings, job_need, plan
 from engine.daemon.store import Store
@@ -74,10 +74,10 @@ def _job(job: dict[str, Any], caps: dict[str, Capacity]) -> Job:
 def plan_now(jm: JobManager) -> tuple[Plan, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(plan, running runs, queued runs in order, facts) from the store as it is now."""
 
-    # A sweep holds no resources and no slot: its trials are the jobs that wait and run.
+    # A sweep or chain holds no resources and no slot: its jobs are the ones that wait and run.
     running = [r for r in jm.store.list_jobs(state=LIVE_STATES, limit=100_000, oldest_first=True)
-               if r["kind"] != SWEEP]
-    queued = [r for r in jm.store.queued_jobs() if r["kind"] != SWEEP]
+               if r["kind"] not in IN_ENGINE]
+    queued = [r for r in jm.store.queued_jobs() if r["kind"] not in IN_ENGINE]
     caps = capacity(jm, running + queued)
     conf = settings(jm)
     cpu_limit = {LOCAL: conf["cpu_cores"] or caps[LOCAL].cores}

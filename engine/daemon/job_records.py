@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.api.job_terms import EVALUATE, EXPORT, FINETUNE
+from engine.api.job_terms import CHAIN, EVALUATE, EXPORT, FINETUNE
+from engine.daemon.chains import stage_ids
 from engine.daemon.store import Store
 
 
@@ -130,11 +131,17 @@ def variants(store: Store, job: dict[str, Any]) -> dict[str, Any]:
     are listed by evaluations.list.
     """
     out = []
-    for child_id in store.child_jobs(job["id"]):
-        child = store.get_job(child_id)
-        if child is not None and child.get("kind") not in (EXPORT, EVALUATE):
+    children = [c for c in map(store.get_job, store.child_jobs(job["id"])) if c is not None]
+    # A chain is one row (its last stage scored beside the chain's start): its stages are not rows of their own.
+    staged = {i for c in children if c.get("kind") == CHAIN for i in stage_ids(Path(c["run_dir"]))}
+    for child in children:
+        child_id = child["id"]
+        if child.get("kind") not in (EXPORT, EVALUATE) and child_id not in staged:
+            # A chain's model is its last stage's: so are its exports.
+            model_id = (stage_ids(Path(child["run_dir"])) or [child_id])[-1] if child.get("kind") == CHAIN \
+                else child_id
             out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
-                        "deployments": deployments(store, child_id)})
+                        "deployments": deployments(store, model_id)})
     # The parent as measured most recently beside one of its variants.
     latest = max((v for v in out if v["evaluation"]), key=lambda v: v["job"].get("ended_at") or 0, default=None)
     return {"parent": record(store, job), "variants": out,

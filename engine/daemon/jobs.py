@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from engine.api import events_file
-from engine.api.job_terms import FINETUNE, LIVE_STATES, QUEUED, SWEEP
+from engine.api.job_terms import CHAIN, FINETUNE, IN_ENGINE, LIVE_STATES, QUEUED
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from engine.api.specs import JOB_KINDS, ServeSpec, dump_job_yaml
@@ -83,7 +83,8 @@ class JobManager:
         self.stop_timeout_s = stop_timeout_s
         self._procs: dict[str, subprocess.Popen] = {}  # jobs this engine started itself
         self._multi: dict[str, Any] = {}  # run id -> engine.launch.multinode.MultiNodeRun
-        self._sweeps: dict[str, Any] = {}  # run id -> engine.daemon.sweeps.SweepRun (a sweep has no process)
+        # run id -> the controller of a job with no process: engine.daemon.sweeps.SweepRun, chains.ChainRun
+        self._controllers: dict[str, Any] = {}
         self._tasks: dict[str, asyncio.Task] = {}
         self._closing = False
         self._queue_json: str | None = None  # the last `queue` event, so an unchanged queue is not re-sent
@@ -143,8 +144,9 @@ class JobManager:
         """Start the queued jobs whose resources are free (engine/daemon/scheduler.py), then publish `queue`."""
         if self._closing:
             return
-        for job in self.store.list_jobs(state=QUEUED, kind=SWEEP, limit=10_000):
-            self._launch(job)  # a sweep holds nothing: its trials wait in the queue themselves
+        for kind in IN_ENGINE:
+            for job in self.store.list_jobs(state=QUEUED, kind=kind, limit=10_000):
+                self._launch(job)  # a sweep or chain holds nothing: its jobs wait in the queue themselves
         plan = job_queue.plan_now(self)[0]
         for run_id, gpus in plan.start:
             job = self.store.get_job(run_id)
@@ -165,8 +167,8 @@ class JobManager:
         run_dir = Path(job["run_dir"])
         kind = JOB_KINDS[job["kind"]]
         spec = kind.spec_model.model_validate(job["spec"])
-        if job["kind"] == SWEEP:
-            self._launch_sweep(job, spec)
+        if job["kind"] in IN_ENGINE:
+            self._launch_controller(job, spec)
             return
         if _remote(spec):
             self._launch_multi(job, spec)
@@ -225,17 +227,19 @@ class JobManager:
         multi.task = asyncio.get_running_loop().create_task(multi.run(launched=launched))
         self._follow(job["id"])
 
-    def _launch_sweep(self, job: dict[str, Any], spec: Any) -> None:
-        """A sweep runs here, in the engine: its controller starts and follows its trials (engine/daemon/sweeps.py)."""
+    def _launch_controller(self, job: dict[str, Any], spec: Any) -> None:
+        """A sweep or a chain runs here, in the engine: its controller starts and follows its jobs
+        (engine/daemon/sweeps.py, engine/daemon/chains.py)."""
+        from engine.daemon.chains import ChainRun
         from engine.daemon.sweeps import SweepRun
 
-        sweep = SweepRun(self, job, spec)
+        controller = (ChainRun if job["kind"] == CHAIN else SweepRun)(self, job, spec)
         if job["state"] == "stopping":  # asked to stop before the last engine ended: it goes on stopping
-            sweep.signal("cancel" if job.get("stop_requested") == "cancel" else "stop")
-        self._sweeps[job["id"]] = sweep
+            controller.signal("cancel" if job.get("stop_requested") == "cancel" else "stop")
+        self._controllers[job["id"]] = controller
         if job["state"] != "running":
             self._set_state(job["id"], "running", started_at=time.time(), pid=None, pid_started=None)
-        sweep.task = asyncio.get_running_loop().create_task(sweep.run())
+        controller.task = asyncio.get_running_loop().create_task(controller.run())
         self._follow(job["id"])
 
     def _cluster_changed(self, run_id: str, view: dict[str, Any]) -> None:
@@ -281,14 +285,14 @@ class JobManager:
             return proc.poll()
         if run_id in self._multi:
             return self._multi[run_id].exit_code()
-        if run_id in self._sweeps:
-            return self._sweeps[run_id].exit_code()
+        if run_id in self._controllers:
+            return self._controllers[run_id].exit_code()
         job = self.get(run_id)
         return None if _process_matches(job["pid"], job["pid_started"]) else "unknown"
 
     def _finish(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
         self._procs.pop(run_id, None)
-        self._sweeps.pop(run_id, None)
+        self._controllers.pop(run_id, None)
         multi = self._multi.pop(run_id, None)
         job = self.get(run_id)
         code = exit_code if isinstance(exit_code, int) else None
@@ -331,7 +335,7 @@ class JobManager:
             raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a queued or running job can be stopped",
                            {"hint": "Use jobs.cancel to end a job that is already stopping."})
         self._signal(job, signal.SIGTERM)
-        if run_id not in self._sweeps:  # a sweep ends once its trials have saved, however long that takes
+        if run_id not in self._controllers:  # a sweep or chain ends once its jobs have saved, however long that takes
             asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, run_id)
         return self._set_state(run_id, "stopping", stop_requested="stop")
 
@@ -370,9 +374,9 @@ class JobManager:
             self._signal(job, signal.SIGKILL)
 
     def _signal(self, job: dict[str, Any], sig: signal.Signals) -> None:
-        sweep = self._sweeps.get(job["id"])
-        if sweep is not None:
-            sweep.signal("cancel" if sig == signal.SIGKILL else "stop")
+        controller = self._controllers.get(job["id"])
+        if controller is not None:
+            controller.signal("cancel" if sig == signal.SIGKILL else "stop")
             return
         multi = self._multi.get(job["id"])
         if multi is not None:
@@ -399,8 +403,8 @@ class JobManager:
         counts = {"reattached": 0, "settled": 0, "queued": 0}
         for job in self.store.list_jobs(state=LIVE_STATES, limit=100_000):
             spec = JOB_KINDS[job["kind"]].spec_model.model_validate(job["spec"])
-            if job["kind"] == SWEEP:
-                self._launch_sweep(job, spec)  # its trials ran on without the engine; follow them again
+            if job["kind"] in IN_ENGINE:
+                self._launch_controller(job, spec)  # its jobs ran on without the engine; follow them again
                 counts["reattached"] += 1
                 continue
             if _remote(spec):
@@ -422,8 +426,8 @@ class JobManager:
         self._closing = True
         for multi in self._multi.values():
             multi.task.cancel()  # nodes keep running; the next engine re-attaches
-        for sweep in self._sweeps.values():
-            sweep.task.cancel()  # its trials keep running; the next engine's controller follows them
+        for controller in self._controllers.values():
+            controller.task.cancel()  # its jobs keep running; the next engine's controller follows them
         for task in list(self._tasks.values()):
             task.cancel()
         for task in list(self._tasks.values()):

@@ -104,22 +104,54 @@ def qat(job: Job, spec: QatSpec) -> str | None:
 def prune(job: Job, spec: PruneSpec) -> str | None:
     import torch
 
-    from engine.compress.prune import prune as prune_model
+    from engine.compress.prune import prune_steps
 
-    progress(job.ctx, "prune", 0.1, f"pruning {spec.ratio:.0%} of the {spec.target}")
-    model, report = prune_model(job.parent, job.task_name, job.example_batch(), target=spec.target,
-                                ratio=spec.ratio, iterative_steps=spec.iterative_steps, log=job.ctx.log)
-    job.ctx.log(f"pruned: {report['params_before']:,} -> {report['params_after']:,} parameters")
-    if spec.recovery_steps:
+    model, ratio, vocabulary = job.parent, spec.ratio, None
+    params0 = sum(p.numel() for p in model.parameters())
+    if spec.vocabulary:
+        from engine.compress import vocab
+
+        progress(job.ctx, "prune", 0.05, "keeping the embedding rows of the tokens the training data uses")
+        model = copy.deepcopy(model)
+        vocabulary = vocab.trim(model, job.data.train, job.data.val, job.data.info)
+        job.ctx.log(f"vocabulary: {vocabulary['vocabulary_before']:,} -> {vocabulary['vocabulary_after']:,} tokens "
+                    f"({vocabulary['params_removed']:,} parameters); {vocabulary['val_tokens_unknown']:.2%} of the "
+                    "held-out tokens were not in the training data and now read as unknown")
+        if spec.target == "params":  # the ratio is of the whole model: the vocabulary's share counts
+            ratio = (spec.ratio * params0 - vocabulary["params_removed"]) / (params0 - vocabulary["params_removed"])
+    report: dict[str, Any] = {}
+    if ratio > 0.005:
+        progress(job.ctx, "prune", 0.1, f"pruning {ratio:.0%} of the {spec.target} in {spec.iterative_steps} step(s)")
+        steps = prune_steps(model, job.task_name, job.example_batch(), target=spec.target, ratio=ratio,
+                            iterative_steps=spec.iterative_steps, log=job.ctx.log)
+        # The recovery fine-tune is shared out between the steps: each step prunes a model that has recovered.
+        share = [spec.recovery_steps // spec.iterative_steps] * spec.iterative_steps
+        share[-1] += spec.recovery_steps - sum(share)
+        for (work, report), steps_here in zip(steps, share, strict=True):
+            if steps_here:
+                what = "recovery fine-tune" + (f" after step {report['iterative_steps']} of {spec.iterative_steps}"
+                                               if spec.iterative_steps > 1 else "")
+                trained = job.train(work.train(), steps_here, spec.lr, spec.batch_size, what)
+                if trained is None:
+                    return "stopped"
+                if trained is not work:
+                    work.load_state_dict(trained.state_dict())
+            model = work.eval()
+    elif spec.recovery_steps:
         model = job.train(model.train(), spec.recovery_steps, spec.lr, spec.batch_size, "recovery fine-tune")
         if model is None:
             return "stopped"
+    params = sum(p.numel() for p in model.parameters())
+    report.update(params_before=params0, params_after=params, achieved=round(1 - params / params0, 6),
+                  ratio=spec.ratio, target=spec.target, **({"vocabulary": vocabulary} if vocabulary else {}))
+    job.ctx.log(f"pruned: {params0:,} -> {params:,} parameters")
     torch.save(model, job.model_dir / "model.pt")
     progress(job.ctx, "export", 0.8, "exporting the pruned model to ONNX")
     onnx_path = job.export(model, "model.onnx")["path"]
     settings = {"target": spec.target, "ratio": spec.ratio, "iterative_steps": spec.iterative_steps,
-                "recovery_steps": spec.recovery_steps}
-    job.finish(f"pruned {spec.ratio:.0%}", "prune", onnx_path, model, settings, {"pruning": report})
+                "recovery_steps": spec.recovery_steps, "vocabulary": spec.vocabulary}
+    label = f"pruned {spec.ratio:.0%}" + (" with vocabulary" if spec.vocabulary else "")
+    job.finish(label, "prune", onnx_path, model, settings, {"pruning": report})
     return None
 
 

@@ -378,6 +378,9 @@ def load_data(spec: TrainSpec) -> TaskData:
         "n_train": len(train),
         "n_val": len(val),
         "majority_label": majority,
+        # Vocabulary pruning keeps these rows whatever the data holds (engine/compress/vocab.py).
+        "special_token_ids": sorted({int(i) for i in tok.all_special_ids}),
+        "unk_token_id": tok.unk_token_id,
         "majority_baseline": (sum(1 for lab in va[1] if lab == majority) / len(va[1])) if va[1] else 0.0,
         "n_at_max_length": sum(1 for e in train.items + val.items if len(e["input_ids"]) >= max_length),
         "max_length": max_length,

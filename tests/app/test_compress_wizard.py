@@ -241,7 +241,7 @@ def test_ticking_techniques_shows_only_their_settings(page):
                                               "calibration.method", "int8_target"} | eval_fields
     tick(page, "prune")
     assert set(settings.visible_fields()) == {"prune.target", "prune.ratio", "prune.iterative_steps",
-                                              "prune.recovery_steps"} | eval_fields
+                                              "prune.recovery_steps", "prune.vocabulary"} | eval_fields
     tick(page, "distill")  # a fine-tune: no compression evaluation settings
     assert set(settings.visible_fields()) == {"distill.student_layers", "distill.temperature",
                                               "distill.alpha", "distill.max_steps", "distill.lr"}
@@ -315,6 +315,33 @@ def test_review_yaml_is_exactly_what_start_sends(page, qtbot):
     assert page.current_step() == 4
     assert [row.state for row in page.job_rows] == ["queued"] * 5
     assert all(row.job_id for row in page.job_rows)
+
+
+def test_a_chain_preset_becomes_one_chain_job(page, qtbot):
+    page.set_source(FULL_TEXT["id"])
+    qtbot.mouseClick(page.techniques_step.preset_button, Qt.MouseButton.LeftButton)
+    assert page.techniques_step.checked() == ["dynamic_int8", "prune", "distill"]
+    assert page.techniques_step.chain()
+    assert "Distillation → Structured pruning → Dynamic int8" in page.techniques_step.chain_line.text()
+    page.go_to(3)
+    docs = list(yaml.safe_load_all(page.review_view.toPlainText()))
+    assert len(docs) == 1 and docs[0]["kind"] == "compress.chain"
+    spec = validate_spec("compress.chain", docs[0]["spec"])
+    assert spec.source_run == FULL_TEXT["id"]
+    assert [s.technique for s in spec.stages] == ["distill", "prune", "quantize"]
+    assert spec.stages[1].settings["vocabulary"] is True and spec.stages[0].settings["steps"] == 300
+    assert page.run_button.text() == "Start 1 job"
+    qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    settle(qtbot, page._client)
+    assert page._client.sent("jobs.start") == docs
+
+    # Two quantizations cannot end one chain: said on the techniques step, and Start is blocked.
+    page.go_to(1)
+    tick(page, "distill", "dynamic_int8", "static_int8")
+    assert "only one of dynamic int8" in page.techniques_step.chain_line.text()
+    assert any("only one of dynamic int8" in b for b in page.blockers())
+    page.techniques_step.chain_check.setChecked(False)
+    assert page.blockers() == [] and page.run_button.text() == "Start 3 jobs"
 
 
 def test_run_rows_follow_state_progress_and_cancel(page, qtbot):

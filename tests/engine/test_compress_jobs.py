@@ -48,7 +48,8 @@ def check_evaluation(done: dict, parent_id: str, batch: int = EVAL["batch_size"]
     return doc
 
 
-def test_text_classifier_variants_quantize_prune_qat_distill(engine_with_runs):
+def test_text_classifier_variants_and_a_chain(engine_with_runs):
+    """Quantize (dynamic, static), QAT, and a chain distil → prune → int8 whose stages are jobs of their own."""
     eng, runs = engine_with_runs("text")
     with eng.client() as c:
         parent = c.call("jobs.get", id=runs["text"])
@@ -58,33 +59,56 @@ def test_text_classifier_variants_quantize_prune_qat_distill(engine_with_runs):
         jobs = {
             "dynamic": ("compress.quantize", {"mode": "dynamic"}),
             "static": ("compress.quantize", {"mode": "static", "calibration": {"samples": 16, "method": "minmax"}}),
-            "prune": ("compress.prune", {"ratio": 0.3, "recovery_steps": 4, "batch_size": 8}),
             "qat": ("compress.qat", {"steps": 4, "batch_size": 8, "calibration": {"samples": 16}, "target": "cpu"}),
         }
         ids = {name: c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": EVAL, **spec}, name=name)["id"]
                for name, (kind, spec) in jobs.items()}
-        student_spec = {**parent["spec"], "max_steps": 4, "eval_every": 4, "batch_size": 8,
-                        "distill": {"teacher_run": pid, "student_layers": 3}}
-        ids["distill"] = c.call("jobs.start", kind="train.finetune", spec=student_spec, name="student")["id"]
-        # A student is scored with the default evaluation settings (batch 16) after its fine-tune.
-        docs = {name: check_evaluation(finish(c, job_id), pid, 16 if name == "distill" else EVAL["batch_size"])
-                for name, job_id in ids.items()}
-
-        dyn = docs["dynamic"]
-        assert dyn["delta"]["size_ratio"] <= 0.30  # int8 weights: about a quarter of fp32
-        assert dyn["agreement"] >= 0.8
-        assert docs["static"]["variant"]["size_bytes"] < 0.35 * docs["static"]["parent"]["size_bytes"]
-        pruned = docs["prune"]
-        assert pruned["variant"]["params"] < 0.85 * pruned["parent"]["params"]
-        assert pruned["variant"]["macs"] < pruned["parent"]["macs"]
-        student = docs["distill"]
+        stages = [{"technique": "distill", "settings": {"student_layers": 3, "steps": 4, "batch_size": 8}},
+                  {"technique": "prune", "settings": {"ratio": 0.7, "vocabulary": True, "iterative_steps": 2,
+                                                      "recovery_steps": 4, "batch_size": 8}},
+                  {"technique": "quantize", "settings": {"mode": "dynamic"}}]
+        chain_id = c.call("jobs.start", kind="compress.chain", name="chain",
+                          spec={"source_run": pid, "stages": stages, "eval": EVAL})["id"]
+        docs = {name: check_evaluation(finish(c, job_id), pid) for name, job_id in ids.items()}
+        chain = finish(c, chain_id, timeout=900)
+        assert chain["state"] == "succeeded", (chain.get("error"), chain.get("chain"))
+        student_id, pruned_id, final_id = (s["run_id"] for s in chain["chain"]["stages"])
+        assert [s["state"] for s in chain["chain"]["stages"]] == ["done"] * 3
+        # Each stage is a job whose parent is the previous stage, scored beside it.
+        student = check_evaluation(c.call("jobs.get", id=student_id), pid, 16)  # a student: default batch 16
         assert student["variant"]["params"] < 0.9 * student["parent"]["params"]
+        assert c.call("jobs.get", id=student_id)["kind"] == "train.finetune"
+        pruned = check_evaluation(c.call("jobs.get", id=pruned_id), student_id)
+        # 70% of the student's parameters: its vocabulary (about 60%), then heads and FFN width for the rest.
+        student_params = pruned["parent"]["params"]
+        assert pruned["variant"]["params"] == pytest.approx(0.3 * student_params, abs=0.012 * student_params)
+        pruning = c.call("jobs.get", id=pruned_id)["result"]["pruning"]
+        assert pruning["vocabulary"]["vocabulary_after"] < 5000 and len(pruning["steps"]) == 2
+        assert pruned["variant"]["macs"] < pruned["parent"]["macs"]
+        metrics = c.call("jobs.metrics", id=pruned_id)  # the recovery fine-tune streamed the usual events
+        assert any(m["kind"] == "train" for m in metrics["metrics"]), metrics
+        # The last stage is scored beside the chain's start, and that evaluation is the chain's.
+        final = c.call("jobs.get", id=final_id)
+        assert final["parent_id"] == pruned_id
+        last = json.loads((Path(final["run_dir"]) / "evaluation.json").read_text())
+        assert last["parent"]["run_id"] == pid and last["variant"]["params"] == pruned["variant"]["params"]
+        assert last["delta"]["size_ratio"] < 0.2  # the chain's target: a fifth of the fine-tune's size at most
+        own = json.loads((Path(chain["run_dir"]) / "evaluation.json").read_text())
+        assert own["chain"]["label"] == "distilled to 3 layers → pruned 70% with vocabulary → int8 dynamic"
+        assert own["variant"] == last["variant"] and own["parent"]["run_id"] == pid
+        # The lineage of the chain's model names every stage, back to the fine-tune.
+        lineage = c.call("jobs.lineage", id=final_id)
+        names = json.dumps(lineage)
+        assert all(run in names for run in (pid, student_id, pruned_id, final_id)), lineage
 
         # Where each variant runs fast: the TensorRT form's CPU latency is flagged, the CPU ones are not.
         static_target = docs["static"]["target"]
         assert static_target["runtime"] == "tensorrt" and not static_target["measured_on_target"]
         assert "not its target runtime" in static_target["note"]
         assert docs["qat"]["target"]["runtime"] == "cpu" and docs["qat"]["target"]["measured_on_target"]
+        assert docs["dynamic"]["delta"]["size_ratio"] <= 0.30  # int8 weights: about a quarter of fp32
+        assert docs["dynamic"]["agreement"] >= 0.8
+        assert docs["static"]["variant"]["size_bytes"] < 0.35 * docs["static"]["parent"]["size_bytes"]
         # Variants ONNX Runtime runs on a CPU start from the transformer optimizer's fused graph.
         results = {name: c.call("jobs.get", id=ids[name])["result"] for name in ("dynamic", "qat")}
         assert results["dynamic"]["graph"]["fused"]["Attention"] == 6
@@ -92,14 +116,10 @@ def test_text_classifier_variants_quantize_prune_qat_distill(engine_with_runs):
         assert "Attention" not in results["qat"]["graph"]["fused"]  # QAT quantizes q, k, v one by one
         assert docs["qat"]["agreement"] >= 0.8
 
-        prune_run = c.call("jobs.get", id=ids["prune"])
-        assert prune_run["result"]["pruning"]["params_after"] < prune_run["result"]["pruning"]["params_before"]
-        metrics = c.call("jobs.metrics", id=ids["prune"])  # the recovery fine-tune streamed the usual events
-        assert any(m["kind"] == "train" for m in metrics["metrics"]), metrics
-
+        # Compare: the chain is one row (its stages are not rows of their own).
         view = c.call("compress.variants", id=pid)
         assert view["parent"]["id"] == pid
-        assert {v["job"]["id"] for v in view["variants"]} == set(ids.values())
+        assert {v["job"]["id"] for v in view["variants"]} == {*ids.values(), chain_id}
         assert all(v["evaluation"] for v in view["variants"])
         assert view["parent_evaluation"]["run_id"] == pid
         assert model_files(parent) == before  # the parent is never changed

@@ -293,3 +293,44 @@ def test_models_it_cannot_prune_are_refused_clearly(digits):
     with pytest.raises(JobFailed, match="Does not know how to prune this text model") as err:
         prune(BagOfWords(), "text_classification", {"input_ids": torch.zeros(1, 4, dtype=torch.long)})
     assert "BagOfWords" in str(err.value) and err.value.hint
+
+
+def test_vocabulary_pruning_keeps_the_logits_of_seen_tokens_and_exports(minilm, tmp_path):
+    """MiniLM's 30,522-row embedding table cut to the tokens its training data uses: the same logits for
+    text made of those tokens, unseen ones read as [UNK], the same inputs in ONNX, and about half the model."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from engine.compress.vocab import RemappedEmbedding, trim
+
+    data = minilm["data"]
+    model = copy.deepcopy(minilm["model"])
+    before = sum(p.numel() for p in model.parameters())
+    report = trim(model, data.train, data.val, data.info)
+    after = sum(p.numel() for p in model.parameters())
+    assert isinstance(model.get_input_embeddings(), RemappedEmbedding)
+    assert report["vocabulary_before"] == 30522 and report["vocabulary_after"] < 5000
+    assert before - after == report["params_removed"] and after < 0.6 * before
+    assert 0 <= report["val_tokens_unknown"] < 0.1
+    seen = {i for row in data.train for i in row["input_ids"]}
+    # Training examples are made of kept tokens only: their logits do not change.
+    train_batch = data.collate([data.train[i] for i in range(4)])
+    assert torch.allclose(_logits(model, "text_classification", train_batch),
+                          _logits(minilm["model"], "text_classification", train_batch), atol=1e-5)
+    # An unseen token gives what [UNK] gives in the unpruned model.
+    unk = data.info["unk_token_id"]
+    unseen = next(i for i in range(1000, 30522) if i not in seen)
+    ids = train_batch["input_ids"].clone()
+    ids[0, 1] = unseen
+    swapped = {**train_batch, "input_ids": ids}
+    as_unk = {**train_batch, "input_ids": ids.masked_fill(ids == unseen, unk)}
+    assert torch.allclose(_logits(model, "text_classification", swapped),
+                          _logits(minilm["model"], "text_classification", as_unk), atol=1e-5)
+    path = tmp_path / "vocab.onnx"
+    torch.onnx.export(model, tuple(train_batch[n] for n in TEXT_INPUTS), str(path), input_names=list(TEXT_INPUTS),
+                      output_names=["logits"], dynamo=False, opset_version=17,
+                      dynamic_axes={n: {0: "batch", 1: "sequence"} for n in TEXT_INPUTS})
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(["logits"], {n: swapped[n].numpy() for n in TEXT_INPUTS})[0]
+    assert np.abs(got - _logits(model, "text_classification", swapped).numpy()).max() <= 1e-4

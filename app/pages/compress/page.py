@@ -22,7 +22,13 @@ from app.pages.compress.step_run import JobRow, RunStep
 from app.pages.compress.step_settings import SettingsStep
 from app.pages.compress.step_source import SourceStep
 from app.pages.compress.step_techniques import TechniquesStep
-from app.pages.compress.techniques import build_jobs, default_settings, field_errors
+from app.pages.compress.techniques import (
+    build_jobs,
+    default_settings,
+    field_errors,
+    preset,
+    source_facts,
+)
 from app.widgets.wizard_page import WizardPage
 from app.widgets.wizard_parts import Step, error_text
 from engine.api.job_terms import FINAL_STATES, FINETUNE
@@ -51,6 +57,7 @@ class CompressPage(WizardPage):
 
         self.source_step, self.techniques_step = SourceStep(), TechniquesStep()
         self.source_step.new_finetune_requested.connect(self.nav.action("new_finetune"))
+        self.techniques_step.preset_requested.connect(self.apply_preset)
         self.settings_step, self.review_step, self.run_step = SettingsStep(), ReviewStep(), RunStep()
         self.steps = [self.source_step, self.techniques_step, self.settings_step, self.review_step, self.run_step]
         self.build_frame(("Start", "Start one job per ticked technique, as shown on Review", self.start),
@@ -106,7 +113,16 @@ class CompressPage(WizardPage):
 
     def specs(self) -> list[tuple[str, dict[str, Any], str]]:
         """(kind, spec, name) of every job Start sends, in order: what Review shows."""
-        return build_jobs(self.source(), self.techniques_step.checked(), self.settings_step.values())
+        return build_jobs(self.source(), self.techniques_step.checked(), self.settings_step.values(),
+                          chain=self.techniques_step.chain())
+
+    def apply_preset(self, name: str) -> None:
+        """Tick a chain preset's techniques, chained, with its settings."""
+        keys, settings = preset(name, self.settings_step.values())
+        self.techniques_step.set_checked(keys)
+        self.techniques_step.chain_check.setChecked(True)
+        self.settings_step.load(settings)
+        self._on_changed()
 
     def _on_changed(self) -> None:
         record = self.source()
@@ -116,13 +132,14 @@ class CompressPage(WizardPage):
             self.techniques_step.set_source(record)
             if record is not None:
                 self.settings_step.set_distill_lr(default_settings(record)["distill"]["lr"])
-        self.settings_step.set_techniques(self.techniques_step.checked())
+        task = source_facts(record).get("task") if record else None
+        self.settings_step.set_techniques(self.techniques_step.checked(), task)
         self.refresh()
 
     def refresh(self) -> None:
         keys = self.techniques_step.checked()
         settings = self.settings_step.values()
-        self.errors = field_errors(self.source(), keys, settings)
+        self.errors = field_errors(self.source(), keys, settings, chain=self.techniques_step.chain())
         self.settings_step.show_errors(self.errors)
         self.review_step.set_jobs(self.specs())
         self._update_buttons()

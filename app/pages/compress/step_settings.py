@@ -123,6 +123,11 @@ class SettingsStep(Step):
                   _spin(0, 100, "prune in this many rounds, recovering between them"))
         self._add(form, "prune.recovery_steps", "Recovery steps",
                   _spin(0, 1_000_000, "fine-tuning steps after pruning; 0 = none"))
+        vocabulary = QCheckBox("also the vocabulary")
+        vocabulary.setToolTip("Text models: keep only the embedding rows of the tokens the training data uses "
+                              "(often half of a small encoder's parameters); other tokens read as unknown. "
+                              "Counts toward the ratio.")
+        self._add(form, "prune.vocabulary", "Embeddings", vocabulary)
 
         form = self._card("qat", "Quantization-aware training",
                           "A short fine-tune with simulated int8, from the source run's weights.")
@@ -183,9 +188,12 @@ class SettingsStep(Step):
 
     # -- which cards ---------------------------------------------------------------------------
 
-    def set_techniques(self, keys: list[str]) -> None:
+    def set_techniques(self, keys: list[str], task: str | None = None) -> None:
         for card_key, users in CARD_USERS.items():
             self.cards[card_key].setVisible(any(k in keys for k in users))
+        # Only a text model has a vocabulary to prune.
+        self.forms["prune"].setRowVisible(self.fields["prune.vocabulary"].parentWidget(),
+                                          task == "text_classification")
         # fp16 has no scales; per-channel only matters to the int8 modes.
         self.forms["quantization"].setRowVisible(self.fields["per_channel"].parentWidget(),
                                                  any(k in keys for k in ("dynamic_int8", "static_int8")))

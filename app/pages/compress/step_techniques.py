@@ -1,21 +1,29 @@
-"""Step 2: which techniques to try; each ticked one becomes one job and one variant."""
+"""Step 2: which techniques to try; each ticked one becomes one job and one variant, or all of them one chain."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QPushButton, QWidget
 
 from app.glossary import option_tooltip
-from app.pages.compress.techniques import TECHNIQUES, unavailable_reason
+from app.pages.compress.techniques import (
+    BY_KEY,
+    TECHNIQUES,
+    chain_order,
+    chain_reason,
+    unavailable_reason,
+)
 from app.widgets.check_list import CheckList
-from app.widgets.common import card
+from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column
 from app.widgets.wizard_parts import Step, step_header
 
 
 class TechniquesStep(Step):
     title = "Techniques"
+    preset_requested = Signal(str)  # a chain preset's name (engine/api/chain_spec.py PRESETS)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -33,6 +41,27 @@ class TechniquesStep(Step):
         box.addWidget(self.check_list)
         box.addWidget(self.general_message)
         outer.addWidget(frame)
+
+        chain_frame, chain_box = card()
+        self.chain_check = QCheckBox("Apply them in order, as one chain")
+        self.chain_check.setStyleSheet("font-weight: 600;")
+        self.chain_check.setToolTip("Each stage compresses the previous stage's output: distil, then prune, then "
+                                    "quantize. Compare shows the chain as one row, scored beside this run.")
+        self.chain_check.toggled.connect(self.emit_changed)
+        chain_box.addWidget(self.chain_check)
+        self.chain_line = label("", "muted", wrap=True)
+        chain_box.addWidget(self.chain_line)
+        presets = QHBoxLayout()
+        self.preset_button = QPushButton("Preset: smallest within 1 point")
+        self.preset_button.setToolTip("Distil to 3 layers (300 steps), keep 30% of the student (its vocabulary "
+                                      "first, then heads and FFN width) with recovery, then dynamic int8. "
+                                      "docs/compression.md has what it measured on the built-in tickets.")
+        self.preset_button.clicked.connect(lambda: self.preset_requested.emit("smallest within 1 point"))
+        presets.addWidget(self.preset_button)
+        presets.addStretch(1)
+        chain_box.addLayout(presets)
+        outer.addWidget(chain_frame)
+        self.check_list.toggled.connect(self._chain_text)
         outer.addStretch(1)
         self.set_source(None)
 
@@ -42,8 +71,26 @@ class TechniquesStep(Step):
             reason = unavailable_reason(key, record) if record is not None else ""
             self.check_list.set_reason(key, reason, tip=option_tooltip(key), enabled=record is not None)
 
+        self.preset_button.setEnabled(record is not None and not unavailable_reason("distill", record))
+        self._chain_text()
+
     def checked(self) -> list[str]:
         return self.check_list.checked()
 
+    def chain(self) -> bool:
+        return self.chain_check.isChecked()
+
+    def set_checked(self, keys: list[str]) -> None:
+        for key, check in self.technique_checks.items():
+            check.setChecked(key in keys and check.isEnabled())
+
+    def _chain_text(self) -> None:
+        keys = self.checked()
+        reason = chain_reason(keys)
+        self.chain_line.setText(reason or "Stages: " + " → ".join(BY_KEY[k].title for k in chain_order(keys)))
+
     def blocking(self) -> list[str]:
-        return [] if self.checked() else ["tick at least one technique"]
+        if not self.checked():
+            return ["tick at least one technique"]
+        reason = chain_reason(self.checked()) if self.chain() else ""
+        return [reason] if reason else []

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from app.models.spec_tools import launch_spec, suggested_lr
 from app.models.spec_tools import validate as validate_train
-from engine.api.job_terms import FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE
+from engine.api.chain_spec import PRESETS, ChainSpec
+from engine.api.job_terms import CHAIN, FINETUNE, LORA_MERGE, PRUNE, QAT, QUANTIZE
 from engine.api.specs import LoraMergeSpec, PruneSpec, QatSpec, QuantizeSpec
 
 # Tasks whose built-in models are transformers: a student keeps fewer of their blocks.
@@ -76,7 +77,11 @@ SPEC_MODELS: dict[str, type[BaseModel]] = {
     QUANTIZE: QuantizeSpec,
     QAT: QatSpec,
     PRUNE: PruneSpec,
+    CHAIN: ChainSpec,
 }
+# A chain's stages run in this order: distil (a smaller student), prune it, then quantize what is left.
+CHAIN_ORDER = ("distill", "prune", "dynamic_int8", "static_int8", "fp16", "qat")
+QUANTIZE_KEYS = ("dynamic_int8", "static_int8", "fp16", "qat")
 
 
 def default_settings(source: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -92,7 +97,7 @@ def default_settings(source: dict[str, Any] | None = None) -> dict[str, Any]:
         "int8_target": "tensorrt",
         "per_channel": True,
         "exclude_op_types": [],
-        "prune": {"target": "params", "ratio": 0.3, "iterative_steps": 1, "recovery_steps": 50},
+        "prune": {"target": "params", "ratio": 0.3, "iterative_steps": 1, "recovery_steps": 50, "vocabulary": False},
         "qat": {"steps": 50, "lr": 2e-5},
         "distill": {"student_layers": 3, "temperature": 2.0, "alpha": 0.5, "max_steps": 200, "lr": lr},
         "eval": {"samples": 200, "batch_size": 16, "repeats": 20, "threads": 0},
@@ -207,11 +212,69 @@ def distill_spec(record: dict[str, Any], distill: dict[str, Any]) -> dict[str, A
     return out
 
 
+def chain_reason(keys: list[str]) -> str:
+    """Why the ticked techniques cannot run as one chain ('' when they can)."""
+    if "lora_merge" in keys:
+        return "LoRA merge is not a chain stage: merge first, then chain the merged run's compressions."
+    if len([k for k in keys if k in CHAIN_ORDER]) < 2:
+        return "Tick two or more of distillation, pruning and one quantization to chain them."
+    if sum(k in QUANTIZE_KEYS for k in keys) > 1:
+        return "A chain ends in one quantization: tick only one of dynamic int8, static int8, fp16 and QAT."
+    return ""
+
+
+def chain_order(keys: list[str]) -> list[str]:
+    return [k for k in CHAIN_ORDER if k in keys]
+
+
+def chain_stages(keys: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``stages`` of a compress.chain from the ticked techniques, with the form's settings."""
+    stages = []
+    for key in chain_order(keys):
+        if key == "distill":
+            d = settings["distill"]
+            stages.append({"technique": "distill", "settings": {
+                "student_layers": d["student_layers"], "steps": d["max_steps"], "lr": _number(d["lr"]),
+                "temperature": d["temperature"], "alpha": d["alpha"]}})
+            continue
+        spec = job_spec(key, {"id": "chain"}, settings)
+        for field in ("source_run", "eval"):
+            spec.pop(field, None)
+        stages.append({"technique": "quantize" if key in QUANTIZE_MODES else key, "settings": spec})
+    return stages
+
+
+def chain_job(record: dict[str, Any], keys: list[str], settings: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    base = _slug(str(record.get("name") or record.get("id") or "run")) or "run"
+    name = f"{base}-chain-" + "-".join(BY_KEY[k].suffix for k in chain_order(keys))
+    spec = {"source_run": str(record.get("id") or ""), "stages": chain_stages(keys, settings),
+            "eval": dict(settings["eval"])}
+    return CHAIN, spec, name[:200]
+
+
+def preset(name: str, settings: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The techniques to tick and the settings of the chain preset ``name`` (engine/api/chain_spec.py)."""
+    keys, out = [], copy.deepcopy(settings)
+    for stage in PRESETS[name]:
+        technique, values = stage["technique"], stage["settings"]
+        if technique == "distill":
+            keys.append("distill")
+            out["distill"].update({k: v for k, v in values.items() if k != "steps"}, max_steps=values["steps"])
+        elif technique == "prune":
+            keys.append("prune")
+            out["prune"].update(values)
+        else:
+            keys.append({"dynamic": "dynamic_int8", "static": "static_int8", "fp16": "fp16"}[values["mode"]])
+    return keys, out
+
+
 def build_jobs(record: dict[str, Any] | None, keys: list[str],
-               settings: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
-    """(kind, spec, name) for each ticked technique, in the order of TECHNIQUES."""
+               settings: dict[str, Any], chain: bool = False) -> list[tuple[str, dict[str, Any], str]]:
+    """(kind, spec, name) for each ticked technique, in the order of TECHNIQUES; one chain job with ``chain``."""
     if record is None:
         return []
+    if chain:
+        return [chain_job(record, keys, settings)]
     return [(BY_KEY[k].kind, job_spec(k, record, settings), job_name(record, k, settings))
             for k in [t.key for t in TECHNIQUES if t.key in keys]]
 
@@ -239,7 +302,7 @@ def settings_field(key: str, path: str) -> str | None:
         return path
     if key in ("static_int8", "qat") and path == "target":
         return "int8_target"
-    if key == "prune" and path in ("target", "ratio", "iterative_steps", "recovery_steps"):
+    if key == "prune" and path in ("target", "ratio", "iterative_steps", "recovery_steps", "vocabulary"):
         return f"prune.{path}"
     if key == "qat" and path in ("steps", "lr"):
         return f"qat.{path}"
@@ -254,11 +317,20 @@ def settings_field(key: str, path: str) -> str | None:
 
 
 def field_errors(record: dict[str, Any] | None, keys: list[str],
-                 settings: dict[str, Any]) -> dict[str, list[str]]:
+                 settings: dict[str, Any], chain: bool = False) -> dict[str, list[str]]:
     """Every job's validation errors by settings field; '' holds those no field shows."""
     out: dict[str, list[str]] = {}
     if record is None:
         return out
+    if chain:
+        reason = chain_reason(keys)
+        if reason:
+            out[""] = [reason]
+        else:
+            kind, spec, _name = chain_job(record, keys, settings)
+            for path, messages in spec_errors(kind, spec).items():
+                if not path.startswith("stages"):  # a stage's own fields are checked as its technique's below
+                    out.setdefault("", []).extend(f"Chain: {path or 'spec'}: {m}" for m in messages)
     for key in [t.key for t in TECHNIQUES if t.key in keys]:
         kind, spec = BY_KEY[key].kind, job_spec(key, record, settings)
         for path, messages in spec_errors(kind, spec).items():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from engine.api import custom_code
-from engine.api.job_terms import FINETUNE, SWEEP
+from engine.api.job_terms import CHAIN, FINETUNE, SWEEP
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
 from engine.daemon import data_policy, projects, templates
@@ -186,6 +186,8 @@ class JobHandlers:
             job["result"] = result
         if job["kind"] == SWEEP:
             job["sweep"] = read_json(Path(job["run_dir"]) / "sweep.json") or {"trials": [], "best": None}
+        if job["kind"] == CHAIN:
+            job["chain"] = read_json(Path(job["run_dir"]) / "chain.json") or {"stages": []}
         return job
 
     async def jobs_stop(self, _s: Client, p: JobId) -> Any:

@@ -1,0 +1,74 @@
+"""Vocabulary pruning: keep only the embedding rows of the tokens a text model's training data uses.
+
+A BERT-style classifier's word embeddings are often half its parameters (MiniLM: 11.7M of 22.7M, a
+30,522-token vocabulary), and a fine-tune on one domain uses a few thousand of those tokens. Heads and FFN
+pruning cannot touch that table; this does. The kept rows are the tokens of the training examples plus
+the tokenizer's special tokens; every other id reads the unknown token's row. The tokenizer is unchanged:
+the model maps old ids to kept rows itself (``RemappedEmbedding``: one integer lookup before the embedding
+lookup, a Gather before a Gather in ONNX), so the exported model takes the same inputs as before.
+What it costs is reported: the share of held-out tokens that were not seen in training and now read as
+unknown (``val_tokens_unknown``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch  # noqa: TID253 - a pruned model pickles this class by name; only jobs import this module
+import torch.nn.functional as F  # noqa: N812, TID253 - the usual name; as above
+
+from engine.training.context import JobFailed
+
+
+class RemappedEmbedding(torch.nn.Module):
+    """An embedding table holding only some rows of a larger vocabulary: ``index`` maps every old id to its row."""
+
+    def __init__(self, index: torch.Tensor, weight: torch.Tensor, padding_idx: int | None = None):
+        super().__init__()
+        self.register_buffer("index", index.to(torch.long))
+        self.weight = torch.nn.Parameter(weight)
+        self.padding_idx = padding_idx
+        self.num_embeddings, self.embedding_dim = weight.shape
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(self.index[input_ids], self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings} of {self.index.numel()} tokens, {self.embedding_dim}"
+
+
+def token_ids(rows: Any) -> set[int]:
+    return {int(i) for row in rows for i in row["input_ids"]}
+
+
+def trim(model: Any, train_rows: Any, val_rows: Any, info: dict[str, Any]) -> dict[str, Any]:
+    """Replace ``model``'s input embeddings (in place) by the rows ``train_rows`` use; returns the report."""
+    if not hasattr(model, "get_input_embeddings"):
+        raise JobFailed("Vocabulary pruning needs a transformers text model (one with get_input_embeddings)",
+                        "Turn vocabulary off for this model.")
+    emb = model.get_input_embeddings()
+    if isinstance(emb, RemappedEmbedding):
+        raise JobFailed("This model's vocabulary was pruned already", "Turn vocabulary off.")
+    if not isinstance(emb, torch.nn.Embedding):
+        raise JobFailed(f"Cannot prune a {type(emb).__name__} vocabulary", "Turn vocabulary off for this model.")
+    unk = info.get("unk_token_id")
+    if unk is None:
+        raise JobFailed("The tokenizer has no unknown token for the pruned-out tokens to read as",
+                        "Turn vocabulary off for this model.")
+    vocab = emb.num_embeddings
+    seen = token_ids(train_rows)
+    keep = sorted((seen | {int(i) for i in info.get("special_token_ids") or []} | {int(unk)}) & set(range(vocab)))
+    rows = torch.tensor(keep, dtype=torch.long)
+    index = torch.full((vocab,), keep.index(int(unk)), dtype=torch.long)
+    index[rows] = torch.arange(len(keep))
+    padding = emb.padding_idx
+    new_padding = int(index[padding]) if padding is not None else None
+    with torch.no_grad():
+        remapped = RemappedEmbedding(index, emb.weight[rows].detach().clone(), new_padding)
+    model.set_input_embeddings(remapped)
+    val = [int(i) for row in val_rows for i in row["input_ids"]]
+    kept = set(keep)
+    unknown = sum(1 for i in val if i not in kept) / len(val) if val else 0.0
+    return {"vocabulary_before": vocab, "vocabulary_after": len(keep),
+            "params_removed": (vocab - len(keep)) * emb.embedding_dim,
+            "val_tokens_unknown": round(unknown, 6), "kept": "tokens of the training examples and special tokens"}
