@@ -501,6 +501,24 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
                              "shape_inference": inference})
 
 
+def linear_nodes(path: str | Path) -> list[str]:
+    """A transformer's weighted MatMul/Gemm nodes and embedding lookups (what QAT quantizes); [] for a CNN.
+
+    Static int8's CPU form quantizes these and nothing else: ONNX Runtime's QDQ quantizer would also round
+    every MatMul output and the residual stream to int8, which costs accuracy and saves no work there
+    (measured on MiniLM: logits 3x closer to fp32 at the same speed).
+    """
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    if any(n.op_type == "Conv" for n in graph.node):
+        return []
+    inits = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    return [n.name for n in graph.node
+            if (n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] in inits)
+            or (n.op_type == "Gather" and n.input[0] in inits)]
+
+
 def _float_elsewhere(model, quantized: set[str]) -> int:
     """Give every consumer of a quantized activation that is not itself quantized the float tensor again.
 

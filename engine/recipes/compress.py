@@ -39,8 +39,11 @@ def quantize(job: Job, spec: QuantizeSpec) -> str | None:
     elif spec.mode == "static":
         names = _input_names(src)
         feeds = job.calibration_feeds(names, spec.calibration.samples)
+        # The CPU form of a transformer: only what QAT quantizes (the weighted MatMuls and the embeddings).
+        only = q.linear_nodes(src) if spec.target == "cpu" and not (spec.exclude_nodes or spec.exclude_op_types) \
+            else []
         report = q.quantize_static(src, out, feeds, method=spec.calibration.method,
-                                   per_channel=spec.per_channel, target=spec.target, **exclude)
+                                   per_channel=spec.per_channel, target=spec.target, only_nodes=only, **exclude)
     elif spec.mode == "fp32":
         if src == parent_onnx:
             raise JobFailed(f"nothing to fuse in this model's graph: {(graph or {}).get('skipped') or 'optimize is off'}",

@@ -291,6 +291,27 @@ def test_static_int8_minilm_entropy_on_single_examples_of_different_lengths(mini
     assert agreement >= 0.5, f"agreement {agreement:.3f}, max |diff| {np.abs(ref - got).max():.4f}"
 
 
+def test_static_int8_cpu_form_of_a_transformer_quantizes_only_its_linear_layers(minilm, digits, tmp_path):
+    """The CPU form quantizes what QAT quantizes: weighted MatMuls (and embedding tables), outputs and the
+    residual stream in float. That is closer to fp32 than ONNX Runtime's everything-int8 graph."""
+    only = qz.linear_nodes(minilm.src)
+    ops = _ops(minilm.src)
+    assert len(only) >= 36 and len(only) <= ops["MatMul"] + ops.get("Gemm", 0) + ops.get("Gather", 0)
+    assert qz.linear_nodes(digits.src) == []  # a CNN keeps the whole QDQ form
+    lean, full = tmp_path / "lean.onnx", tmp_path / "full.onnx"
+    qz.quantize_static(minilm.src, lean, minilm.calib, target="cpu", only_nodes=only)
+    qz.quantize_static(minilm.src, full, minilm.calib, target="cpu")
+    ref = minilm.ref
+    lean_diff = np.abs(_logits(lean, minilm.eval) - ref).max()
+    full_diff = np.abs(_logits(full, minilm.eval) - ref).max()
+    assert lean_diff < full_diff, (lean_diff, full_diff)
+    # The residual Adds read float hidden states, not dequantized int8 ones.
+    graph = onnx.load(str(lean)).graph
+    producer = {o: n.op_type for n in graph.node for o in n.output}
+    assert not [n.name for n in graph.node if n.op_type == "Add"
+                and any(producer.get(i) == "DequantizeLinear" for i in n.input)]
+
+
 # ---------------------------------------------------------------- fp16
 
 
