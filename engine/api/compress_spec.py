@@ -76,6 +76,9 @@ class QatSpec(CompressSpec):
     batch_size: int = Field(16, ge=1, le=4096)
     calibration: CalibrationSpec = Field(default_factory=CalibrationSpec)
     target: Literal["tensorrt", "cpu"] = Field("tensorrt", description="the int8 form, as in compress.quantize")
+    teacher_alpha: float = Field(0.5, ge=0, le=1, description="weight of the fp32 parent's soft labels in the loss "
+                                                            "(knowledge distillation from the unquantized model); "
+                                                            "0 = the labels only")
     optimize: bool = Field(True, description="fuse LayerNorm and GELU with ONNX Runtime's transformer optimizer "
                                              "before quantizing (target cpu)")
 

@@ -9,6 +9,7 @@ evaluates the variant next to the parent (``engine.evaluate.pair``) and writes
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -132,8 +133,12 @@ class Job:
             self.export(self.parent, "parent.onnx")
         return self.files["parent.onnx"]
 
-    def train(self, model: Any, steps: int, lr: float, batch_size: int, what: str) -> Any:
-        """Fine-tune ``model`` in full for ``steps`` with the normal loop; None when the user stopped it."""
+    def train(self, model: Any, steps: int, lr: float, batch_size: int, what: str, teacher_alpha: float = 0.0) -> Any:
+        """Fine-tune ``model`` in full for ``steps`` with the normal loop; None when the user stopped it.
+
+        ``teacher_alpha`` > 0: the loss also pulls towards the fp32 parent's soft labels with that weight
+        (QAT: the quantized model learns to give what the float one gave, not only the labels it fits already).
+        """
         from engine.trainer.loop import Trainer
         from engine.training import dist
         from engine.training.checkpoint import unwrap
@@ -144,10 +149,18 @@ class Job:
             "optim": s.optim.model_copy(update={"lr": lr, "warmup_steps": 0}), "resume": False,
             "eval_every": max(1, steps // 4), "early_stopping": None, "grad_accum": 1, "precision": "fp32",
             "distributed": type(s.distributed)(), "device": "auto", "distill": None})
-        self.ctx.log(f"{what}: {steps} steps at lr {lr:g}, batch {batch_size}")
+        teacher = None
+        if teacher_alpha > 0:
+            from engine.api.train_spec import DistillSpec
+
+            spec = spec.model_copy(update={"distill": DistillSpec(teacher_run=self.source.run_id, student_layers=None,
+                                                                  alpha=teacher_alpha)})
+            teacher = copy.deepcopy(self.parent)
+        self.ctx.log(f"{what}: {steps} steps at lr {lr:g}, batch {batch_size}"
+                     + (f", {teacher_alpha:g} of the loss from the parent's soft labels" if teacher else ""))
         world = dist.init(spec.device)
         trainer = Trainer(spec, world, self.ctx, Path(self.ctx.run_dir), initial_model=model,
-                          save_model=False, checkpoints=False)
+                          save_model=False, checkpoints=False, teacher=teacher)
         if trainer.run() != "succeeded":
             return None
         return unwrap(trainer.model).cpu().float().eval()

@@ -81,7 +81,8 @@ def qat(job: Job, spec: QatSpec) -> str | None:
     # The same training examples static quantization calibrates on, one at a time, through the float model.
     n = fq.calibrate(model, job.calibration_batches(spec.calibration.samples))
     job.ctx.log(f"{fq.fake_quant_modules(model)} Linear layers fake-quantized; activation ranges from {n} examples")
-    trained = job.train(model.train(), spec.steps, spec.lr, spec.batch_size, "quantization-aware fine-tune")
+    trained = job.train(model.train(), spec.steps, spec.lr, spec.batch_size, "quantization-aware fine-tune",
+                        teacher_alpha=spec.teacher_alpha)
     if trained is None:
         return "stopped"
     layers = fq.trained_layers(trained)
@@ -96,7 +97,8 @@ def qat(job: Job, spec: QatSpec) -> str | None:
     feeds = job.calibration_feeds(_input_names(float_onnx), min(spec.calibration.samples, 8))
     report = q.quantize_static(float_onnx, out, feeds, per_channel=True, reduce_range=scheme.reduce_range,
                                target=spec.target, only_nodes=deploy.nodes, overrides=deploy.overrides)
-    settings = {"steps": spec.steps, "lr": spec.lr, "calibration": spec.calibration.model_dump(),
+    settings = {"steps": spec.steps, "lr": spec.lr, "teacher_alpha": spec.teacher_alpha,
+                "calibration": spec.calibration.model_dump(),
                 "target": spec.target, "reduce_range": scheme.reduce_range, "quantized_layers": len(deploy.nodes),
                 "optimize": spec.optimize}
     extra = {"quantization": report, **({"graph": graph} if graph else {})}

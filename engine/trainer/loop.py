@@ -109,13 +109,14 @@ class Trainer:
     (pruning recovery, QAT) trains in its own process with the same loop and the same live events."""
 
     def __init__(self, spec: TrainSpec, world: dist.World, rc: Any, run_dir: Path, initial_model: Any = None,
-                 save_model: bool = True, checkpoints: bool = True, answer_scorer: Any = None):
+                 save_model: bool = True, checkpoints: bool = True, answer_scorer: Any = None, teacher: Any = None):
         self.spec, self.world, self.rc, self.run_dir = spec, world, rc, Path(run_dir)
         # Scores generated answers (causal LM, spec.generate_eval): engine.evaluate.generation.score_pairs,
         # passed in by the fine-tune recipe because engine.evaluate sits above the trainer. None: no generation.
         self.answer_scorer = answer_scorer
         self.initial_model, self.save_model, self.checkpoints = initial_model, save_model, checkpoints
-        self.teacher: Any = None
+        # A module to learn from (spec.distill's temperature and alpha) beside initial_model: QAT's fp32 parent.
+        self.teacher: Any = teacher
         self.student_info: dict[str, Any] | None = None
         self.ckpt_root = self.run_dir / "checkpoints"
         self.step = 0
@@ -144,6 +145,10 @@ class Trainer:
         self.data = self.task.load_data(spec)
         if self.initial_model is not None:
             model = methods.apply(self.initial_model, spec, self.task)
+            if self.teacher is not None:
+                for p in self.teacher.parameters():
+                    p.requires_grad_(False)
+                self.teacher = self.teacher.to(world.device).eval()
         elif spec.distill is not None:
             model = self._student()
         else:

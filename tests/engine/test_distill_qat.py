@@ -314,7 +314,7 @@ def test_qat_trains_the_int8_graph_it_deploys(mini, tmp_path):
     assert torch.allclose(steps, steps.round(), atol=1e-3) and steps.abs().max() <= 64
 
     w0 = query.weight.detach().clone()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     for _ in range(2):
         opt.zero_grad()
         loss = F.cross_entropy(model(**_inputs(train)).logits, train["labels"])
