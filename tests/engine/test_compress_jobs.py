@@ -14,7 +14,7 @@ from tests.fixtures.trained_runs import SPECS
 # Real fine-tunes and exports on two shared cores: minutes when the machine is busy.
 pytestmark = pytest.mark.timeout(900)
 
-EVAL = {"samples": 32, "batch_size": 8, "warmup": 1, "repeats": 5}
+EVAL = {"samples": 32, "batch_size": 8, "warmup": 1, "repeats": 3}
 # The parents are the session's shared fine-tunes (tests/fixtures/trained_runs.py), copied into each test's engine.
 TEXT_PARENT, DIGITS_PARENT = SPECS["text"], SPECS["digits"]
 ENTRY_KEYS = {"run_id", "label", "runtime", "metrics", "latency_ms", "throughput_per_s", "size_bytes", "params",
