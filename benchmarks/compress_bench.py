@@ -1,7 +1,8 @@
 """Compression of the built-in MiniLM text classifier: parent vs each variant, one table.
 
     python benchmarks/compress_bench.py [--steps 150] [--samples 0] [--repeats 30] [--qat-steps 150]
-                                        [--qat-lr 1e-5] [--student-steps 300] [--keep DIR]
+                                        [--qat-lr 1e-5] [--student-steps 300]
+                                        [--image-steps 300] [--keep DIR]
 
 Runs a real engine (one job at a time, so no two jobs share the cores) in a
 private EMBER_HOME: fine-tunes MiniLM in full on the built-in support tickets,
@@ -9,7 +10,9 @@ then the fused fp32 graph (ONNX Runtime's transformer optimizer), dynamic int8,
 static int8 (QDQ) in both forms (TensorRT: symmetric int8 activations; CPU:
 unsigned activations, ONNX Runtime's x86 path), fp16, QAT in the CPU form, pruning
 50% (vocabulary, then heads and FFN width; 2x by parameters) in 2 steps with recovery,
-a 3-layer distilled student, and the chain "smallest within 1 point" (distil → prune → int8). Each variant job measures itself
+a 3-layer distilled student, and the chain "smallest within 1 point" (distil → prune →
+int8). Then an image section: torchvision's resnet18 fine-tuned on the built-in digits at
+32 px, with static int8 (CPU form), dynamic int8 and pruning. Each variant job measures itself
 beside the parent in the same process: ONNX Runtime on the CPU, the same threads,
 the same held-out inputs, parent and variant timed in alternation. The table prints
 each variant's accuracy, its latency at batch 1 and batch N, its size, and the
@@ -17,7 +20,7 @@ ratios against the parent measured in that same job, then checks the targets:
 int8 (dynamic, static CPU form) size <= 0.27x, latency <= 0.5x at batch N, at most 1
 point lost; QAT within 0.5 point of the parent and never below dynamic int8; the
 student at most 0.5 point lost; pruned 2x at most 2 points lost; the chain at most 0.2x the size within
-1 point (its last stage is scored beside the parent).
+1 point (its last stage is scored beside the parent); image static int8 <= 0.5x at batch N within 1 point.
 A TensorRT-form or fp16 variant's CPU latency is marked (*) as not its target
 runtime and not held to a latency target. Misses are printed, not hidden.
 """
@@ -40,6 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TARGETS = {  # variant name -> (max size ratio, max latency ratio at batch N, max accuracy drop in points)
+    "image: int8 static": (0.27, 0.5, 1.0),
+    "image: int8 dynamic": (0.27, None, 1.0),
+    "image: pruned 30%": (None, 0.8, 2.0),
     "int8 dynamic": (0.27, 0.5, 1.0),
     "int8 static (QDQ, CPU form)": (0.27, 0.5, 1.0),
     "int8 static (QDQ, TensorRT form)": (0.27, None, 1.0),
@@ -111,6 +117,56 @@ def row(name: str, doc: dict | None, job: dict, dynamic_acc: float | None = None
             f"{v['size_bytes'] / 1e6:.1f}", f"{size:.2f}x", verdict]
 
 
+IMAGE_SIZE = 32
+
+
+def parent_row(doc: dict) -> list[str]:
+    p = doc["parent"]
+    return ["parent (fp32)", f"{p['metrics']['accuracy']:.4f}", "", "", f"{p['latency_ms']['b1']['p50']:.2f}",
+            "1.00x", f"{p['latency_ms']['bN']['p50']:.1f}", "1.00x", f"{p['size_bytes'] / 1e6:.1f}", "1.00x", ""]
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows] if i < len(r)) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)))
+
+
+def collect(c, ids: list[tuple[str, str]]) -> tuple[list[list[str]], dict | None]:
+    """Each job's row, in order, as it finishes; and the first evaluation (for the parent's figures)."""
+    rows, first, dynamic_acc = [], None, None
+    for name, job_id in ids:
+        job = wait(c, job_id)
+        file = Path(job["run_dir"]) / "evaluation.json"
+        doc = json.loads(file.read_text()) if job["state"] == "succeeded" and file.exists() else None
+        rows.append(row(name, doc, job, dynamic_acc))
+        if doc and name.startswith("int8 dynamic"):
+            dynamic_acc = doc["variant"]["metrics"]["accuracy"]
+        first = first or doc
+        print(f"  {name}: {job['state']}", file=sys.stderr, flush=True)
+    return rows, first
+
+
+def image_section(c, args: argparse.Namespace, ev: dict) -> tuple[list[list[str]], dict | None]:
+    """resnet18 on the built-in digits: static int8 in the CPU form, dynamic int8, pruning."""
+    spec = {"task": "image_classification", "model": {"arch": "resnet18"}, "method": {"kind": "full"},
+            "data": {"image_size": IMAGE_SIZE}, "batch_size": 32, "max_steps": args.image_steps,
+            "eval_every": args.image_steps, "optim": {"lr": 1e-3, "warmup_steps": 10}, "seed": 0}
+    parent = wait(c, c.call("jobs.start", kind="train.finetune", spec=spec, name="resnet18 parent")["id"])
+    if parent["state"] != "succeeded":
+        return [["resnet18 parent", f"FAILED: {(parent.get('error') or {}).get('message', parent['state'])[:80]}"]], None
+    pid = parent["id"]
+    variants = [
+        ("image: int8 static (QDQ, CPU form)", "compress.quantize",
+         {"mode": "static", "target": "cpu", "calibration": {"samples": 128}}),
+        ("image: int8 dynamic", "compress.quantize", {"mode": "dynamic"}),
+        ("image: pruned 30% + recovery", "compress.prune", {"ratio": 0.3, "recovery_steps": 100}),
+    ]
+    ids = [(name, c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": ev, **s}, name=name)["id"])
+           for name, kind, s in variants]
+    return collect(c, ids)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=150, help="fine-tuning steps of the parent")
@@ -120,6 +176,7 @@ def main() -> int:
     ap.add_argument("--qat-steps", type=int, default=150, help="QAT fine-tuning steps")
     ap.add_argument("--qat-lr", type=float, default=1e-5, help="QAT learning rate")
     ap.add_argument("--student-steps", type=int, default=300, help="the distilled student's fine-tuning steps")
+    ap.add_argument("--image-steps", type=int, default=300, help="resnet18's fine-tuning steps; 0 = no image section")
     ap.add_argument("--keep", type=Path, help="keep the runs in this EMBER_HOME instead of a temporary one")
     args = ap.parse_args()
 
@@ -164,16 +221,10 @@ def main() -> int:
             chain = {"source_run": pid, "stages": PRESETS["smallest within 1 point"], "eval": ev}
             ids.append(("chain: distil 3 layers → prune 70% w/ vocabulary → int8 dynamic",
                         c.call("jobs.start", kind="compress.chain", spec=chain, name="chain")["id"]))
-            rows, first, dynamic_acc = [], None, None
-            for name, job_id in ids:
-                job = wait(c, job_id)
-                file = Path(job["run_dir"]) / "evaluation.json"
-                doc = json.loads(file.read_text()) if job["state"] == "succeeded" and file.exists() else None
-                rows.append(row(name, doc, job, dynamic_acc))
-                if doc and name == "int8 dynamic":
-                    dynamic_acc = doc["variant"]["metrics"]["accuracy"]
-                first = first or doc
-                print(f"  {name}: {job['state']}", file=sys.stderr, flush=True)
+            rows, first = collect(c, ids)
+            image_rows, image_first = [], None
+            if args.image_steps:
+                image_rows, image_first = image_section(c, args, ev)
     finally:
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -182,17 +233,17 @@ def main() -> int:
     header = ["variant", "accuracy", "Δacc pt", "agree", "p50 b1 ms", "b1 ratio", f"p50 b{args.batch} ms",
               f"b{args.batch} ratio", "MB", "size", "target"]
     if first:
-        p = first["parent"]
         s = first["settings"]
         print(f"MiniLM (all-MiniLM-L6-v2) fine-tuned {args.steps} steps on support-tickets; "
               f"{first['samples']} held-out examples; {s['runtime']}, {s['threads']} threads, "
               f"{s['warmup']} warm-up + {s['repeats']} timed runs per batch size")
-        rows.insert(0, ["parent (fp32)", f"{p['metrics']['accuracy']:.4f}", "", "", f"{p['latency_ms']['b1']['p50']:.2f}",
-                        "1.00x", f"{p['latency_ms']['bN']['p50']:.1f}", "1.00x", f"{p['size_bytes'] / 1e6:.1f}",
-                        "1.00x", ""])
-    widths = [max(len(str(r[i])) for r in [header, *rows] if i < len(r)) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)))
+        rows.insert(0, parent_row(first))
+    print_table(header, rows)
+    if image_first:
+        s = image_first["settings"]
+        print(f"\nresnet18 (torchvision, random init) fine-tuned {args.image_steps} steps on the built-in digits at "
+              f"{IMAGE_SIZE} px; {image_first['samples']} held-out images; {s['runtime']}, {s['threads']} threads")
+        print_table(header, [parent_row(image_first), *image_rows])
     print("Ratios are against the parent as measured in the same job (same process, threads and inputs).")
     print("* not its target runtime: a TensorRT-form or fp16 variant measured with ONNX Runtime on this CPU; "
           "its latency there says nothing about TensorRT (not installed here) or a GPU.")
