@@ -41,7 +41,7 @@ ensure_venv() {
     echo "$hash-${wanted:-base}" > .venv/.ember-installed
   fi
   # llama.cpp for the GGUF export: built once per machine and cached (scripts/llama_cpp.sh, ~3.5 min).
-  # EMBER_LLAMA_CPP_DEFER=1 leaves it to a later call (CI builds it beside the app's build).
+  # EMBER_LLAMA_CPP_DEFER=1 leaves it to a later call (CI builds it while the .venv is made).
   if [ -z "${EMBER_LLAMA_CPP_DEFER:-}" ] && { [ "$(cat .venv/share/llama.cpp/VERSION 2>/dev/null)" != "$(sed -n 's/^llama-cpp-python==//p' constraints.txt)" ] \
        || [ "$(cat .venv/share/llama.cpp/FLAVOUR 2>/dev/null)" != avx2 ]; }; then
     bash scripts/llama_cpp.sh || echo "warning: llama.cpp could not be built; the GGUF export is unavailable until" \
