@@ -222,7 +222,7 @@ def main() -> int:
             from engine.api.chain_spec import PRESETS
 
             chain = {"source_run": pid, "stages": PRESETS["smallest within 1 point"], "eval": ev}
-            ids.append(("chain: distil 3 layers → prune 70% w/ vocabulary → int8 dynamic",
+            ids.append(("chain: distil 3 layers → prune 10% → int8 dynamic",
                         c.call("jobs.start", kind="compress.chain", spec=chain, name="chain")["id"]))
             rows, first = collect(c, ids)
             image_rows, image_first = [], None

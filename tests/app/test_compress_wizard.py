@@ -329,7 +329,7 @@ def test_a_chain_preset_becomes_one_chain_job(page, qtbot):
     spec = validate_spec("compress.chain", docs[0]["spec"])
     assert spec.source_run == FULL_TEXT["id"]
     assert [s.technique for s in spec.stages] == ["distill", "prune", "quantize"]
-    assert spec.stages[1].settings["vocabulary"] is True and spec.stages[0].settings["steps"] == 300
+    assert spec.stages[1].settings["ratio"] == 0.1 and spec.stages[0].settings["steps"] == 300
     assert page.run_button.text() == "Start 1 job"
     qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
     settle(qtbot, page._client)
