@@ -120,11 +120,10 @@ class Job:
         run = getattr(self.spec, "baseline_run", None)
         if not run or run == self.source.run_id:
             return self.source, self.parent
-        if "baseline" not in self.files:
+        if self._baseline is None:
             source = sources.open_source(Path(self.ctx.run_dir).resolve().parent / run)
             progress(self.ctx, "load", 0.82, f"loading run {run} to score the variant beside it")
             self._baseline = (source, sources.load_model(source, self.data))
-            self.files["baseline"] = source.run_dir
         return self._baseline
 
     def parent_onnx(self) -> Path:

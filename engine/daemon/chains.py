@@ -15,8 +15,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from engine.api.chain_spec import ChainSpec
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE, QUEUED, STOPPING, SUCCEEDED
 from engine.api.protocol import RpcError
 from engine.api.specs import JOB_KINDS
+from engine.daemon.run_files import append_event, write_state
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +59,10 @@ class ChainRun:
             self.stages = json.loads((self.run_dir / STATE_FILE).read_text(encoding="utf-8"))["stages"]
 
     def save(self) -> None:
-        tmp = self.run_dir / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps({"stages": self.stages, "label": self.spec.label()}, indent=1), encoding="utf-8")
-        os.replace(tmp, self.run_dir / STATE_FILE)
+        write_state(self.run_dir, STATE_FILE, {"stages": self.stages, "label": self.spec.label()})
 
     def emit(self, kind: str, **data: Any) -> None:
-        line = json.dumps({"t": time.time(), "kind": kind, **data}, separators=(",", ":"))
-        with open(self.run_dir / "events.jsonl", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        append_event(self.run_dir, kind, **data)
 
     def _stage_event(self, stage: dict[str, Any]) -> None:
         self.save()

@@ -133,13 +133,12 @@ def variants(store: Store, job: dict[str, Any]) -> dict[str, Any]:
     out = []
     children = [c for c in map(store.get_job, store.child_jobs(job["id"])) if c is not None]
     # A chain is one row (its last stage scored beside the chain's start): its stages are not rows of their own.
-    staged = {i for c in children if c.get("kind") == CHAIN for i in stage_ids(Path(c["run_dir"]))}
+    stages = {c["id"]: stage_ids(Path(c["run_dir"])) for c in children if c.get("kind") == CHAIN}
+    staged = {i for ids in stages.values() for i in ids}
     for child in children:
         child_id = child["id"]
         if child.get("kind") not in (EXPORT, EVALUATE) and child_id not in staged:
-            # A chain's model is its last stage's: so are its exports.
-            model_id = (stage_ids(Path(child["run_dir"])) or [child_id])[-1] if child.get("kind") == CHAIN \
-                else child_id
+            model_id = (stages.get(child_id) or [child_id])[-1]  # a chain's model (and exports) are its last stage's
             out.append({"job": record(store, child), "evaluation": read_json(Path(child["run_dir"]) / "evaluation.json"),
                         "deployments": deployments(store, model_id)})
     # The parent as measured most recently beside one of its variants.

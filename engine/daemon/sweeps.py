@@ -15,14 +15,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import time
 from pathlib import Path
 from typing import Any
 
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE, QUEUED, STOPPING, SUCCEEDED
 from engine.api.protocol import RpcError
 from engine.api.sweep_spec import SweepSpec, settings_text
+from engine.daemon.run_files import append_event, write_state
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +54,10 @@ class SweepRun:
             self.trials = json.loads((self.run_dir / STATE_FILE).read_text(encoding="utf-8"))["trials"]
 
     def save(self) -> None:
-        tmp = self.run_dir / f".{STATE_FILE}.tmp"
-        tmp.write_text(json.dumps({"trials": self.trials, "best": self.best()}, indent=1), encoding="utf-8")
-        os.replace(tmp, self.run_dir / STATE_FILE)
+        write_state(self.run_dir, STATE_FILE, {"trials": self.trials, "best": self.best()})
 
     def emit(self, kind: str, **data: Any) -> None:
-        line = json.dumps({"t": time.time(), "kind": kind, **data}, separators=(",", ":"))
-        with open(self.run_dir / "events.jsonl", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        append_event(self.run_dir, kind, **data)
 
     def best(self) -> int | None:
         """The number of the best finished trial by the sweep's metric (pruned ones stopped early: not ranked)."""
