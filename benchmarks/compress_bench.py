@@ -2,7 +2,7 @@
 
     python benchmarks/compress_bench.py [--steps 150] [--samples 0] [--repeats 30] [--qat-steps 150]
                                         [--qat-lr 1e-5] [--student-steps 300]
-                                        [--image-steps 300] [--keep DIR]
+                                        [--image-steps 300] [--keep DIR [--parent RUN]] [--only TEXT]
 
 Runs a real engine (one job at a time, so no two jobs share the cores) in a
 private EMBER_HOME: fine-tunes MiniLM in full on the built-in support tickets,
@@ -166,8 +166,12 @@ def image_section(c, args: argparse.Namespace, ev: dict) -> tuple[list[list[str]
         ("image: pruned 30% + recovery", "compress.prune", {"ratio": 0.3, "recovery_steps": 100}),
     ]
     ids = [(name, c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": ev, **s}, name=name)["id"])
-           for name, kind, s in variants]
+           for name, kind, s in variants if wanted(args, name)]
     return collect(c, ids)
+
+
+def wanted(args: argparse.Namespace, name: str) -> bool:
+    return not args.only or any(w.lower() in name.lower() for w in args.only)
 
 
 def main() -> int:
@@ -181,6 +185,9 @@ def main() -> int:
     ap.add_argument("--student-steps", type=int, default=300, help="the distilled student's fine-tuning steps")
     ap.add_argument("--image-steps", type=int, default=300, help="resnet18's fine-tuning steps; 0 = no image section")
     ap.add_argument("--keep", type=Path, help="keep the runs in this EMBER_HOME instead of a temporary one")
+    ap.add_argument("--parent", help="with --keep: the text parent's run id from an earlier run in that home "
+                                     "(instead of fine-tuning it again)")
+    ap.add_argument("--only", action="append", help="run only the variants whose name contains this (repeatable)")
     args = ap.parse_args()
 
     from engine.api import paths
@@ -195,7 +202,8 @@ def main() -> int:
             spec = {"task": "text_classification", "method": {"kind": "full"}, "batch_size": 16,
                     "data": {"max_length": 64}, "max_steps": args.steps, "eval_every": args.steps,
                     "optim": {"lr": 1e-4, "warmup_steps": 10}, "seed": 0}
-            parent = wait(c, c.call("jobs.start", kind="train.finetune", spec=spec, name="minilm parent")["id"])
+            parent = (c.call("jobs.get", id=args.parent) if args.parent else
+                      wait(c, c.call("jobs.start", kind="train.finetune", spec=spec, name="minilm parent")["id"]))
             if parent["state"] != "succeeded":
                 raise SystemExit(f"the parent fine-tune {parent['state']}: {parent.get('error')}")
             pid = parent["id"]
@@ -214,16 +222,18 @@ def main() -> int:
                  {"ratio": 0.5, "vocabulary": True, "iterative_steps": 2, "recovery_steps": 100}),
             ]
             ids = [(name, c.call("jobs.start", kind=kind, spec={"source_run": pid, "eval": ev, **s}, name=name)["id"])
-                   for name, kind, s in variants]
+                   for name, kind, s in variants if wanted(args, name)]
             student = {**parent["spec"], "max_steps": args.student_steps,
                        "distill": {"teacher_run": pid, "student_layers": 3}}
-            ids.append(("student 3 layers (distilled)",
-                        c.call("jobs.start", kind="train.finetune", spec=student, name="student")["id"]))
+            if wanted(args, "student 3 layers (distilled)"):
+                ids.append(("student 3 layers (distilled)",
+                            c.call("jobs.start", kind="train.finetune", spec=student, name="student")["id"]))
             from engine.api.chain_spec import PRESETS
 
             chain = {"source_run": pid, "stages": PRESETS["smallest within 1 point"], "eval": ev}
-            ids.append(("chain: distil 3 layers → prune 10% → int8 dynamic",
-                        c.call("jobs.start", kind="compress.chain", spec=chain, name="chain")["id"]))
+            if wanted(args, "chain: distil 3 layers → prune 10% → int8 dynamic"):
+                ids.append(("chain: distil 3 layers → prune 10% → int8 dynamic",
+                            c.call("jobs.start", kind="compress.chain", spec=chain, name="chain")["id"]))
             rows, first = collect(c, ids)
             image_rows, image_first = [], None
             if args.image_steps:

@@ -90,8 +90,8 @@ class PruneSpec(CompressSpec):
     ratio: float = Field(0.3, gt=0, lt=1, description="share of parameters (or MACs) to remove")
     iterative_steps: int = Field(1, ge=1, le=100, description="prune in this many steps, recovering between them")
     vocabulary: bool = Field(False, description="text models: also keep only the embedding rows of the tokens the "
-                                                "training data uses (the rest read as the unknown token); counts "
-                                                "toward ratio")
+                                                "training data uses (the rest read as the nearest kept token); "
+                                                "counts toward ratio")
     recovery_steps: int = Field(50, ge=0, le=1_000_000, description="fine-tuning steps after pruning; 0 = none")
     lr: float = Field(5e-5, gt=0, le=1)
     batch_size: int = Field(16, ge=1, le=4096)

@@ -3,11 +3,13 @@
 A BERT-style classifier's word embeddings are often half its parameters (MiniLM: 11.7M of 22.7M, a
 30,522-token vocabulary), and a fine-tune on one domain uses a few thousand of those tokens. Heads and FFN
 pruning cannot touch that table; this does. The kept rows are the tokens of the training examples plus
-the tokenizer's special tokens; every other id reads the unknown token's row. The tokenizer is unchanged:
+the tokenizer's special tokens; every other id reads the row of the kept token whose original embedding is
+nearest to its own (cosine), so "refunded" still reads like "refund" and not like "[UNK]" (on the tickets, 8% of
+held-out tokens are unseen in training: reading them as unknown cost 5 points). The tokenizer is unchanged:
 the model maps old ids to kept rows itself (``RemappedEmbedding``: one integer lookup before the embedding
 lookup, a Gather before a Gather in ONNX), so the exported model takes the same inputs as before.
 What it costs is reported: the share of held-out tokens that were not seen in training and now read as
-unknown (``val_tokens_unknown``).
+another token (``val_tokens_unknown``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,24 @@ def token_ids(rows: Any) -> set[int]:
     return {int(i) for row in rows for i in row["input_ids"]}
 
 
-def trim(model: Any, train_rows: Any, val_rows: Any, info: dict[str, Any]) -> dict[str, Any]:
+def nearest_rows(weight: torch.Tensor, keep: list[int], targets: list[int], chunk: int = 4096) -> torch.Tensor:
+    """For every id in the vocabulary, the position in ``keep`` of the ``targets`` row nearest to its embedding.
+
+    Cosine similarity of the original embeddings, in chunks of ``chunk`` ids (30k x 1k floats at once is
+    fine, a 250k-token vocabulary against 20k kept tokens is not).
+    """
+    unit = F.normalize(weight.detach().float(), dim=1)
+    position = {t: i for i, t in enumerate(keep)}
+    cand = torch.tensor([position[t] for t in targets], dtype=torch.long)
+    cand_unit = unit[torch.tensor(targets, dtype=torch.long)]
+    out = torch.empty(weight.shape[0], dtype=torch.long)
+    for start in range(0, weight.shape[0], chunk):
+        out[start:start + chunk] = cand[(unit[start:start + chunk] @ cand_unit.T).argmax(dim=1)]
+    return out
+
+
+def trim(model: Any, train_rows: Any, val_rows: Any, info: dict[str, Any],
+         unseen: str = "nearest") -> dict[str, Any]:
     """Replace ``model``'s input embeddings (in place) by the rows ``train_rows`` use; returns the report."""
     if not hasattr(model, "get_input_embeddings"):
         raise JobFailed("Vocabulary pruning needs a transformers text model (one with get_input_embeddings)",
@@ -59,7 +78,13 @@ def trim(model: Any, train_rows: Any, val_rows: Any, info: dict[str, Any]) -> di
     seen = token_ids(train_rows)
     keep = sorted((seen | {int(i) for i in info.get("special_token_ids") or []} | {int(unk)}) & set(range(vocab)))
     rows = torch.tensor(keep, dtype=torch.long)
-    index = torch.full((vocab,), keep.index(int(unk)), dtype=torch.long)
+    special = {int(i) for i in info.get("special_token_ids") or []} | {int(unk)}
+    targets = [t for t in keep if t not in special]
+    if unseen == "nearest" and targets:
+        # Special tokens are never a target: an unseen word that reads as [SEP] would cut the text short.
+        index = nearest_rows(emb.weight, keep, targets)
+    else:
+        index = torch.full((vocab,), keep.index(int(unk)), dtype=torch.long)
     index[rows] = torch.arange(len(keep))
     padding = emb.padding_idx
     new_padding = int(index[padding]) if padding is not None else None
@@ -71,4 +96,6 @@ def trim(model: Any, train_rows: Any, val_rows: Any, info: dict[str, Any]) -> di
     unknown = sum(1 for i in val if i not in kept) / len(val) if val else 0.0
     return {"vocabulary_before": vocab, "vocabulary_after": len(keep),
             "params_removed": (vocab - len(keep)) * emb.embedding_dim,
-            "val_tokens_unknown": round(unknown, 6), "kept": "tokens of the training examples and special tokens"}
+            "val_tokens_unknown": round(unknown, 6), "kept": "tokens of the training examples and special tokens",
+            "unseen": "the nearest kept token (cosine of the embeddings)" if unseen == "nearest" and targets
+            else "the unknown token"}

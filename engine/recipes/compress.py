@@ -121,7 +121,7 @@ def prune(job: Job, spec: PruneSpec) -> str | None:
         vocabulary = vocab.trim(model, job.data.train, job.data.val, job.data.info)
         job.ctx.log(f"vocabulary: {vocabulary['vocabulary_before']:,} -> {vocabulary['vocabulary_after']:,} tokens "
                     f"({vocabulary['params_removed']:,} parameters); {vocabulary['val_tokens_unknown']:.2%} of the "
-                    "held-out tokens were not in the training data and now read as unknown")
+                    "held-out tokens were not in the training data and now read as the nearest kept token")
         if spec.target == "params":  # the ratio is of the whole model: the vocabulary's share counts
             ratio = (spec.ratio * params0 - vocabulary["params_removed"]) / (params0 - vocabulary["params_removed"])
     report: dict[str, Any] = {}
