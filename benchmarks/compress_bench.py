@@ -37,10 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.api.job_terms import FINAL_STATES
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from engine.api.job_terms import FINAL_STATES  # noqa: E402 - after ROOT is on the path: this checkout's engine
 
 TARGETS = {  # variant name -> (max size ratio, max latency ratio at batch N, max accuracy drop in points)
     "image: int8 static": (0.27, 0.5, 1.0),

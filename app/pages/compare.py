@@ -183,9 +183,11 @@ class ComparePage(QWidget):
     # -- which runs -------------------------------------------------------------------------
 
     def navigate(self, run_ids: list[str] | None = None, variants_of: str | None = None,
-                 evaluations_of: str | None = None, sweep: str | None = None) -> None:
-        """Opened from another page: compare ``run_ids``, show the variants of ``variants_of``, the
-        evaluations of ``evaluations_of``, or the trials of ``sweep``."""
+                 evaluations_of: str | None = None, sweep: str | None = None, deploy: str | None = None) -> None:
+        """Opened from another page: compare ``run_ids``, show the variants of ``variants_of`` (for
+        ``deploy``, where they will run), the evaluations of ``evaluations_of``, or the trials of ``sweep``."""
+        if deploy:
+            self.variants.set_deploy(deploy)
         if sweep:
             self.tabs.setCurrentWidget(self.sweeps)
             self.sweeps.fill_sweeps()

@@ -3,17 +3,27 @@
 The exporter writes a transformer as hundreds of small ops (each LayerNorm is seven,
 each GELU five, each attention a dozen reshapes, transposes and matmuls).
 ``onnxruntime.transformers.optimizer`` rewrites those patterns into ONNX Runtime's
-fused kernels (``Attention``, ``SkipLayerNormalization``, ``BiasGelu``,
-``EmbedLayerNormalization``). It runs its Python fusions only (``opt_level=0``): the
-file stays portable, and ONNX Runtime applies its own hardware-specific
-optimizations when it loads it, as for any model.
+fused kernels (``Attention``, ``BiasGelu``, ``EmbedLayerNormalization``). It runs its
+Python fusions only (``opt_level=0``): the file stays portable, and ONNX Runtime applies
+its own hardware-specific optimizations when it loads it, as for any model. Residual
+Add + LayerNormalization are not fused into ``SkipLayerNormalization``: its CPU kernel
+is slower than the two ops (engine/evaluate/runners.py, ``SLOW_CPU_FUSIONS``).
 
 - ``family`` says which optimizer a model's architecture takes (``bert`` for BERT-style
   encoders, ``gpt2`` for GPT-2); others are left as exported.
 - ``optimize`` writes the optimized file, checks it against the original on probe
-  inputs (``TOLERANCE``) and reports the fused-operator counts. ``attention=False``
-  keeps the attention's MatMuls as they are: static int8 (QDQ) and QAT quantize those
-  MatMuls one by one, which a fused Attention node would hide.
+  inputs (``TOLERANCE``) and reports the fused-operator counts.
+
+``attention`` says how the attention is fused (``ATTENTION``): "packed" for fp32 (one
+``Attention`` node holding the query, key and value weights as one matrix, embeddings
+fused with their LayerNorm), "separate" for int8 (``MultiHeadAttention`` reads the
+query, key and value projections, which stay MatMuls of their own, and the embedding
+lookups stay Gathers), "none" to leave the attention as exported. int8 needs
+"separate": dynamic int8 of a packed ``Attention`` (``QAttention``) gives the query, key
+and value weights one scale between them, and static int8 and QAT quantize each
+projection and each embedding table as a node of its own, which a packed node would
+hide. Either fused form runs the attention core (scores, mask, softmax, weighted sum)
+in one kernel instead of a dozen ops.
 
 A graph the optimizer cannot improve or that no longer matches is not used: the
 report says why and ``path`` is None, and the caller keeps the exported file.
@@ -35,6 +45,7 @@ PROBES = ((1, 16), (3, 9))  # (batch, sequence) of the parity check's made-up in
 # config.model_type -> onnxruntime.transformers optimizer model type
 FAMILIES = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "distilbert": "bert", "electra": "bert",
             "camembert": "bert", "mpnet": "bert", "deberta": "bert", "gpt2": "gpt2"}
+ATTENTION = ("packed", "separate", "none")
 FUSED_OPS = ("Attention", "MultiHeadAttention", "EmbedLayerNormalization", "SkipLayerNormalization",
              "LayerNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu",
              "Gelu", "FastGelu")
@@ -79,7 +90,7 @@ def eager_attention(model: Any):
 
 
 def export_fused(model: Any, task_name: str, example: dict[str, Any], dst: Path, *,
-                 attention: bool = True) -> dict[str, Any]:
+                 attention: str = "packed") -> dict[str, Any]:
     """Export ``model`` for fusion (eager attention) beside ``dst``, then ``optimize`` it into ``dst``."""
     from engine.compress.onnx_export import export_onnx
 
@@ -91,16 +102,17 @@ def export_fused(model: Any, task_name: str, example: dict[str, Any], dst: Path,
         export_onnx(model, task_name, example, raw)
     heads, hidden = shape(model)
     try:
-        report = optimize(raw, dst, model_type, attention=attention and heads > 0, heads=heads, hidden=hidden)
+        report = optimize(raw, dst, model_type, attention=attention if heads > 0 else "none", heads=heads,
+                          hidden=hidden)
     finally:
         raw.unlink(missing_ok=True)
-    if attention and not heads:
+    if attention != "none" and not heads:
         report["attention_note"] = "attention left unfused: the layers have different head counts (pruned)"
     return report
 
 
-def optimize(src: str | Path, dst: str | Path, model_type: str | None, *, attention: bool = True, heads: int = 0,
-             hidden: int = 0) -> dict[str, Any]:
+def optimize(src: str | Path, dst: str | Path, model_type: str | None, *, attention: str = "packed",
+             heads: int = 0, hidden: int = 0) -> dict[str, Any]:
     """Fuse ``src`` into ``dst``; the report: ``{"path", "model_type", "fused", "nodes_before", "nodes_after",
     "max_abs_diff", "skipped"}`` (``path`` None and ``skipped`` saying why when the export is kept).
 
@@ -109,6 +121,8 @@ def optimize(src: str | Path, dst: str | Path, model_type: str | None, *, attent
     import onnx
 
     src, dst = Path(src), Path(dst)
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {ATTENTION}, not {attention!r}")
     if model_type is None:
         return _unsupported(attention)
     report: dict[str, Any] = {"path": None, "model_type": model_type, "attention": attention, "fused": {},
@@ -121,8 +135,14 @@ def optimize(src: str | Path, dst: str | Path, model_type: str | None, *, attent
     report["nodes_before"] = len(model.graph.node)
     probes = [probe_feeds(model, batch, seq) for batch, seq in PROBES]
     options = FusionOptions(model_type)
-    options.enable_attention = attention
+    options.enable_attention = attention != "none"
+    options.use_multi_head_attention = attention == "separate"
+    options.enable_embed_layer_norm = attention != "separate"
     options.enable_gelu_approximation = False  # exact GELU: the logits must not move
+    # Residual Add + LayerNormalization stay as they are: ONNX Runtime's CPU SkipLayerNormalization is
+    # slower than them (onnx_export.SLOW_CPU_FUSIONS).
+    options.enable_skip_layer_norm = False
+    options.enable_bias_skip_layer_norm = False
     # It logs every fusion it tries, under top-level logger names (its modules import each other as
     # "fusion_attention", ...): quiet everything below ERROR for the call.
     before_disable = logging.root.manager.disable
@@ -191,7 +211,7 @@ def max_abs_diff(a: str | Path, b: str | Path, probes: list[dict[str, Any]]) -> 
     return diff
 
 
-def _unsupported(attention: bool) -> dict[str, Any]:
+def _unsupported(attention: str) -> dict[str, Any]:
     return {"path": None, "model_type": None, "attention": attention, "fused": {},
             "skipped": "no transformer optimizer for this architecture"}
 

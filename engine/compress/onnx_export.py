@@ -41,6 +41,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.evaluate.runners import SLOW_CPU_FUSIONS
 from engine.threads import cap
 from engine.training.context import JobFailed
 
@@ -205,7 +206,8 @@ def session(path: str | Path, threads: int = 0, provider: str = "cpu") -> ort.In
     opts.log_severity_level = 3  # errors only: ORT's warnings are about its own choices
     providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
     try:
-        return ort.InferenceSession(str(path), opts, providers=providers)
+        return ort.InferenceSession(str(path), opts, providers=providers,
+                                    disabled_optimizers=SLOW_CPU_FUSIONS if provider == "cpu" else None)
     except Exception as exc:  # ORT raises its own exception types (InvalidGraph, Fail, NoSuchFile, ...)
         raise JobFailed(f"ONNX Runtime cannot load {path}: {str(exc).strip()[:400]}",
                         "the file is not a valid ONNX model for this ONNX Runtime; export it again.") from exc

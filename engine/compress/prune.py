@@ -63,6 +63,10 @@ TOLERANCE = 0.01  # |achieved - target|, as a share of the whole model
 # a layer thinned below a tenth is as good as removed, and recovery fine-tuning cannot bring it back.
 MIN_KEEP = 0.1
 RATIO_OF = "whole_model"
+# Channel counts kept at a multiple of this (for layers that had one): ONNX Runtime runs convolutions in its
+# blocked NCHWc layout only when channels divide by the block (16 with AVX-512, 8 with AVX2); resnet18 pruned
+# 30% to arbitrary counts ran 2.59x slower than unpruned at batch 16. Matrix kernels tile by 8 or 16 as well.
+ALIGN = 16
 TEXT_INPUTS = TASK_INPUTS["text_classification"]
 _ATTEMPTS = 3  # plan, prune, measure; plan the rest again while the measurement falls short
 _UNIT_WORDS = {"heads": ("head", "heads"), "ffn": ("FFN channel", "FFN channels"),
@@ -478,6 +482,23 @@ def _plan(layers: list[_Layer], costs: dict[str, Any], need: float) -> list[int]
             return plan
 
 
+def _aligned(layers: list[_Layer], plan: list[int], costs: dict[str, Any], need: float) -> list[int]:
+    """``plan`` with each channel layer's kept count rounded to the nearest multiple of ``ALIGN`` (or of half
+    of it) where the layer has one now, when the rounded plan still removes ``need`` within half the tolerance;
+    else ``plan`` as it was (a small model's channels are too coarse for it). Heads are left as planned."""
+    for align in (ALIGN, ALIGN // 2):
+        out = list(plan)
+        for i, layer in enumerate(layers):
+            if layer.kind == "heads" or layer.units % align or layer.units <= align:
+                continue
+            floor = -(-layer.keep // align) * align  # the floor, rounded up to the block
+            kept = min(layer.units, max(floor, round((layer.units - plan[i]) / align) * align))
+            out[i] = layer.units - kept
+        if abs(_reduction(layers, out, costs) - need) <= TOLERANCE / 2:
+            return out
+    return plan
+
+
 # ---------------------------------------------------------------- pruning
 
 
@@ -516,7 +537,7 @@ def _step(model: Any, family: str, head: str, inputs: Any, target: str, goal: fl
         dg, layers, costs = (prepared if prepared is not None
                               else _analyse(model, family, head, inputs, target, per, originals))
         prepared = None
-        _apply(dg, layers, _plan(layers, costs, need), family, model)
+        _apply(dg, layers, _aligned(layers, _plan(layers, costs, need), costs, need), family, model)
         del dg, layers, costs
         macs, params, per = _count(model, inputs)
         achieved = 1 - (params if target == "params" else macs) / base0

@@ -488,6 +488,9 @@ def quantize_static(src: str | Path, dst: str | Path, calibration_feeds: Iterabl
         written = onnx.load(str(result))
         if only:
             _float_elsewhere(written, set(only))
+        if target == "cpu":
+            _lookup_then_dequantize(written)
+        if only or target == "cpu":
             onnx.save(written, str(result))
         counts = _count(written, candidates)
         if counts[0] == 0:
@@ -543,6 +546,49 @@ def _float_elsewhere(model, quantized: set[str]) -> int:
             node.input[i] = q.input[0]
             rewired += 1
     return rewired
+
+
+def _lookup_then_dequantize(model) -> int:
+    """Look up embedding rows in the int8 table and dequantize the rows, not the table.
+
+    ORT's QDQ graph dequantizes a quantized embedding table in full and then gathers from it:
+    MiniLM's 30,522 x 384 word table is 11.7M values dequantized on every call (measured: static
+    int8 at 0.58x fp32's latency at batch 16 with it, 0.44x without). With a per-tensor scale,
+    Gather then DequantizeLinear gives the same values. Returns how many lookups were rewritten;
+    the model is changed in place.
+    """
+    import onnx
+
+    inits = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    rewritten, new_nodes = 0, []
+    for node in model.graph.node:
+        new_nodes.append(node)
+        dq = producer.get(node.input[0]) if node.op_type == "Gather" else None
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
+            continue
+        scale = inits.get(dq.input[1])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if scale is None or list(scale.dims) not in ([], [1]) or axis != 0:
+            continue  # per-channel scales would have to be gathered too
+        if any(r.op_type != "Gather" or r.input[0] != node.input[0] for r in readers[node.input[0]]):
+            continue  # something else reads the float table
+        rows = f"{node.output[0]}_int8"
+        new_nodes[-1] = onnx.helper.make_node("Gather", [dq.input[0], node.input[1]], [rows], name=node.name,
+                                              axis=axis)
+        new_nodes.append(onnx.helper.make_node("DequantizeLinear", [rows, *dq.input[1:]], list(node.output),
+                                               name=f"{node.name}_DequantizeLinear"))
+        rewritten += 1
+    if rewritten:
+        used = {i for n in new_nodes for i in n.input}
+        del model.graph.node[:]
+        model.graph.node.extend(n for n in new_nodes if n.op_type != "DequantizeLinear" or n.output[0] in used
+                                or any(o.name == n.output[0] for o in model.graph.output))
+    return rewritten
 
 
 def probe_feeds(model, batch: int = 2, seq: int = 8, pad: bool = True) -> dict[str, Any]:

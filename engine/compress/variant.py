@@ -96,12 +96,12 @@ class Job:
         self.files[name] = path
         return report
 
-    def optimized(self, model: Any, name: str, attention: bool) -> tuple[Path | None, dict[str, Any]]:
+    def optimized(self, model: Any, name: str, attention: str) -> tuple[Path | None, dict[str, Any]]:
         """``model`` exported and run through ONNX Runtime's transformer optimizer (engine/compress/graph_opt.py):
         the fused file (None when nothing could be fused) and the optimizer's report."""
         from engine.compress import graph_opt
 
-        key = name + ("" if attention else "-no-attention")
+        key = f"{name}-{attention}"
         if key not in self.fused:
             dst = self.work / f"{key}.fused.onnx"
             report = graph_opt.export_fused(model, self.task_name, self.example_batch(), dst, attention=attention)

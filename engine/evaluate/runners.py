@@ -33,6 +33,13 @@ TASK_INPUTS = {
 _ORT_DTYPES = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32",
                "tensor(float16)": "float16", "tensor(double)": "float64", "tensor(bool)": "bool"}
 
+# ONNX Runtime graph rewrites that make a CPU model slower, left off in every session the engine opens (and in
+# the ort_infer.py of an export). SkipLayerNormFusion turns a transformer's residual Add + LayerNormalization
+# into SkipLayerNormalization, whose CPU kernel (onnxruntime 1.32) took 435 us on a [16, 32, 384] tensor where
+# Add + Add + LayerNormalization took 96 us (Sapphire Rapids, 2 threads): MiniLM's dynamic int8 went from 0.57x
+# to 0.44x of fp32's latency at batch 16 without it (benchmarks/compress_bench.py).
+SLOW_CPU_FUSIONS = ["SkipLayerNormFusion"]
+
 
 def resolve_threads(threads: int = 0) -> int:
     """``threads`` when positive, else ``OMP_NUM_THREADS``, else the cores this process may run on."""
@@ -130,7 +137,8 @@ class OrtRunner:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
-            self.session = ort.InferenceSession(str(self.path), sess_options=opts, providers=providers)
+            self.session = ort.InferenceSession(str(self.path), sess_options=opts, providers=providers,
+                                                disabled_optimizers=SLOW_CPU_FUSIONS if provider == "cpu" else None)
         except Exception as exc:  # noqa: BLE001 - ORT raises its own Fail/InvalidGraph/... types
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise JobFailed(f"ONNX Runtime cannot load {self.path.name}: {first}",

@@ -29,8 +29,8 @@ def quantize(job: Job, spec: QuantizeSpec) -> str | None:
     out = job.model_dir / "model.onnx"
     src, graph = parent_onnx, None
     if spec.optimize and fuses(spec.mode, spec.target):
-        # Static int8 quantizes the attention's MatMuls one by one; a fused Attention node would hide them.
-        fused, graph = job.optimized(job.parent, "parent", attention=spec.mode != "static")
+        # int8 keeps the query, key and value projections apart (graph_opt.ATTENTION).
+        fused, graph = job.optimized(job.parent, "parent", attention="packed" if spec.mode == "fp32" else "separate")
         src = fused or parent_onnx
     progress(job.ctx, "quantize", 0.4, f"quantizing: {MODE_LABELS[spec.mode]}")
     exclude = {"exclude_nodes": spec.exclude_nodes, "exclude_op_types": spec.exclude_op_types}
@@ -90,7 +90,7 @@ def qat(job: Job, spec: QatSpec) -> str | None:
     progress(job.ctx, "export", 0.7, "exporting the QAT model and writing its int8 QDQ graph")
     float_onnx, graph = None, None
     if spec.optimize and fuses("static", spec.target):
-        float_onnx, graph = job.optimized(plain, "qat", attention=False)
+        float_onnx, graph = job.optimized(plain, "qat", attention="separate")
     float_onnx = float_onnx or job.export(plain, "qat_float.onnx")["path"]
     deploy = fq.deployment(layers, float_onnx)
     out = job.model_dir / "model.onnx"

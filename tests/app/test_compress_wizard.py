@@ -344,6 +344,36 @@ def test_a_chain_preset_becomes_one_chain_job(page, qtbot):
     assert page.blockers() == [] and page.run_button.text() == "Start 3 jobs"
 
 
+def test_deploy_on_comes_first_and_sets_the_int8_form_and_the_suggestions(page, qtbot):
+    """Where the model will run decides static int8's and QAT's form, what is suggested, and what Compare opens on."""
+    page.set_source(FULL_TEXT["id"])
+    step = page.techniques_step
+    assert step.deploy() == "cpu" and page.settings_step.values()["int8_target"] == "cpu"
+    assert "Not for it: fp16" in step.deploy_line.text() and "Dynamic int8" in step.deploy_line.text()
+    qtbot.mouseClick(step.suggest_button, Qt.MouseButton.LeftButton)
+    assert step.checked() == ["dynamic_int8", "static_int8", "qat", "prune", "distill"]  # no LoRA to merge
+    page.go_to(3)
+    docs = list(yaml.safe_load_all(page.review_view.toPlainText()))
+    assert [d["spec"].get("target") for d in docs if d["kind"] in ("compress.quantize", "compress.qat")] == \
+        [None, "cpu", "cpu"]  # dynamic int8 has one form
+
+    page.go_to(1)
+    step.set_deploy("jetson")
+    assert page.settings_step.values()["int8_target"] == "tensorrt"
+    assert "Dynamic int8 (ONNX Runtime's CPU kernels" in step.deploy_line.text()
+    qtbot.mouseClick(step.suggest_button, Qt.MouseButton.LeftButton)
+    assert step.checked() == ["static_int8", "fp16", "qat", "prune", "distill"]
+    docs = list(yaml.safe_load_all(page.review_view.toPlainText()))
+    assert {d["spec"]["target"] for d in docs if d["kind"] in ("compress.quantize", "compress.qat")
+            and d["spec"]["mode" if d["kind"] == "compress.quantize" else "steps"] != "fp16"} == {"tensorrt"}
+    qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
+    settle(qtbot, page._client)
+    opened: list[dict] = []
+    page.nav.requested.connect(lambda key, args: opened.append(args))
+    qtbot.mouseClick(page.run_step.compare_button, Qt.MouseButton.LeftButton)
+    assert opened == [{"variants_of": FULL_TEXT["id"], "deploy": "jetson"}]
+
+
 def test_run_rows_follow_state_progress_and_cancel(page, qtbot):
     client = page._client
     page.set_source(LORA["id"])

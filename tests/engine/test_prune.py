@@ -115,6 +115,20 @@ def test_digits_cnn_loses_30_percent_of_its_parameters_and_still_runs(digits, tm
     assert torch.allclose(_logits(loaded, digits["task"], batch), out, atol=1e-6)
 
 
+def test_resnet18_keeps_its_channel_counts_multiples_of_16(tmp_path):
+    """ONNX Runtime's blocked convolutions need channel counts that divide by 16 (AVX-512) or 8 (AVX2):
+    pruning rounds each layer's kept channels to a multiple of 16 and still reaches its ratio."""
+    from engine.compress.prune import ALIGN
+
+    resnet = _build({**DIGITS, "model": {"arch": "resnet18"}, "data": {"image_size": 32}}, tmp_path)
+    pruned, report = prune(resnet["model"], resnet["task"], resnet["batch"], target="params", ratio=0.3,
+                           log=lambda _: None)
+    assert abs(report["achieved"] - 0.3) <= TOLERANCE
+    convs = {k: v for k, v in report["channels"].items() if "conv" in k or "downsample" in k}
+    assert len(convs) >= 16 and any(v["after"] < v["before"] for v in convs.values()), convs
+    assert all(v["after"] % ALIGN == 0 for v in convs.values()), convs
+
+
 def test_digits_cnn_by_macs_with_recovery_between_steps(digits):
     """prune_steps: each step reaches its share of the target; the caller trains the same model in between."""
     import torch

@@ -23,6 +23,7 @@ from app.pages.compress.step_settings import SettingsStep
 from app.pages.compress.step_source import SourceStep
 from app.pages.compress.step_techniques import TechniquesStep
 from app.pages.compress.techniques import (
+    INT8_FORM,
     build_jobs,
     default_settings,
     field_errors,
@@ -58,6 +59,7 @@ class CompressPage(WizardPage):
         self.source_step, self.techniques_step = SourceStep(), TechniquesStep()
         self.source_step.new_finetune_requested.connect(self.nav.action("new_finetune"))
         self.techniques_step.preset_requested.connect(self.apply_preset)
+        self.techniques_step.deploy_changed.connect(self.set_deploy)
         self.settings_step, self.review_step, self.run_step = SettingsStep(), ReviewStep(), RunStep()
         self.steps = [self.source_step, self.techniques_step, self.settings_step, self.review_step, self.run_step]
         self.build_frame(("Start", "Start one job per ticked technique, as shown on Review", self.start),
@@ -121,6 +123,16 @@ class CompressPage(WizardPage):
         keys, settings = preset(name, self.settings_step.values())
         self.techniques_step.set_checked(keys)
         self.techniques_step.chain_check.setChecked(True)
+        self.settings_step.load(settings)
+        self._on_changed()
+
+    def set_deploy(self, deploy: str) -> None:
+        """Where the variants will run: static int8 and QAT take that place's int8 form."""
+        if self.techniques_step.deploy() != deploy:
+            self.techniques_step.set_deploy(deploy)  # emits deploy_changed, which comes back here
+            return
+        settings = self.settings_step.values()
+        settings["int8_target"] = INT8_FORM.get(deploy, settings["int8_target"])
         self.settings_step.load(settings)
         self._on_changed()
 
@@ -240,7 +252,7 @@ class CompressPage(WizardPage):
         """Open Compare › Variants for the source run of the jobs started here."""
         parent_id = self.batch_source or self._source_id
         if parent_id:
-            self.nav.show("compare", variants_of=parent_id)
+            self.nav.show("compare", variants_of=parent_id, deploy=self.techniques_step.deploy())
 
     # -- engine -----------------------------------------------------------------------------
 

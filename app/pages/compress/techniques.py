@@ -84,6 +84,29 @@ CHAIN_ORDER = ("distill", "prune", "dynamic_int8", "static_int8", "fp16", "qat")
 QUANTIZE_KEYS = ("dynamic_int8", "static_int8", "fp16", "qat")
 
 
+# Where the variants will run (the Compare page's Deploy on): what suits each place, and what does not and why.
+# From docs/compression.md, "Measured here" (ONNX Runtime on a 2-core CPU); TensorRT was not measured here.
+DEPLOY_SUITS = {
+    "cpu": ("dynamic_int8", "static_int8", "qat", "prune", "distill", "lora_merge"),
+    "gpu": ("fp16", "static_int8", "qat", "prune", "distill", "lora_merge"),
+    "jetson": ("fp16", "static_int8", "qat", "prune", "distill", "lora_merge"),
+}
+DEPLOY_AVOID = {
+    "cpu": {"fp16": "slower than fp32 on most CPUs (1.13x at batch 16 here)"},
+    "gpu": {"dynamic_int8": "ONNX Runtime's CPU kernels: TensorRT does not run them"},
+    "jetson": {"dynamic_int8": "ONNX Runtime's CPU kernels: TensorRT does not run them"},
+}
+INT8_FORM = {"cpu": "cpu", "gpu": "tensorrt", "jetson": "tensorrt"}  # static int8 and QAT's form per place
+
+
+def deploy_advice(deploy: str, record: dict[str, Any] | None) -> tuple[list[str], dict[str, str]]:
+    """(techniques that suit ``deploy`` and this source, in the list's order; {technique: why not} for the
+    ones that do not)."""
+    keys = [t.key for t in TECHNIQUES if t.key in DEPLOY_SUITS.get(deploy, ())
+            and not (record is not None and unavailable_reason(t.key, record))]
+    return keys, dict(DEPLOY_AVOID.get(deploy, {}))
+
+
 def default_settings(source: dict[str, Any] | None = None) -> dict[str, Any]:
     """The form's starting values: the engine's spec defaults, and a student learning rate for the source."""
     spec = (source or {}).get("spec") or {}
@@ -94,7 +117,7 @@ def default_settings(source: dict[str, Any] | None = None) -> dict[str, Any]:
     lr = teacher_lr if method == "full" and teacher_lr else suggested_lr(task, "full")
     return {
         "calibration": {"samples": 64, "method": "minmax"},
-        "int8_target": "tensorrt",
+        "int8_target": INT8_FORM["cpu"],  # the wizard's Deploy on starts at a CPU
         "per_channel": True,
         "exclude_op_types": [],
         "prune": {"target": "params", "ratio": 0.3, "iterative_steps": 1, "recovery_steps": 50, "vocabulary": False},
