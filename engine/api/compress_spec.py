@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
@@ -30,7 +30,7 @@ class EvalSpec(Spec):
 
 
 class CalibrationSpec(Spec):
-    samples: int = Field(64, ge=1, le=100_000, description="validation examples the activation ranges come from")
+    samples: int = Field(64, ge=1, le=100_000, description="training examples the activation ranges come from")
     method: Literal["minmax", "entropy", "percentile"] = "minmax"
 
 
@@ -81,6 +81,13 @@ class QatSpec(CompressSpec):
                                                             "0 = the labels only")
     optimize: bool = Field(True, description="fuse LayerNorm and GELU with ONNX Runtime's transformer optimizer "
                                              "before quantizing (target cpu)")
+
+    @field_validator("calibration")
+    @classmethod
+    def _ranges_qat_can_train(cls, value: CalibrationSpec) -> CalibrationSpec:
+        if value.method == "entropy":  # its thresholds come from ORT's histogram search, which QAT does not run
+            raise ValueError("QAT calibrates with minmax or percentile, not entropy")
+        return value
 
 
 class PruneSpec(CompressSpec):

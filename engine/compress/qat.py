@@ -100,10 +100,19 @@ def _fake_types() -> tuple[type, type]:
 
 
 _FAKE: tuple[type, type] | None = None
+_SAMPLING: Any = None  # the percentile calibration's sampler (a seeded torch.Generator)
+# Percentile calibration: each layer's range holds this share of its inputs' values (ONNX Runtime's default
+# for its percentile calibrator), estimated from up to PERCENTILE_SAMPLE values per example.
+PERCENTILE = 99.999
+PERCENTILE_SAMPLE = 4096
+CALIBRATION_METHODS = ("minmax", "percentile")
 
 
 def _define_fakes() -> tuple[type, type]:
+    global _SAMPLING
     import torch
+
+    _SAMPLING = torch.Generator().manual_seed(0)
     import torch.nn.functional as F
     from torch import nn
 
@@ -118,6 +127,7 @@ def _define_fakes() -> tuple[type, type]:
             self.observing = False  # calibration: float forward, min/max recorded
             self.calibrated = False
             self.seen_min = self.seen_max = None
+            self.samples: list[torch.Tensor] | None = None  # percentile calibration: a sample of the inputs
 
         def weight_scale(self) -> torch.Tensor:
             qmin, qmax = self.scheme.weight_range
@@ -136,6 +146,10 @@ def _define_fakes() -> tuple[type, type]:
                 lo, hi = x.detach().min().float(), x.detach().max().float()
                 self.seen_min = lo if self.seen_min is None else torch.minimum(self.seen_min, lo)
                 self.seen_max = hi if self.seen_max is None else torch.maximum(self.seen_max, hi)
+                if self.samples is not None:
+                    flat = x.detach().float().flatten()
+                    pick = torch.randperm(flat.numel(), generator=_SAMPLING)[:PERCENTILE_SAMPLE]
+                    self.samples.append(flat[pick])
                 return F.linear(x, self.weight, self.bias)
             if not self.calibrated:
                 raise JobFailed("a fake-quantized layer was run before calibration",
@@ -249,19 +263,25 @@ def _linears(model: torch.nn.Module) -> list[tuple[str, Any]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, linear)]
 
 
-def calibrate(model: torch.nn.Module, batches: Iterable[dict[str, Any]]) -> int:
-    """MinMax ranges of every fake-quantized layer's input over ``batches`` (float forward); returns the count.
+def calibrate(model: torch.nn.Module, batches: Iterable[dict[str, Any]], method: str = "minmax") -> int:
+    """Ranges of every fake-quantized layer's input over ``batches`` (float forward); returns the count.
 
-    ``batches`` are the model's keyword inputs (torch tensors): the same examples ONNX
-    Runtime's calibration would see.
+    ``method`` "minmax": the smallest and largest value seen; "percentile": the range that holds
+    ``PERCENTILE`` % of the values (the rest are clipped), which keeps a transformer's few outlier
+    activations from taking most of the 256 steps. ``batches`` are the model's keyword inputs (torch
+    tensors): the same examples ONNX Runtime's calibration would see.
     """
     import torch
 
+    if method not in CALIBRATION_METHODS:
+        raise JobFailed(f"QAT calibrates with {' or '.join(CALIBRATION_METHODS)}, not {method!r}",
+                        "set calibration.method to minmax or percentile.")
     layers = _linears(model)
     if not layers:
         raise JobFailed("calibrate: the model has no fake-quantized layers", "call prepare_qat first.")
     for _, m in layers:
         m.observing, m.seen_min, m.seen_max = True, None, None
+        m.samples = [] if method == "percentile" else None
     was_training = model.training
     model.eval()
     n = 0
@@ -282,7 +302,13 @@ def calibrate(model: torch.nn.Module, batches: Iterable[dict[str, Any]]) -> int:
     for name, m in layers:
         if m.seen_min is None:
             raise JobFailed(f"calibration never reached layer {name}", "report this with the run's spec.yaml.")
-        m.set_range(float(m.seen_min), float(m.seen_max))
+        lo, hi = float(m.seen_min), float(m.seen_max)
+        if m.samples:
+            values = torch.cat(m.samples).sort().values  # (torch.quantile refuses over 16M values)
+            cut = int((100.0 - PERCENTILE) / 100.0 * (values.numel() - 1))
+            lo, hi = float(values[cut]), float(values[values.numel() - 1 - cut])
+        m.samples = None
+        m.set_range(lo, hi)
     return n
 
 

@@ -79,8 +79,9 @@ def qat(job: Job, spec: QatSpec) -> str | None:
     progress(job.ctx, "prepare", 0.1, f"inserting fake int8 quantization ({TARGET_LABELS[spec.target]})")
     model = fq.prepare_qat(copy.deepcopy(job.parent), scheme)
     # The same training examples static quantization calibrates on, one at a time, through the float model.
-    n = fq.calibrate(model, job.calibration_batches(spec.calibration.samples))
-    job.ctx.log(f"{fq.fake_quant_modules(model)} Linear layers fake-quantized; activation ranges from {n} examples")
+    n = fq.calibrate(model, job.calibration_batches(spec.calibration.samples), spec.calibration.method)
+    job.ctx.log(f"{fq.fake_quant_modules(model)} Linear layers fake-quantized; activation ranges from {n} examples "
+                f"({spec.calibration.method})")
     trained = job.train(model.train(), spec.steps, spec.lr, spec.batch_size, "quantization-aware fine-tune",
                         teacher_alpha=spec.teacher_alpha)
     if trained is None:

@@ -361,6 +361,34 @@ def test_qat_trains_the_int8_graph_it_deploys(mini, tmp_path):
 # ---------------------------------------------------------------- bad input
 
 
+def test_qat_percentile_calibration_clips_the_outliers_min_max_keeps(mini):
+    """Percentile ranges hold 99.999% of a layer's inputs: never wider than min/max, narrower where a few
+    values stand out, computed as ONNX Runtime computes a range's scale; entropy is refused by name."""
+    import torch
+
+    from engine.api.specs import QatSpec
+
+    data = mini["data"]
+    calibration = [_inputs(data.collate([data.train[i]])) for i in range(16)]
+    scales = {}
+    for method in ("minmax", "percentile"):
+        model = qat.prepare_qat(copy.deepcopy(mini["teacher"]), qat.Scheme("cpu"))
+        assert qat.calibrate(model, calibration, method) == 16
+        scales[method] = {name: float(m.act_scale) for name, m in qat._linears(model)}
+        if method == "percentile":
+            query = model.bert.encoder.layer[0].attention.self.query
+            assert query.samples is None  # the sample is dropped once the range is set
+            with torch.no_grad():
+                assert torch.isfinite(model(**_inputs(mini["val"])).logits).all()
+    assert scales["minmax"].keys() == scales["percentile"].keys()
+    assert all(scales["percentile"][k] <= scales["minmax"][k] * (1 + 1e-6) for k in scales["minmax"])
+    assert sum(scales["percentile"][k] < 0.9 * scales["minmax"][k] for k in scales["minmax"]) >= 3
+    with pytest.raises(JobFailed, match="not 'entropy'"):
+        qat.calibrate(qat.prepare_qat(copy.deepcopy(mini["teacher"])), calibration, "entropy")
+    with pytest.raises(ValueError, match="QAT calibrates with minmax or percentile"):
+        QatSpec.model_validate({"source_run": "r1", "calibration": {"method": "entropy"}})
+
+
 def test_bad_inputs_fail_with_hints(mini):
     import torch
     from torch import nn

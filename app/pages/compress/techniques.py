@@ -116,7 +116,9 @@ def default_settings(source: dict[str, Any] | None = None) -> dict[str, Any]:
     # A student is trained in full: the teacher's own rate only if it was trained in full too.
     lr = teacher_lr if method == "full" and teacher_lr else suggested_lr(task, "full")
     return {
-        "calibration": {"samples": 64, "method": "minmax"},
+        # Percentile ranges clip a transformer's few outlier activations: on the bench's MiniLM the CPU form
+        # agreed with fp32 on 99.4% of predictions against 98.8% with min/max (docs/compression.md).
+        "calibration": {"samples": 64, "method": "percentile" if task in TRANSFORMER_TASKS else "minmax"},
         "int8_target": INT8_FORM["cpu"],  # the wizard's Deploy on starts at a CPU
         "per_channel": True,
         "exclude_op_types": [],
