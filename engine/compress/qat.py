@@ -100,7 +100,6 @@ def _fake_types() -> tuple[type, type]:
 
 
 _FAKE: tuple[type, type] | None = None
-_SAMPLING: Any = None  # the percentile calibration's sampler (a seeded torch.Generator)
 # Percentile calibration: each layer's range holds this share of its inputs' values (ONNX Runtime's default
 # for its percentile calibrator), estimated from up to PERCENTILE_SAMPLE values per example.
 PERCENTILE = 99.999
@@ -109,10 +108,7 @@ CALIBRATION_METHODS = ("minmax", "percentile")
 
 
 def _define_fakes() -> tuple[type, type]:
-    global _SAMPLING
     import torch
-
-    _SAMPLING = torch.Generator().manual_seed(0)
     import torch.nn.functional as F
     from torch import nn
 
@@ -148,8 +144,10 @@ def _define_fakes() -> tuple[type, type]:
                 self.seen_max = hi if self.seen_max is None else torch.maximum(self.seen_max, hi)
                 if self.samples is not None:
                     flat = x.detach().float().flatten()
-                    pick = torch.randperm(flat.numel(), generator=_SAMPLING)[:PERCENTILE_SAMPLE]
-                    self.samples.append(flat[pick])
+                    # The same positions for the same input shape: layers reading one tensor (q, k, v) get the
+                    # same sample, hence the same range, as the deployed graph's one scale per tensor requires.
+                    pick = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(flat.numel()))
+                    self.samples.append(flat[pick[:PERCENTILE_SAMPLE]])
                 return F.linear(x, self.weight, self.bias)
             if not self.calibrated:
                 raise JobFailed("a fake-quantized layer was run before calibration",

@@ -376,13 +376,17 @@ def test_qat_percentile_calibration_clips_the_outliers_min_max_keeps(mini):
         assert qat.calibrate(model, calibration, method) == 16
         scales[method] = {name: float(m.act_scale) for name, m in qat._linears(model)}
         if method == "percentile":
-            query = model.bert.encoder.layer[0].attention.self.query
-            assert query.samples is None  # the sample is dropped once the range is set
+            attention = model.bert.encoder.layer[0].attention.self
+            assert attention.query.samples is None  # the sample is dropped once the range is set
+            # q, k and v read one tensor: one range, as the int8 graph has one scale for that tensor
+            assert float(attention.query.act_scale) == float(attention.key.act_scale) == \
+                float(attention.value.act_scale)
             with torch.no_grad():
                 assert torch.isfinite(model(**_inputs(mini["val"])).logits).all()
     assert scales["minmax"].keys() == scales["percentile"].keys()
     assert all(scales["percentile"][k] <= scales["minmax"][k] * (1 + 1e-6) for k in scales["minmax"])
-    assert sum(scales["percentile"][k] < 0.9 * scales["minmax"][k] for k in scales["minmax"]) >= 3
+    assert any(scales["percentile"][k] < 0.9 * scales["minmax"][k] for k in scales["minmax"])
+    assert sum(scales["percentile"].values()) < sum(scales["minmax"].values())
     with pytest.raises(JobFailed, match="not 'entropy'"):
         qat.calibrate(qat.prepare_qat(copy.deepcopy(mini["teacher"])), calibration, "entropy")
     with pytest.raises(ValueError, match="QAT calibrates with minmax or percentile"):
