@@ -10,9 +10,8 @@ then the fused fp32 graph (ONNX Runtime's transformer optimizer), dynamic int8,
 static int8 (QDQ) in both forms (TensorRT: symmetric int8 activations; CPU:
 unsigned activations, ONNX Runtime's x86 path), fp16, QAT in the CPU form, pruning
 50% (vocabulary, then heads and FFN width; 2x by parameters) in 2 steps with recovery,
-a 3-layer distilled student, and the chain "smallest within 1 point" (distil → prune →
-int8). Then an image section: torchvision's resnet18 fine-tuned on the built-in digits at
-64 px, with static int8 (CPU form), dynamic int8 and pruning. Each variant job measures itself
+a 3-layer distilled student, and the chain "smallest within 1 point" (distil → int8).
+Then an image section: torchvision's resnet18 fine-tuned on the built-in digits at 64 px, with static int8 (CPU form), dynamic int8 and pruning. Each variant job measures itself
 beside the parent in the same process: ONNX Runtime on the CPU, the same threads,
 the same held-out inputs, parent and variant timed in alternation. The table prints
 each variant's accuracy, its latency at batch 1 and batch N, its size, and the
@@ -233,8 +232,8 @@ def main() -> int:
             from engine.api.chain_spec import PRESETS
 
             chain = {"source_run": pid, "stages": PRESETS["smallest within 1 point"], "eval": ev}
-            if wanted(args, "chain: distil 3 layers → prune 10% → int8 dynamic"):
-                ids.append(("chain: distil 3 layers → prune 10% → int8 dynamic",
+            if wanted(args, "chain: distil 3 layers → int8 dynamic"):
+                ids.append(("chain: distil 3 layers → int8 dynamic",
                             c.call("jobs.start", kind="compress.chain", spec=chain, name="chain")["id"]))
             rows, first = collect(c, ids)
             image_rows, image_first = [], None

@@ -320,16 +320,16 @@ def test_review_yaml_is_exactly_what_start_sends(page, qtbot):
 def test_a_chain_preset_becomes_one_chain_job(page, qtbot):
     page.set_source(FULL_TEXT["id"])
     qtbot.mouseClick(page.techniques_step.preset_button, Qt.MouseButton.LeftButton)
-    assert page.techniques_step.checked() == ["dynamic_int8", "prune", "distill"]
+    assert page.techniques_step.checked() == ["dynamic_int8", "distill"]
     assert page.techniques_step.chain()
-    assert "Distillation → Structured pruning → Dynamic int8" in page.techniques_step.chain_line.text()
+    assert "Distillation → Dynamic int8" in page.techniques_step.chain_line.text()
     page.go_to(3)
     docs = list(yaml.safe_load_all(page.review_view.toPlainText()))
     assert len(docs) == 1 and docs[0]["kind"] == "compress.chain"
     spec = validate_spec("compress.chain", docs[0]["spec"])
     assert spec.source_run == FULL_TEXT["id"]
-    assert [s.technique for s in spec.stages] == ["distill", "prune", "quantize"]
-    assert spec.stages[1].settings["ratio"] == 0.1 and spec.stages[0].settings["steps"] == 300
+    assert [s.technique for s in spec.stages] == ["distill", "quantize"]
+    assert spec.stages[0].settings["steps"] == 300 and spec.stages[1].settings["mode"] == "dynamic"
     assert page.run_button.text() == "Start 1 job"
     qtbot.mouseClick(page.run_button, Qt.MouseButton.LeftButton)
     settle(qtbot, page._client)

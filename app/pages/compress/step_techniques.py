@@ -78,9 +78,8 @@ class TechniquesStep(Step):
         chain_box.addWidget(self.chain_line)
         presets = QHBoxLayout()
         self.preset_button = QPushButton("Preset: smallest within 1 point")
-        self.preset_button.setToolTip("Distil to 3 layers (300 steps), prune 10% of the student's heads and FFN "
-                                      "width in 2 steps with recovery, then dynamic int8. docs/compression.md "
-                                      "has what it measured on the built-in tickets.")
+        self.preset_button.setToolTip("Distil to 3 layers (300 steps), then dynamic int8. docs/compression.md has "
+                                      "what it measured on the built-in tickets.")
         self.preset_button.clicked.connect(lambda: self.preset_requested.emit("smallest within 1 point"))
         presets.addWidget(self.preset_button)
         presets.addStretch(1)
