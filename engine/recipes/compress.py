@@ -29,8 +29,8 @@ def quantize(job: Job, spec: QuantizeSpec) -> str | None:
     out = job.model_dir / "model.onnx"
     src, graph = parent_onnx, None
     if spec.optimize and fuses(spec.mode, spec.target):
-        # int8 keeps the query, key and value projections apart (graph_opt.ATTENTION).
-        fused, graph = job.optimized(job.parent, "parent", attention="packed" if spec.mode == "fp32" else "separate")
+        # Static int8 quantizes the query, key and value projections one by one (graph_opt.ATTENTION).
+        fused, graph = job.optimized(job.parent, "parent", attention="separate" if spec.mode == "static" else "packed")
         src = fused or parent_onnx
     progress(job.ctx, "quantize", 0.4, f"quantizing: {MODE_LABELS[spec.mode]}")
     exclude = {"exclude_nodes": spec.exclude_nodes, "exclude_op_types": spec.exclude_op_types}

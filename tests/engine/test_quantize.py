@@ -448,8 +448,8 @@ def test_transformer_optimizer_fuses_minilm_and_keeps_its_logits(minilm, tmp_pat
     assert report["max_abs_diff"] <= graph_opt.TOLERANCE and report["shapes"] == "symbolic"
     got = _logits(dst, minilm.eval)  # 32 real validation examples, padded batches
     assert np.abs(got - minilm.ref).max() <= 1e-4
-    # int8's form: the attention core fused, the q, k and v projections and the embedding lookups left as
-    # nodes of their own, so each projection gets its own int8 weight scale.
+    # Static int8's and QAT's form: the attention core fused, the q, k and v projections and the embedding
+    # lookups left as nodes of their own, each quantized on its own.
     separate = tmp_path / "separate.onnx"
     report = graph_opt.export_fused(minilm.model, "text_classification", example, separate, attention="separate")
     assert report["fused"]["MultiHeadAttention"] == 6 and "Attention" not in report["fused"], report["fused"]
@@ -459,10 +459,11 @@ def test_transformer_optimizer_fuses_minilm_and_keeps_its_logits(minilm, tmp_pat
             "/model/bert/encoder/layer.0/attention/self/value/MatMul",
             "/model/bert/embeddings/word_embeddings/Gather"} <= names
     assert np.abs(_logits(separate, minilm.eval) - minilm.ref).max() <= 1e-4
+    # Dynamic int8 of the packed graph quantizes the fused attention too (QAttention).
     out = tmp_path / "dyn.onnx"
-    qz.quantize_dynamic(separate, out, per_channel=True)
+    qz.quantize_dynamic(dst, out, per_channel=True)
     ops = {n.op_type for n in onnx.load(str(out)).graph.node}
-    assert "QAttention" not in ops and "MultiHeadAttention" in ops, ops
+    assert "QAttention" in ops and "MatMulInteger" in ops, ops
     assert (_logits(out, minilm.eval).argmax(-1) == minilm.ref.argmax(-1)).mean() >= 0.9
 
 
