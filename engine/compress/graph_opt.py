@@ -140,7 +140,7 @@ def optimize(src: str | Path, dst: str | Path, model_type: str | None, *, attent
     options.enable_embed_layer_norm = attention != "separate"
     options.enable_gelu_approximation = False  # exact GELU: the logits must not move
     # Residual Add + LayerNormalization stay as they are: ONNX Runtime's CPU SkipLayerNormalization is
-    # slower than them (onnx_export.SLOW_CPU_FUSIONS).
+    # slower than them (engine/evaluate/runners.py, SLOW_CPU_FUSIONS).
     options.enable_skip_layer_norm = False
     options.enable_bias_skip_layer_norm = False
     # It logs every fusion it tries, under top-level logger names (its modules import each other as

@@ -44,6 +44,7 @@ Conv2d layers (the image models) and GPT-2's ``Conv1D`` projections are not cove
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -107,6 +108,16 @@ PERCENTILE_SAMPLE = 4096
 CALIBRATION_METHODS = ("minmax", "percentile")
 
 
+@functools.lru_cache(maxsize=64)
+def _sample_positions(numel: int) -> Any:
+    """Up to PERCENTILE_SAMPLE positions of a flattened input of ``numel`` values, the same for every layer:
+    layers reading one tensor (q, k, v) get the same sample, hence the same range, as the deployed graph's
+    one scale per tensor requires; and the permutation is drawn once per size, not per layer and call."""
+    import torch
+
+    return torch.randperm(numel, generator=torch.Generator().manual_seed(numel))[:PERCENTILE_SAMPLE]
+
+
 def _define_fakes() -> tuple[type, type]:
     import torch
     import torch.nn.functional as F
@@ -144,10 +155,7 @@ def _define_fakes() -> tuple[type, type]:
                 self.seen_max = hi if self.seen_max is None else torch.maximum(self.seen_max, hi)
                 if self.samples is not None:
                     flat = x.detach().float().flatten()
-                    # The same positions for the same input shape: layers reading one tensor (q, k, v) get the
-                    # same sample, hence the same range, as the deployed graph's one scale per tensor requires.
-                    pick = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(flat.numel()))
-                    self.samples.append(flat[pick[:PERCENTILE_SAMPLE]])
+                    self.samples.append(flat[_sample_positions(flat.numel())])
                 return F.linear(x, self.weight, self.bias)
             if not self.calibrated:
                 raise JobFailed("a fake-quantized layer was run before calibration",

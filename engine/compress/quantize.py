@@ -552,8 +552,8 @@ def _lookup_then_dequantize(model) -> int:
     """Look up embedding rows in the int8 table and dequantize the rows, not the table.
 
     ORT's QDQ graph dequantizes a quantized embedding table in full and then gathers from it:
-    MiniLM's 30,522 x 384 word table is 11.7M values dequantized on every call (measured: static
-    int8 at 0.58x fp32's latency at batch 16 with it, 0.44x without). With a per-tensor scale,
+    MiniLM's 30,522 x 384 word table is 11.7M values dequantized on every call (about 6 ms of a
+    24 ms batch of 16, measured). With a per-tensor scale,
     Gather then DequantizeLinear gives the same values. Returns how many lookups were rewritten;
     the model is changed in place.
     """
@@ -583,11 +583,10 @@ def _lookup_then_dequantize(model) -> int:
         new_nodes.append(onnx.helper.make_node("DequantizeLinear", [rows, *dq.input[1:]], list(node.output),
                                                name=f"{node.name}_DequantizeLinear"))
         rewritten += 1
-    if rewritten:
-        used = {i for n in new_nodes for i in n.input}
+    if rewritten:  # drop the tables' DequantizeLinear nodes nothing reads any more
+        used = {i for n in new_nodes for i in n.input} | {o.name for o in model.graph.output}
         del model.graph.node[:]
-        model.graph.node.extend(n for n in new_nodes if n.op_type != "DequantizeLinear" or n.output[0] in used
-                                or any(o.name == n.output[0] for o in model.graph.output))
+        model.graph.node.extend(n for n in new_nodes if n.op_type != "DequantizeLinear" or n.output[0] in used)
     return rewritten
 
 

@@ -75,10 +75,9 @@ def trim(model: Any, train_rows: Any, val_rows: Any, info: dict[str, Any],
         raise JobFailed("The tokenizer has no unknown token for the pruned-out tokens to read as",
                         "Turn vocabulary off for this model.")
     vocab = emb.num_embeddings
-    seen = token_ids(train_rows)
-    keep = sorted((seen | {int(i) for i in info.get("special_token_ids") or []} | {int(unk)}) & set(range(vocab)))
-    rows = torch.tensor(keep, dtype=torch.long)
     special = {int(i) for i in info.get("special_token_ids") or []} | {int(unk)}
+    keep = sorted((token_ids(train_rows) | special) & set(range(vocab)))
+    rows = torch.tensor(keep, dtype=torch.long)
     targets = [t for t in keep if t not in special]
     if unseen == "nearest" and targets:
         # Special tokens are never a target: an unseen word that reads as [SEP] would cut the text short.

@@ -143,7 +143,7 @@ class CompressPage(WizardPage):
             self._source_id = source_id
             self.techniques_step.set_source(record)
             if record is not None:
-                self.settings_step.set_distill_lr(default_settings(record)["distill"]["lr"])
+                self.settings_step.follow_source(default_settings(record))
         task = source_facts(record).get("task") if record else None
         self.settings_step.set_techniques(self.techniques_step.checked(), task)
         self.refresh()

@@ -228,9 +228,12 @@ class SettingsStep(Step):
             else:
                 widget.setValue(value)
 
-    def set_distill_lr(self, lr: float) -> None:
-        """A new source run: the student's learning rate follows it."""
-        self.load({**self.values(), "distill": {**self.values()["distill"], "lr": lr}})
+    def follow_source(self, defaults: dict[str, Any]) -> None:
+        """A new source run: the student's learning rate and the calibration method follow its defaults
+        (``techniques.default_settings`` of that run)."""
+        values = self.values()
+        self.load({**values, "distill": {**values["distill"], "lr": defaults["distill"]["lr"]},
+                   "calibration": {**values["calibration"], "method": defaults["calibration"]["method"]}})
 
     def _value(self, key: str) -> Any:
         widget = self.fields[key]
