@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine.api.compress_spec import RUN_ID, EvalSpec, PruneSpec, QatSpec, QuantizeSpec
 from engine.api.job_terms import FINETUNE, PRUNE, QAT, QUANTIZE
+from engine.api.resources import RUN, resource
 
 TECHNIQUES = ("distill", "prune", "quantize", "qat")
 TECHNIQUE_KINDS = {"distill": FINETUNE, "prune": PRUNE, "quantize": QUANTIZE, "qat": QAT}
@@ -81,7 +82,7 @@ class ChainSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
+    source_run: str = Field(..., json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=RUN_ID,
                             description="id of the finished fine-tune the chain starts from")
     stages: list[ChainStage] = Field(..., min_length=1, max_length=8, description="applied in this order")
     eval: EvalSpec = Field(default_factory=EvalSpec, description="how every stage is scored")

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.api.resources import RUN, resource
+
 RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
@@ -35,10 +37,10 @@ class CalibrationSpec(Spec):
 
 
 class CompressSpec(Spec):
-    source_run: str = Field(..., min_length=1, max_length=200, pattern=RUN_ID,
+    source_run: str = Field(..., json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=RUN_ID,
                             description="id of a finished train.finetune run (the parent)")
     eval: EvalSpec = Field(default_factory=EvalSpec)
-    baseline_run: str | None = Field(None, min_length=1, max_length=200, pattern=RUN_ID,
+    baseline_run: str | None = Field(None, json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=RUN_ID,
                                      description="score the variant beside this run instead of the parent (a "
                                                  "chain's last stage: beside the model the chain started from)")
 

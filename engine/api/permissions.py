@@ -49,12 +49,13 @@ RULES: dict[str, str] = {
     "pii.set_policy": ADMIN, "audit.list": ADMIN,
     "users.list": ADMIN, "users.add": ADMIN, "users.update": ADMIN, "users.revoke": ADMIN,
     "users.me": VIEWER, "projects.list": VIEWER, "projects.set": ADMIN,
+    "secrets.list": OPERATOR, "secrets.set": ADMIN,
 }
 # Methods that act on one job (params ``id``): an operator needs the job to be theirs or in one of their
 # projects; a viewer sees only those projects' jobs.
 JOB_METHODS = frozenset({"jobs.get", "jobs.logs", "jobs.metrics", "jobs.artifacts", "jobs.lineage", "runs.lineage",
                          "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete", "jobs.prioritize", "queue.move",
-                         "compress.variants"})
+                         "compress.variants", "evaluations.list"})
 # What each role may do, in words (docs/security.md's table, the Users page).
 ROLE_WORDS = {
     VIEWER: "sees the jobs, metrics, logs and lineage of their projects",

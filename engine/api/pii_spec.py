@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.api.resources import NAME_OR_PATH, READ, WRITE, resource
+
 SCRUB_MODES = ("mask", "tag", "fake", "hash")
 ScrubMode = Literal["mask", "tag", "fake", "hash"]
 ENTITY = r"^[A-Z][A-Z0-9_]{1,40}$"
@@ -24,11 +26,11 @@ class PiiScanSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(..., min_length=1, max_length=4096, description="the data file, or a folder of images")
+    path: str = Field(..., json_schema_extra=resource(READ), min_length=1, max_length=4096, description="the data file, or a folder of images")
     entities: list[str] | None = Field(None, max_length=100, description="entity types to look for (Presidio's "
                                        "names, e.g. EMAIL_ADDRESS); None = every type the recognizers know")
     threshold: float = Field(0.4, ge=0.0, le=1.0, description="the lowest Presidio score that counts as a finding")
-    ner_model: str | None = Field(None, max_length=500, description="a transformers token-classification model "
+    ner_model: str | None = Field(None, json_schema_extra=resource(NAME_OR_PATH), max_length=500, description="a transformers token-classification model "
                                   "(local folder or Hub id), or a spaCy pipeline folder, for people, places and "
                                   "organisations; None = a spaCy model when one is installed")
 
@@ -45,7 +47,7 @@ class PiiScrubSpec(PiiScanSpec):
     default_mode: ScrubMode = Field("tag", description="how to replace a finding of a type not in modes")
     modes: dict[str, ScrubMode] = Field(default_factory=dict, max_length=100,
                                         description="the mode per entity type, e.g. {PERSON: fake, EMAIL_ADDRESS: hash}")
-    output: str | None = Field(None, max_length=4096, description="where to write the copy; None = in the job's "
+    output: str | None = Field(None, json_schema_extra=resource(WRITE), max_length=4096, description="where to write the copy; None = in the job's "
                                                                   "folder, <name>.scrubbed<suffix>")
 
     @field_validator("modes")

@@ -6,14 +6,18 @@ and the inference worker (engine/inference), so every path validates the same wa
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.api.resources import READ, RUN, SECRET, SECRET_FILE, URL, resource
+
 # What a saved chat keeps of each answer (its done event's figures), shown again under it when reopened.
 ANSWER_FIGURES = ("new_tokens", "tokens_per_s", "ttft_s", "seconds", "stopped")
-TEMPLATE_NAMES = ("model", "chatml", "llama3", "plain")  # model: the model's own chat template
+TEMPLATE_NAMES = ("model", "chatml", "llama3", "plain")
+KEY_FIELDS = ("api_key_file", "api_key", "api_key_secret")  # an endpoint's key: by file (local), value or name  # model: the model's own chat template
 
 
 class _Part(BaseModel):
@@ -23,32 +27,51 @@ class _Part(BaseModel):
 class ModelRef(_Part):
     """One model to try: a finished job (fine-tune or variant), a built-in, a folder, or a cached Hub id."""
 
-    run: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    run: str | None = Field(None, json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                             description="the id of a finished fine-tune or compression variant")
     builtin: str | None = Field(None, min_length=1, max_length=100, description="a built-in model's name")
-    path: str | None = Field(None, min_length=1, max_length=4096, description="a Hugging Face model folder")
+    path: str | None = Field(None, json_schema_extra=resource(READ), min_length=1, max_length=4096, description="a Hugging Face model folder")
     hub: str | None = Field(None, min_length=1, max_length=200, description="a Hub id in the Hugging Face cache")
     revision: str | None = Field(None, max_length=200)
-    url: str | None = Field(None, min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$",
+    url: str | None = Field(None, json_schema_extra=resource(URL), min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$",
                             description="an OpenAI-compatible server's base URL (http://host:port/v1: Ember's "
                                         "serve job, vLLM, llama.cpp's server): chat with the model it serves")
-    api_key_file: str | None = Field(None, min_length=1, max_length=4096,
-                                     description="with url: a file holding the server's API key")
+    api_key_file: str | None = Field(None, json_schema_extra=resource(SECRET_FILE), min_length=1, max_length=4096,
+                                     description="with url: a file holding the server's API key (read only "
+                                                 "for a client on the engine's machine)")
+    api_key: str | None = Field(None, min_length=1, max_length=4096, pattern=r"^[\x21-\x7e]+$",
+                                description="with url: the server's API key itself (never kept in saved chats, "
+                                            "lists or logs)")
+    api_key_secret: str | None = Field(None, json_schema_extra=resource(SECRET), min_length=1, max_length=64,
+                                       pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                                       description="with url: the name of a secret an admin keeps for your project "
+                                                   "(ember secrets)")
 
     @model_validator(mode="after")
     def _one(self) -> ModelRef:
         named = [k for k in ("run", "builtin", "path", "hub", "url") if getattr(self, k)]
         if len(named) != 1:
             raise ValueError("name exactly one model: run, builtin, path, hub or url")
-        if self.api_key_file and not self.url:
-            raise ValueError("api_key_file goes with url (a served endpoint's key)")
+        keys = [k for k in KEY_FIELDS if getattr(self, k)]
+        if keys and not self.url:
+            raise ValueError(f"{keys[0]} goes with url (a served endpoint's key)")
+        if len(keys) > 1:
+            raise ValueError(f"give one key: {' or '.join(keys)}")
         return self
 
     def label(self) -> str:
         return str(self.run or self.builtin or self.hub or self.path or self.url)
 
     def key(self) -> str:
-        return self.model_dump_json(exclude_none=True)
+        """What tells two models apart (a worker's identity): the key itself never, only a digest of it."""
+        doc = self.model_dump(exclude_none=True, exclude={"api_key"})
+        if self.api_key:
+            doc["api_key_sha256"] = hashlib.sha256(self.api_key.encode()).hexdigest()[:16]
+        return json.dumps(doc, separators=(",", ":"))
+
+    def shown(self) -> dict[str, Any]:
+        """The reference as lists and saved chats keep it: without the key."""
+        return self.model_dump(exclude_none=True, exclude={"api_key"})
 
 
 class Message(_Part):

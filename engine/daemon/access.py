@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api.permissions import ADMIN, JOB_METHODS, RULES, allowed
-from engine.api.protocol import FORBIDDEN, INVALID_PARAMS, NOT_FOUND, UNAUTHORIZED, RpcError
+from engine.api.permissions import ADMIN, RULES, allowed
+from engine.api.protocol import FORBIDDEN, INVALID_PARAMS, UNAUTHORIZED, RpcError
+from engine.daemon import projects
 
 DEFAULT_PROJECT = "default"
 ALL = "*"  # in a user's projects: every project
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+# Topics of engine-wide news every user may follow (the rest are a job's, an answer's or a host's).
+PUBLIC_TOPICS = frozenset({"engine", "queue", "models", "hub"})
+PUBLIC_PREFIXES = ("diag/",)
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,14 @@ def new_token() -> str:
     return "emb_" + secrets.token_urlsafe(32)
 
 
+MAX_REQUESTS = 10_000  # Playground answers remembered with their owner; the oldest are forgotten first
+
+
 class Access:
     def __init__(self, store: Any):
         self.store = store
         self._projects: dict[str, str] = {}  # job id -> project (a job never moves)
+        self._requests: dict[str, str] = {}  # Playground request id -> the user who asked (dicts keep order)
 
     # ---- who
     def authenticate(self, token: Any, engine_token: str, network: bool = False) -> User:
@@ -84,18 +93,14 @@ class Access:
 
     # ---- what
     def check(self, user: User, method: str, params: dict[str, Any]) -> None:
-        """Refuse (FORBIDDEN, or NOT_FOUND for a job of another project) what ``user`` may not do."""
+        """Refuse (FORBIDDEN) a method ``user``'s role may not call; what it names is checked next
+        (engine/daemon/resource_check.py)."""
         if not allowed(user.role, method):
             need = RULES.get(method)
             raise RpcError(FORBIDDEN, f"{user.name} ({user.role}) may not call {method}"
                            + (f": it needs {need}" if need else ": it has no permission rule"),
                            {"role": user.role, "needs": need,
                             "hint": "Ask an admin to change your role (ember users update NAME --role ...)."})
-        if method in JOB_METHODS and not user.sees_all:
-            job_id = str(params.get("id") or "")
-            if job_id and not self.visible(user, job_id):
-                # The same answer as for a job that does not exist: ids of other projects are not confirmed.
-                raise RpcError(NOT_FOUND, f"No job {job_id!r}", {"hint": "jobs.list shows the jobs you can see."})
 
     def project_of(self, job_id: str) -> str | None:
         if job_id not in self._projects:
@@ -118,16 +123,57 @@ class Access:
                            {"hint": f"Your projects: {', '.join(user.projects) or 'none'}."})
         return project
 
+    # ---- Playground answers: each streams on playground/<request>, for the user who asked only
+    def note_request(self, request: str, user: User) -> None:
+        self._requests[request] = user.name
+        while len(self._requests) > MAX_REQUESTS:
+            self._requests.pop(next(iter(self._requests)))
+
+    def request_owner(self, request: str) -> str | None:
+        return self._requests.get(request)
+
     def topic_visible(self, user: User, topic: str, data_json: str) -> bool:
-        """Whether an event reaches ``user``: run events and job records of their projects only."""
+        """Whether an event reaches ``user``: their projects' runs and job records, their own Playground
+        answers, the hosts they may use; engine-wide news (engine, queue) for everyone (the queue's jobs are
+        filtered by ``event_view``)."""
         if user.sees_all:
             return True
         if topic.startswith("run/"):
             return self.visible(user, topic.split("/", 2)[1])
         if topic == "jobs":
             found = re.search(r'"id":"([^"]+)"', data_json)
-            return found is None or self.visible(user, found.group(1))
-        return True
+            return found is not None and self.visible(user, found.group(1))
+        if topic.startswith("playground/"):
+            return self.request_owner(topic.split("/", 2)[1]) == user.name
+        if topic.startswith("hosts/") or topic == "hosts":
+            found = re.search(r'"name":"([^"]+)"', data_json) if topic == "hosts" else None
+            name = found.group(1) if found else topic.split("/", 2)[-1]
+            given = projects.host_projects(projects.all_projects(self.store), name)
+            return not given or bool(given & set(user.projects))
+        return topic in PUBLIC_TOPICS or topic.startswith(PUBLIC_PREFIXES)
+
+    def event_view(self, user: User, topic: str, data_json: str) -> str | None:
+        """The event as ``user`` may see it: None hides it; the queue's job lists keep their projects' jobs."""
+        if not self.topic_visible(user, topic, data_json):
+            return None
+        if topic != "queue" or user.sees_all:
+            return data_json
+        return json.dumps(self.queue_view(user, json.loads(data_json)), separators=(",", ":"))
+
+    def queue_view(self, user: User, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """queue.get's reply with only ``user``'s projects' jobs (the resources they take stay counted)."""
+        if user.sees_all:
+            return snapshot
+        keep = [j for j in snapshot.get("jobs", []) if self.visible_existing(user, str(j.get("id")))]
+        running = [j for j in snapshot.get("running", []) if self.visible_existing(user, str(j.get("id")))]
+        return {**snapshot, "jobs": keep, "running": running}
+
+    def visible_existing(self, user: User, job_id: str) -> bool:
+        """A job that exists and belongs to one of ``user``'s projects."""
+        if user.sees_all:
+            return self.project_of(job_id) is not None
+        project = self.project_of(job_id)
+        return project is not None and project in user.projects
 
     # ---- users (admin)
     def add(self, name: str, role: str, projects: list[str], expires_at: float | None) -> tuple[dict[str, Any], str]:

@@ -23,6 +23,7 @@ class Client(Protocol):
 
     name: str
     user: User
+    remote: str | None  # the peer's address over the network; None on the engine's own socket
     subscriptions: set[int]
 
     def write(self, data: bytes) -> None: ...

@@ -47,6 +47,7 @@ def model_folder(ref: dict[str, Any]) -> Path | None:
     return None
 
 
+ENDPOINT_KEY_ENV = "EMBER_ENDPOINT_API_KEY"  # an endpoint's key, given by value or by a secret's name
 ENDPOINT_BYTES = 300 * 2**20  # a worker that only streams from a served endpoint: the runtime, no weights
 
 
@@ -120,7 +121,8 @@ class WorkerPool:
                 raise RpcError(INVALID_PARAMS, f"Job {ref.run} has no finished model to try",
                                {"hint": "Pick a finished fine-tune or variant (Runs page)."})
             return {"run_dir": str(run_dir)}
-        return ref.model_dump(exclude_none=True)
+        # The key travels in the worker's environment, never on its command line (ps shows that to everyone).
+        return ref.model_dump(exclude_none=True, exclude={"api_key", "api_key_secret"})
 
     # ---- workers
     async def _start(self, ref: ModelRef) -> Worker:
@@ -136,7 +138,8 @@ class WorkerPool:
         cmd = [sys.executable, "-m", "engine.inference.worker", "--ref", json.dumps(wref)]
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            env=job_env(), start_new_session=True, limit=16 * 2**20)
+            env={**job_env(), **({ENDPOINT_KEY_ENV: ref.api_key} if ref.api_key else {})}, start_new_session=True,
+            limit=16 * 2**20)
         worker = Worker(ref.key(), ref.label(), proc, asyncio.get_running_loop().create_future())
         worker.reader = asyncio.get_running_loop().create_task(self._read(worker))
         self.workers[worker.key] = worker

@@ -28,9 +28,14 @@ def _folder(text: str) -> str:
     return str(Path(text).expanduser().resolve())
 
 
-def set_project(store: Any, name: str, data_folders: list[str], hosts: list[str]) -> dict[str, Any]:
+def set_project(store: Any, name: str, data_folders: list[str], hosts: list[str],
+                endpoints: list[str] | None = None) -> dict[str, Any]:
+    """A project's data folders and hosts; ``endpoints`` (None: kept as they are) are the served models' URLs
+    its members may chat with besides their own serve jobs (docs/security.md)."""
     projects = all_projects(store)
-    projects[name] = {"data_folders": sorted({_folder(f) for f in data_folders}), "hosts": sorted(set(hosts))}
+    kept = projects.get(name, {}).get("endpoints", []) if endpoints is None else sorted(set(endpoints))
+    projects[name] = {"data_folders": sorted({_folder(f) for f in data_folders}), "hosts": sorted(set(hosts)),
+                      "endpoints": kept}
     store.set_setting(SETTING, projects)
     return projects[name]
 

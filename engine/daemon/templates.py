@@ -32,6 +32,37 @@ def _file(root: Path, name: str) -> Path:
     return root / f"{slug}.yaml"
 
 
+OWNERS = "template_owners"  # store setting: template file name -> {owner, project}
+
+
+def owner_of(store: Any, name: str) -> tuple[str | None, str | None]:
+    """Who saved template ``name`` and in which project ((None, None): saved before templates had owners)."""
+    try:
+        key = _file(Path(), name).name
+    except RpcError:
+        return None, None
+    entry = (store.get_setting(OWNERS) or {}).get(key) or {}
+    return entry.get("owner"), entry.get("project")
+
+
+def exists(root: Path, name: str) -> bool:
+    try:
+        return _file(root, name).exists()
+    except RpcError:
+        return False
+
+
+def set_owner(store: Any, name: str, owner: str | None, project: str | None) -> None:
+    """Record (or with owner None, forget) who a template belongs to."""
+    owners = dict(store.get_setting(OWNERS) or {})
+    key = _file(Path(), name).name
+    if owner is None:
+        owners.pop(key, None)
+    else:
+        owners[key] = {"owner": owner, "project": project}
+    store.set_setting(OWNERS, owners)
+
+
 def save(root: Path, name: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     try:
         parsed = validate_spec(kind, spec)
@@ -45,8 +76,10 @@ def save(root: Path, name: str, kind: str, spec: dict[str, Any]) -> dict[str, An
     return {"name": name, "path": str(path)}
 
 
-def list_all(root: Path) -> list[dict[str, Any]]:
+def list_all(root: Path, store: Any = None) -> list[dict[str, Any]]:
+    """Every template, each with its owner and project when it has them."""
     found = []
+    owners = (store.get_setting(OWNERS) or {}) if store is not None else {}
     for path in sorted(root.glob("*.yaml")) if root.is_dir() else []:
         try:
             if path.stat().st_size > MAX_JOB_FILE_BYTES:
@@ -57,7 +90,8 @@ def list_all(root: Path) -> list[dict[str, Any]]:
             continue  # a hand-edited file that no longer parses is skipped, not fatal
         if isinstance(doc, dict) and isinstance(doc.get("spec"), dict):
             found.append({"name": doc.get("name") or path.stem, "kind": doc.get("kind", FINETUNE),
-                          "spec": doc["spec"], "saved_at": path.stat().st_mtime, "path": str(path)})
+                          "spec": doc["spec"], "saved_at": path.stat().st_mtime, "path": str(path),
+                          **(owners.get(path.name) or {})})
     return found
 
 

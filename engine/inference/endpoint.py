@@ -9,6 +9,7 @@ settings go as OpenAI's fields plus ``top_k`` and ``repetition_penalty``, which 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -21,17 +22,26 @@ from engine.inference.chat import Answer
 from engine.training.context import JobFailed
 
 FINISHED = {"stop": "eos", "length": "length"}
+MAX_KEY_BYTES = 4096
+KEY = re.compile(rb"[\x21-\x7e]*")  # one token of printable ASCII: what an Authorization header can carry
 
 
 def read_key(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        return Path(path).expanduser().read_text().strip() or None
+        with open(Path(path).expanduser(), "rb") as f:
+            raw = f.read(MAX_KEY_BYTES + 1)
     except OSError as exc:
         raise JobFailed(f"Cannot read the API key file {path}: {exc.strerror or exc}",
                         "Name the file the serve job wrote (its log says where), or the key file the server's "
                         "owner gave you.") from exc
+    key = raw.strip()
+    # What the file holds is never repeated in a message: a wrong file may be anything (a private key).
+    if len(raw) > MAX_KEY_BYTES or not KEY.fullmatch(key):
+        raise JobFailed(f"The file {path} does not hold an API key (one line of printable characters)",
+                        "Name the file the serve job wrote (api_key in its folder), or send the key itself.")
+    return key.decode() or None
 
 
 class EndpointChat:
@@ -49,10 +59,15 @@ class EndpointChat:
         except (RuntimeError, ValueError, KeyError) as exc:
             hint = ("Give the server's API key file." if "401" in str(exc) else
                     "Is this an OpenAI-compatible server? GET /v1/models should list its model.")
-            raise JobFailed(f"{self.url} refused to list its models: {exc}", hint) from exc
+            raise JobFailed(f"{self.url} refused to list its models: {self._safe(exc)}", hint) from exc
         if not models:
             raise JobFailed(f"{self.url} serves no model", "Start the server with a model loaded.")
         self.model = models[0]
+
+    def _safe(self, exc: Exception) -> str:
+        """An error's text without the key, should a server or library echo a header back."""
+        text = str(exc)[:500]
+        return text.replace(self.api_key, "[key]") if self.api_key else text
 
     def _body(self, settings: GenerateSettings) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "stream": True, "stream_options": {"include_usage": True},
@@ -104,7 +119,7 @@ class EndpointChat:
             raise JobFailed(f"The link to {self.url} broke: {exc.strerror or exc}",
                             "Check that the server still runs, then send again.") from exc
         except RuntimeError as exc:
-            raise JobFailed(f"{self.url} answered with an error: {exc}",
+            raise JobFailed(f"{self.url} answered with an error: {self._safe(exc)}",
                             "Change what it names (a setting beyond the server's limits, say) and send again.") from exc
         if self.stop_event.is_set():
             answer.stopped = "user"

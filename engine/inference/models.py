@@ -202,7 +202,9 @@ def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict
         if ref.get("url"):  # a served endpoint: nothing loads here
             from engine.inference.endpoint import EndpointChat, read_key
 
-            chat = EndpointChat(ref["url"], read_key(ref.get("api_key_file")))
+            # A key file (a client on the engine's machine), else the key the engine put in the environment.
+            key = read_key(ref.get("api_key_file")) or os.environ.get("EMBER_ENDPOINT_API_KEY") or None
+            chat = EndpointChat(ref["url"], key)
             return "chat", chat, {"task": "causal_lm", "name": chat.model, "runtime": "endpoint", "url": chat.url}
         folder = model_folder(ref)
         name = str(ref.get("hub") or ref.get("path") or ref.get("builtin") or DEFAULT_CHAT_MODEL)

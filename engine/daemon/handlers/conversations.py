@@ -12,10 +12,14 @@ from pydantic import Field
 
 from engine.api.playground import Conversation, ModelRef
 from engine.api.protocol import INVALID_PARAMS, RpcError
+from engine.daemon.access import DEFAULT_PROJECT
 from engine.daemon.handlers.params import Params
 
 if TYPE_CHECKING:
     from engine.daemon.context import Client, EngineView
+
+
+MAX_SCAN = 100_000  # saved chats looked through for a user of some projects
 
 
 class ConversationId(Params):
@@ -53,14 +57,23 @@ class ConversationHandlers:
         title = p.shown_title()
         data = p.model_dump(mode="json", exclude={"id"})
         for side, given in zip(data["sides"], p.sides, strict=True):
-            side["model"] = given.model.model_dump(exclude_none=True)  # the ModelRef as it was sent
+            side["model"] = given.model.shown()  # the ModelRef as it was sent, without an endpoint's key
+        old = self.engine.store.get_conversation(conv_id)
+        kept = old["data"] if old is not None and isinstance(old["data"], dict) else {}
+        # A chat belongs to who first saved it, in their project (resource_check lets only them replace it).
+        data["owner"] = kept.get("owner") or session.user.name
+        data["project"] = kept.get("project") or session.user.home_project()
         updated = self.engine.store.save_conversation(conv_id, title, session.name, data)
         return {"id": conv_id, "title": title, "updated_at": updated}
 
-    async def list(self, _s: Client, p: Page) -> Any:
+    async def list(self, s: Client, p: Page) -> Any:
         store = self.engine.store
-        rows = store.list_conversations(p.limit, p.offset)
-        return {"conversations": [summary(r) for r in rows], "total": store.count_conversations()}
+        if s.user.sees_all:
+            rows = store.list_conversations(p.limit, p.offset)
+            return {"conversations": [summary(r) for r in rows], "total": store.count_conversations()}
+        mine = [r for r in store.list_conversations(MAX_SCAN, 0)
+                if (r["data"].get("project") or DEFAULT_PROJECT) in s.user.projects]
+        return {"conversations": [summary(r) for r in mine[p.offset:p.offset + p.limit]], "total": len(mine)}
 
     async def get(self, _s: Client, p: ConversationId) -> Any:
         row = self.engine.store.get_conversation(p.id)

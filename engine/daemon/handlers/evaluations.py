@@ -154,5 +154,22 @@ class EvaluationHandlers:
     def table(self) -> dict[str, tuple[type[Params], Any]]:
         return {"evaluations.list": (JobId, self.evaluations_list)}
 
-    async def evaluations_list(self, _s: Client, p: JobId) -> Any:
-        return listing(self.engine.store, self.engine.jobs.get(p.id))
+    async def evaluations_list(self, s: Client, p: JobId) -> Any:
+        reply = listing(self.engine.store, self.engine.jobs.get(p.id))
+        if s.user.sees_all:
+            return reply
+        # A family can reach into another project (a run made before projects were checked, a shared base
+        # model's evaluations): only this user's projects' jobs and results are shown.
+        access = self.engine.access
+
+        def mine(job: Any) -> bool:
+            job_id = job.get("id") if isinstance(job, dict) else job
+            return job_id is None or access.visible_existing(s.user, str(job_id))
+
+        rows = []
+        for row in reply["rows"]:
+            if row["role"] == "variant" and not mine(row["job"]):
+                continue
+            evaluations = [e for e in row["evaluations"] if mine(e.get("job"))]
+            rows.append({**row, "job": row["job"] if mine(row["job"]) else None, "evaluations": evaluations})
+        return {**reply, "rows": rows}

@@ -51,8 +51,8 @@ class EventHandlers:
     async def subscribe(self, s: Client, p: Subscribe) -> Any:
         bus = self.engine.bus
         user, access = s.user, self.engine.access
-        visible = None if user.sees_all else (lambda topic, data: access.topic_visible(user, topic, data))
-        sub, upto = bus.subscribe(p.topics, s.write, p.since, visible)
+        view = None if user.sees_all else (lambda topic, data: access.event_view(user, topic, data))
+        sub, upto = bus.subscribe(p.topics, s.write, p.since, view)
         s.subscriptions.add(sub.id)
         if p.since is not None:
             # Reply first, so the client knows the subscription id before its events arrive.
@@ -70,7 +70,8 @@ class EventHandlers:
     async def events_query(self, s: Client, p: EventsQuery) -> Any:
         rows = self.engine.store.query_events(p.topics, p.since, None, p.limit)
         if not s.user.sees_all:
-            rows = [r for r in rows if self.engine.access.topic_visible(s.user, r[1], r[3])]
+            shown = ((seq, topic, t, self.engine.access.event_view(s.user, topic, data)) for seq, topic, t, data in rows)
+            rows = [r for r in shown if r[3] is not None]
         return {"events": [{"topic": topic, "seq": seq, "t": t, "data": json.loads(data)}
                            for seq, topic, t, data in rows], "last_seq": self.engine.bus.last_seq}
 

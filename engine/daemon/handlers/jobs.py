@@ -17,6 +17,7 @@ from engine.api.job_terms import CHAIN, FINETUNE, SWEEP
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
 from engine.daemon import data_policy, projects, templates
+from engine.daemon.access import DEFAULT_PROJECT
 from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
 from engine.daemon.handlers.params import JobId, NoParams, Params
 from engine.daemon.job_records import artifacts, delete_files, read_json, record, variants
@@ -141,14 +142,24 @@ class JobHandlers:
     def _templates_dir(self) -> Path:
         return self.engine.paths.home / "templates"
 
-    async def templates_list(self, _s: Client, _p: NoParams) -> Any:
-        return {"templates": templates.list_all(self._templates_dir())}
+    async def templates_list(self, s: Client, _p: NoParams) -> Any:
+        found = templates.list_all(self._templates_dir(), self.engine.store)
+        if not s.user.sees_all:
+            found = [t for t in found if (t.get("project") or DEFAULT_PROJECT) in s.user.projects]
+        return {"templates": found}
 
-    async def templates_save(self, _s: Client, p: TemplateSave) -> Any:
-        return templates.save(self._templates_dir(), p.name, p.kind, p.spec)
+    async def templates_save(self, s: Client, p: TemplateSave) -> Any:
+        store = self.engine.store
+        owner, project = templates.owner_of(store, p.name)
+        saved = templates.save(self._templates_dir(), p.name, p.kind, p.spec)
+        # Who first saved a name owns it (resource_check lets only them, or an admin, replace or delete it).
+        templates.set_owner(store, p.name, owner or s.user.name, project or s.user.home_project())
+        return saved
 
     async def templates_delete(self, _s: Client, p: TemplateName) -> Any:
-        return templates.delete(self._templates_dir(), p.name)
+        done = templates.delete(self._templates_dir(), p.name)
+        templates.set_owner(self.engine.store, p.name, None, None)
+        return done
 
     async def jobs_delete(self, _s: Client, p: JobsDelete) -> Any:
         job = self.engine.jobs.get(p.id)

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, model_validator
 
 from engine.api.playground import GenerateSettings, Message, ModelRef
+from engine.api.protocol import NOT_FOUND, RpcError
+from engine.daemon import secrets_store
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
@@ -54,18 +56,39 @@ class PlaygroundHandlers:
             "playground.unload": (Unload, self.unload),
         }
 
-    async def chat(self, _s: Client, p: Chat) -> Any:
-        return await self.engine.inference.chat(p.model, [m.model_dump() for m in p.messages],
-                                                p.settings.model_dump())
+    def _ref(self, s: Client, ref: ModelRef) -> ModelRef:
+        """The reference with a named secret's value as its key (resource_check made sure it is theirs)."""
+        if not ref.api_key_secret:
+            return ref
+        projects = None if s.user.sees_all else s.user.projects
+        names = secrets_store.names(self.engine.store, projects)
+        value = secrets_store.get(self.engine.store, [p for p in names if ref.api_key_secret in names[p]],
+                                  ref.api_key_secret)
+        if value is None:
+            raise RpcError(NOT_FOUND, f"No secret {ref.api_key_secret!r} in your projects",
+                           {"hint": "ember secrets list shows your projects' secrets; an admin adds them."})
+        return ref.model_copy(update={"api_key": value, "api_key_secret": None})
+
+    async def chat(self, s: Client, p: Chat) -> Any:
+        reply = await self.engine.inference.chat(self._ref(s, p.model), [m.model_dump() for m in p.messages],
+                                                 p.settings.model_dump())
+        # Before any await: the answer's events go to this user only (Access.topic_visible).
+        self.engine.access.note_request(reply["request"], s.user)
+        return reply
 
     async def stop(self, _s: Client, p: Stop) -> Any:
         return {"ok": self.engine.inference.stop(p.request)}
 
-    async def predict(self, _s: Client, p: Predict) -> Any:
-        return await self.engine.inference.predict(p.model, p.text, p.image)
+    async def predict(self, s: Client, p: Predict) -> Any:
+        return await self.engine.inference.predict(self._ref(s, p.model), p.text, p.image)
 
-    async def workers(self, _s: Client, _p: NoParams) -> Any:
-        return {"workers": self.engine.inference.list()}
+    async def workers(self, s: Client, _p: NoParams) -> Any:
+        found = self.engine.inference.list()
+        if not s.user.sees_all:  # another project's run stays unnamed
+            access = self.engine.access
+            found = [w for w in found if not (run := (w.get("model") or {}).get("run"))
+                     or access.visible_existing(s.user, str(run))]
+        return {"workers": found}
 
-    async def unload(self, _s: Client, p: Unload) -> Any:
-        return {"ok": await self.engine.inference.unload(p.model)}
+    async def unload(self, s: Client, p: Unload) -> Any:
+        return {"ok": await self.engine.inference.unload(self._ref(s, p.model))}

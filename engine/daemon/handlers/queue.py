@@ -39,21 +39,25 @@ class QueueHandlers:
             "jobs.prioritize": (JobsPrioritize, self.jobs_prioritize),
         }
 
-    async def queue_get(self, _s: Client, _p: NoParams) -> Any:
-        return job_queue.snapshot(self.engine.jobs)
+    def _snapshot(self, s: Client) -> Any:
+        """The queue as this user may see it: their projects' jobs (the others' still take their resources)."""
+        return self.engine.access.queue_view(s.user, job_queue.snapshot(self.engine.jobs))
 
-    async def queue_move(self, _s: Client, p: QueueMove) -> Any:
+    async def queue_get(self, s: Client, _p: NoParams) -> Any:
+        return self._snapshot(s)
+
+    async def queue_move(self, s: Client, p: QueueMove) -> Any:
         job_queue.move(self.engine.jobs, p.id, p.to)
         self.engine.jobs.schedule()
-        return job_queue.snapshot(self.engine.jobs)
+        return self._snapshot(s)
 
-    async def jobs_prioritize(self, _s: Client, p: JobsPrioritize) -> Any:
+    async def jobs_prioritize(self, s: Client, p: JobsPrioritize) -> Any:
         job_queue.prioritize(self.engine.jobs, p.id, p.priority)
         self.engine.jobs.schedule()
-        return job_queue.snapshot(self.engine.jobs)
+        return self._snapshot(s)
 
-    async def queue_configure(self, _s: Client, p: QueueConfigure) -> Any:
+    async def queue_configure(self, s: Client, p: QueueConfigure) -> Any:
         job_queue.configure(self.engine.jobs, p.max_concurrent, p.cpu_cores, p.allow_gpu_sharing,
                             p.model_fields_set)
         self.engine.jobs.schedule()
-        return job_queue.snapshot(self.engine.jobs)
+        return self._snapshot(s)

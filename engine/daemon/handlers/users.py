@@ -42,6 +42,8 @@ class ProjectSet(Params):
     data_folders: list[str] = Field(default_factory=list, max_length=100,
                                     description="absolute folders whose files are this project's data")
     hosts: list[str] = Field(default_factory=list, max_length=100, description="hosts (Hosts page) given to it")
+    endpoints: list[str] | None = Field(None, max_length=100, description="OpenAI-compatible endpoint URLs its "
+                                        "members may chat with (besides its own serve jobs); None keeps them")
     remove: bool = Field(False, description="forget the project's folders and hosts (its jobs stay)")
 
 
@@ -139,7 +141,12 @@ class UserHandlers:
         unknown = [h for h in p.hosts if h not in known]
         if unknown:
             raise RpcError(NOT_FOUND, f"No host {unknown[0]!r}", {"hint": "hosts.list shows them (Hosts page)."})
-        return {"name": p.name, **projects.set_project(self.engine.store, p.name, p.data_folders, p.hosts)}
+        bad = [u for u in p.endpoints or [] if not re.match(r"^https?://[^\s/]+(/[^\s]*)?$", u)]
+        if bad:
+            raise RpcError(INVALID_PARAMS, f"{bad[0]!r} is not an endpoint URL",
+                           {"hint": "Give the server's base URL, e.g. http://10.0.0.5:8000/v1."})
+        return {"name": p.name, **projects.set_project(self.engine.store, p.name, p.data_folders, p.hosts,
+                                                       p.endpoints)}
 
     def _drop_sessions(self, name: str, keep: Client | None = None) -> None:
         for session in list(self.engine.sessions):
