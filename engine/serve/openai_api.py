@@ -7,10 +7,12 @@ STREAM_EVERY_S); ``POST /v1/classify`` for a classifier (every class's probabili
 for a text classifier's encoder (its last hidden states averaged over each text's tokens).
 Errors are OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
 
-The standard library's threading HTTP server: one thread per connection, so many clients can wait at once;
-the model answers one request at a time (a lock), the others queue, and the queue's length is in the figures.
-With an API key every route but ``/health`` wants ``Authorization: Bearer KEY`` (401 ``invalid_api_key``
-otherwise), compared in constant time.
+The HTTP plumbing is engine/serve/http_server.py: a large listen backlog, a bounded pool of workers that
+get a connection once its request head is in, read timeouts, a per-address connection cap and a body limit
+(``Limits``). The model answers one request at a time (a lock), the others queue, and the queue's length is
+in the figures. With an API key every route but ``/health`` wants ``Authorization: Bearer KEY`` (401
+``invalid_api_key`` otherwise), compared in constant time and checked from the headers before any body is
+read.
 """
 
 from __future__ import annotations
@@ -25,15 +27,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pydantic import ValidationError
 
 from engine.api.playground import GenerateSettings
+from engine.serve.http_server import Limits, PooledHandler, PooledServer
 from engine.training.context import JobFailed
 
-MAX_BODY = 4 << 20  # a request larger than this is refused (413)
 FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop", "length": "length"}
 STREAM_EVERY_S = 0.02  # a streamed answer's pieces are gathered for this long (50 events a second at most)
 
@@ -177,14 +178,17 @@ def _usage(answer: Any) -> dict[str, int]:
             "total_tokens": answer.prompt_tokens + answer.new_tokens}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(PooledHandler):
     server_version = "EmberStudio"
-    protocol_version = "HTTP/1.1"
     # TCP_NODELAY: a streamed event is a small write; with Nagle's algorithm it could wait for the client's
     # delayed ACK of the one before (up to 40 ms on Linux), which shows as a later first token.
     disable_nagle_algorithm = True
     service: Service  # set on the class server() makes
     _streaming = False  # this request's event stream has started
+
+    @classmethod
+    def error_doc(cls, status: int, message: str, code: str) -> dict[str, Any]:
+        return ApiError(status, message, code=code).body()
 
     def log_message(self, fmt: str, *args: Any) -> None:  # to stdout.log, one line a request
         sys.stdout.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {fmt % args}\n")
@@ -199,11 +203,24 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(raw)
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise ApiError(413, f"the request is {length:,} bytes; at most {MAX_BODY:,} are read")
+        """The JSON body; called after the API key is checked, so a client without it never gets it read."""
+        limits = self.server.limits
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            length = self.content_length()
+        except ValueError:
+            raise ApiError(400, "Content-Length must be a whole number of bytes") from None
+        if length > limits.max_body:  # refused before a byte of it is read
+            raise ApiError(413, f"the request is {length:,} bytes; at most {limits.max_body:,} are read",
+                           code="request_too_large")
+        try:
+            raw = self.read_body(length)
+        except TimeoutError:
+            raise ApiError(408, f"the body did not arrive within {limits.body_timeout:g} s of the request's "
+                                "headers", code="timeout") from None
+        if len(raw) < length:
+            raise ApiError(400, f"the body ended after {len(raw):,} of its {length:,} bytes")
+        try:
+            body = json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError):
             raise ApiError(400, "the body is not JSON") from None
         if not isinstance(body, dict):
@@ -368,17 +385,17 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.wfile.write(raw)
             self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            # The client went away: end its answer now, so the next one in the queue starts.
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            # The client went away (or stopped reading for a write timeout): end its answer now, so the next one
+            # in the queue starts.
             stop = getattr(self.service.model, "stop_event", None)
             if stop is not None:
                 stop.set()
 
 
-def server(service: Service, host: str, port: int) -> ThreadingHTTPServer:
-    """Bound and listening (port 0 takes a free one: ``server_address[1]``); serve_forever() answers."""
+def server(service: Service, host: str, port: int, limits: Limits | None = None) -> PooledServer:
+    """Bound and listening (port 0 takes a free one: ``server_address[1]``); serve_forever() answers.
+    ``limits``: workers, backlog, header and body timeouts, the per-address cap, the body limit (Limits())."""
     handler = type("BoundHandler", (Handler,), {"service": service})
-    httpd = ThreadingHTTPServer((host, port), handler)
-    httpd.daemon_threads = True
-    return httpd
+    return PooledServer((host, port), handler, limits)
 

@@ -7,6 +7,7 @@ the job, closes the port and leaves no process. A classifier answers /v1/classif
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -282,3 +283,135 @@ def test_the_vllm_backend_starts_vllms_server_and_reports_its_figures(engine_pro
         host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
         with pytest.raises(OSError), socket.create_connection((host, int(port)), timeout=2):
             pass
+
+
+# ---------------------------------------------------------------- the HTTP server's limits, in this process
+# Service over no model: /v1/models, /health and a POST to the wrong kind's route (a 400 once the body is read)
+# exercise the server without generating anything.
+
+KEY = "k" * 32
+
+
+@contextlib.contextmanager
+def serving(api_key: str | None = None, **limits):
+    from engine.serve.http_server import Limits
+    from engine.serve.openai_api import Service, server
+
+    httpd = server(Service("chat", None, "tiny", 16, api_key), "127.0.0.1", 0, Limits(**limits))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def raw_request(port: int, data: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(data)
+    return sock
+
+
+def read_to_close(sock: socket.socket) -> bytes:
+    """Everything until the server closes (socket.timeout if it never does)."""
+    out = b""
+    with sock:
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
+
+
+MODELS = b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+
+
+def test_two_hundred_clients_at_once_are_all_answered():
+    with serving(workers=8) as httpd:  # fewer workers than clients: the rest wait in the queue, none is reset
+        port = httpd.server_address[1]
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(200)]
+        for s in socks:
+            s.sendall(MODELS)
+        answers = [read_to_close(s) for s in socks]
+        assert [status_of(a) for a in answers] == [200] * 200
+        assert all(json.loads(a.split(b"\r\n\r\n", 1)[1])["data"][0]["id"] == "tiny" for a in answers)
+
+        # Keep-alive: two requests on one connection, the second after the first's answer.
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for _ in range(2):
+            conn.request("POST", "/v1/classify", body=json.dumps({"input": "hi"}))
+            reply = conn.getresponse()
+            assert reply.status == 400 and "is a language model" in json.load(reply)["error"]["message"]
+        conn.close()
+        wait_for(lambda: httpd.open_count == 0, timeout=10, what="every connection closed and counted out")
+
+
+def test_half_sent_requests_are_closed_after_the_timeout_while_others_are_answered():
+    with serving(workers=8, header_timeout=1, body_timeout=1) as httpd:
+        port = httpd.server_address[1]
+        # 100 heads never finished (they hold no worker) and 4 bodies shorter than their Content-Length (each
+        # holds a worker until the body timeout).
+        heads = [raw_request(port, b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 1000\r\n")
+                 for _ in range(100)]
+        bodies = [raw_request(port, b"POST /v1/classify HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{\"in")
+                  for _ in range(4)]
+        assert status_of(read_to_close(raw_request(port, MODELS))) == 200
+        post = b'{"input": "hello"}'
+        answered = read_to_close(raw_request(port, b"POST /v1/classify HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                                                   b"Content-Length: %d\r\n\r\n%s" % (len(post), post)))
+        assert status_of(answered) == 400 and b"is a language model" in answered
+        # Each half-sent one is answered 408 and closed (recv returns b"" rather than timing out).
+        closed_heads = [read_to_close(s) for s in heads]
+        assert all(status_of(a) == 408 and b"head did not arrive" in a for a in closed_heads)
+        closed_bodies = [read_to_close(s) for s in bodies]
+        assert all(status_of(a) == 408 and b"body did not arrive" in a for a in closed_bodies)
+        wait_for(lambda: httpd.open_count == 0, timeout=10, what="every connection closed and counted out")
+
+
+def test_a_request_without_the_key_is_refused_before_its_body_is_read():
+    with serving(api_key=KEY, body_timeout=60) as httpd:
+        port = httpd.server_address[1]
+        # No body follows: had the server waited for it, recv would time out (30 s) long before its 60 s.
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n"
+        refused = read_to_close(raw_request(port, head + b"\r\n"))
+        assert status_of(refused) == 401 and b"Connection: close" in refused
+        assert json.loads(refused.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "invalid_api_key"
+        # Expect: 100-continue: without the key no "100 Continue" (the client never sends its body); with it,
+        # the server asks for the body.
+        refused = read_to_close(raw_request(port, head + b"Expect: 100-continue\r\n\r\n"))
+        assert status_of(refused) == 401 and b"100 Continue" not in refused
+        keyed = raw_request(port, head.replace(b"1000000", b"2") + b"Authorization: Bearer " + KEY.encode() +
+                            b"\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
+        assert keyed.recv(100).startswith(b"HTTP/1.1 100 Continue")
+        keyed.sendall(b"{}")
+        assert status_of(read_to_close(keyed).split(b"\r\n\r\n", 1)[0]) == 400  # no messages; the body was read
+        # Too large: 413 from its Content-Length alone.
+        big = read_to_close(raw_request(port, b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
+                                        KEY.encode() + b"\r\nContent-Length: %d\r\n\r\n" % (9 << 20)))
+        assert status_of(big) == 413 and b"request_too_large" in big
+
+
+def test_a_client_address_past_its_connection_cap_gets_429():
+    with serving(per_client=3, cap_loopback=True) as httpd:
+        port = httpd.server_address[1]
+        held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+        wait_for(lambda: httpd.open_count == 3, timeout=10, what="the three connections counted")
+        over = read_to_close(raw_request(port, MODELS))
+        error = json.loads(over.split(b"\r\n\r\n", 1)[1])["error"]
+        assert status_of(over) == 429 and b"Retry-After: 1" in over
+        assert error["code"] == "rate_limit_exceeded" and "more than 3 connections" in error["message"]
+        for s in held:
+            s.close()
+        wait_for(lambda: httpd.open_count == 0, timeout=10, what="the held connections closed")
+        assert status_of(read_to_close(raw_request(port, MODELS))) == 200
+    with serving(per_client=3) as httpd:  # loopback clients are not capped by default
+        port = httpd.server_address[1]
+        held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(5)]
+        assert status_of(read_to_close(raw_request(port, MODELS))) == 200
+        for s in held:
+            s.close()
