@@ -118,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         ctx = rc or RankContext(run_dir, world or dist.World(rank, 0, 1, "cpu", ""))
         if full is not None:
             ctx.ctx.release_reserve()  # room for the events that say why
-        ctx.emit("error", message=message, hint=hint,
+        # reason: a word a program can test (a diverged run's "diverged"), beside the message for people
+        reason = {"reason": exc.reason} if isinstance(exc, JobFailed) and exc.reason else {}
+        ctx.emit("error", message=message, hint=hint, **reason,
                  **({"issues": [vars(i) for i in exc.issues]} if isinstance(exc, InputError) else {}))
         restarts_left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) - \
             int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         # A full disk stays full on a restart: fail at once, resumable once space is freed.
         retryable = restarts_left > 0 and full is None and not isinstance(exc, (JobFailed, InputError, SpecError))
         # torchrun will start the group again, and it resumes from the last checkpoint.
-        ctx.status("restarting" if retryable else "failed", message=message, hint=hint)
+        ctx.status("restarting" if retryable else "failed", message=message, hint=hint, **reason)
         return 1
     finally:
         if world is not None:

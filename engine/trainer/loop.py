@@ -19,6 +19,7 @@ from engine.api.train_spec import TrainSpec
 from engine.strategies import get_strategy
 from engine.tasks import task_for
 from engine.tasks.base import InputError
+from engine.trainer import divergence
 from engine.training import checkpoint, dist, mesh, methods, speed
 from engine.training.context import JobFailed, disk_full
 from engine.training.data_order import ResumableOrder, eval_shards
@@ -124,6 +125,10 @@ class Trainer:
         self.best: float | None = None
         self.bad_evals = 0
         self.last_metrics: dict[str, float] = {}
+        self.eval_sums: dict[str, float] = {}  # the last evaluation's raw sums, for divergence.check_eval
+        # Every step's loss and every evaluation go through it: a diverged run stops and ends failed.
+        self.watch = divergence.LossWatch()
+        self.last_checkpoint: str | None = None  # kept when the run diverges (the hint names it)
 
     # ---- setup
     def setup(self) -> None:
@@ -359,6 +364,7 @@ class Trainer:
         self.position = tuple(state["position"])
         self.best, self.bad_evals = state.get("best"), state.get("bad_evals", 0)
         self.rc.emit("resumed", step=self.step, checkpoint=str(ckpt))
+        self.last_checkpoint = str(ckpt)
         self.rc.log(f"resumed from {ckpt.name} at step {self.step}")
 
     def _flops_info(self) -> dict[str, Any]:
@@ -435,15 +441,13 @@ class Trainer:
                                           slots, flops, *(extra.get(k, 0.0) for k in self.step_keys)])
             mean_loss = totals[0] / self.mesh.dp
             if totals[3]:
-                if self.deepspeed:
-                    raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
-                                    "Lower optim.lr or keep optim.grad_clip on; with DeepSpeed such steps "
-                                    "cannot be skipped.")
+                # With DeepSpeed the step already ran inside the engine: it cannot be skipped.
+                skipping = spec.nan_policy == "skip" and not self.deepspeed
+                found = self.watch.non_finite(self.step + 1, skipping)
+                if found is not None:
+                    self._diverge(found, " With DeepSpeed such steps cannot be skipped." if self.deepspeed else
+                                  "" if skipping else " Or set nan_policy: skip to skip such steps instead.")
                 self.optimizer.zero_grad(set_to_none=True)
-                if spec.nan_policy == "stop":
-                    raise JobFailed(f"The loss became NaN or infinite at step {self.step + 1}",
-                                    "Lower optim.lr, keep optim.grad_clip on, or use bf16 instead of fp16; "
-                                    "nan_policy: skip skips such steps instead.")
                 self.step += 1
                 rc.emit("warning", step=self.step, message=f"Skipped step {self.step}: the loss was NaN or infinite",
                         hint="If this repeats, lower optim.lr.")
@@ -474,6 +478,9 @@ class Trainer:
                 if self.step_keys:  # e.g. the preference task's reward figures
                     event.update(self.task.step_metrics(dict(zip(self.step_keys, totals[7:], strict=True))))
                 rc.emit("train", **event)
+            found = self.watch.add(self.step, mean_loss)
+            if found is not None:
+                self._diverge(found)  # before any checkpoint of this step: the kept ones are from before
             if self.step % spec.memory_every == 0 or self.step == 1:
                 coords = self.mesh.coords(world.rank) if self.mesh.split else None
                 records = dist.gather_objects(world, memory_record(world, coords))
@@ -575,7 +582,17 @@ class Trainer:
                 continue  # its replica's figures come from the first tp slice of its last stage
             for k, v in part.items():  # type: ignore[union-attr]
                 total[k] = total.get(k, 0.0) + v
+        self.eval_sums = total
         return self.task.finalize_metrics(total)
+
+    def _diverge(self, found: divergence.Divergence, more_hint: str = "") -> None:
+        """Say so (a ``diverged`` event), then end the run failed: no checkpoint or final model of this state."""
+        hint = divergence.hint(self.spec, Path(self.last_checkpoint).name if self.last_checkpoint else None)
+        hint += more_hint
+        self.rc.emit("diverged", step=found.step, loss=found.loss, start_loss=found.start_loss,
+                     message=found.message, hint=hint, checkpoint=self.last_checkpoint)
+        self.rc.log(f"{found.message}; stopping")
+        raise divergence.Diverged(found, hint)
 
     def _evaluate_and_check_early_stop(self) -> bool:
         metrics = self.evaluate()
@@ -583,6 +600,9 @@ class Trainer:
         metrics.update(answers.pop("metrics", None) or {})  # generation metrics, samples and generation_s
         self.last_metrics = metrics
         self.rc.emit("eval", step=self.step, metrics=metrics, **answers)
+        found = self.watch.check_eval(self.step, metrics, self.eval_sums)
+        if found is not None:
+            self._diverge(found)
         es = self.spec.early_stopping
         if es is None or es.metric not in metrics:
             return False
@@ -605,6 +625,7 @@ class Trainer:
              "spec": self.spec.model_dump(mode="json")},
             self.world, self.layout, self.trainable_only, self.spec.keep_checkpoints)
         self.rc.emit("checkpoint", step=self.step, path=str(path), seconds=time.perf_counter() - t0)
+        self.last_checkpoint = str(path)
         return path
 
     def _save_model(self) -> None:

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import errno
 import json
+import math
 import os
 import shutil
 import signal
@@ -36,8 +37,30 @@ _WRITE_FAILED_WORDS = ("unexpected pos",)
 _NEARLY_FULL = 64 << 20
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, for strict JSON.
+
+    json.dumps writes them as bare NaN/Infinity, which is not JSON: other readers (jq, browsers, most
+    languages' parsers) reject the whole line. A diverged run's perplexity is such a number.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def to_json(value: Any, **kwargs: Any) -> str:
+    """Strict JSON of ``value``: non-finite numbers as null, anything else unknown as its str()."""
+    return json.dumps(json_safe(value), allow_nan=False, default=str, **kwargs)
+
+
 class JobFailed(Exception):
     """Raise from a recipe to fail with a message and a hint for the user."""
+
+    reason = ""  # a subclass's word for the kind of failure, written beside the message (e.g. "diverged")
 
     def __init__(self, message: str, hint: str = ""):
         super().__init__(message)
@@ -103,7 +126,7 @@ class JobContext:
 
     def emit(self, kind: str, **data: Any) -> None:
         record = {"t": time.time(), "kind": kind, **data}
-        line = ("\n" if self._torn else "") + json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        line = ("\n" if self._torn else "") + to_json(record, separators=(",", ":")) + "\n"
         raw = line.encode("utf-8")
         try:
             written = os.write(self._fd, raw)
@@ -134,7 +157,7 @@ class JobContext:
 
     def write_result(self, result: dict[str, Any]) -> None:
         tmp = self.run_dir / "result.json.tmp"
-        tmp.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+        tmp.write_text(to_json(result, indent=1), encoding="utf-8")
         os.replace(tmp, self.run_dir / "result.json")
 
     def wait(self, seconds: float) -> bool:
@@ -194,8 +217,10 @@ def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | Non
     except (JobFailed, SpecError) as exc:
         if disk_full(exc, args.run_dir, "writing"):
             ctx.release_reserve()
-        ctx.emit("error", message=str(exc), hint=getattr(exc, "hint", ""))
-        ctx.status("failed", message=str(exc), hint=getattr(exc, "hint", ""))
+        # reason: a word a program can test (e.g. "diverged"), beside the message for people
+        reason = {"reason": exc.reason} if getattr(exc, "reason", "") else {}
+        ctx.emit("error", message=str(exc), hint=getattr(exc, "hint", ""), **reason)
+        ctx.status("failed", message=str(exc), hint=getattr(exc, "hint", ""), **reason)
         return 1
     except Exception as exc:  # noqa: BLE001 - every failure must reach the user as an event
         full = disk_full(exc, args.run_dir, f"writing ({type(exc).__name__}: {exc})")

@@ -1,7 +1,8 @@
-"""The Monitor's banner for a run's error and warning events: message, hint, dismiss.
+"""The Monitor's banner for a run's error, warning and diverged events: message, hint, dismiss.
 
-Errors are red, warnings amber. A newer event replaces what is shown; a warning
-never hides an error that is still up.
+Errors and divergence (a run stopped because its loss blew up) are red, warnings amber. A newer
+event replaces what is shown; a warning never hides an error that is still up, and the error a
+diverged run ends with (the same message) leaves the banner's kind "diverged".
 """
 
 from __future__ import annotations
@@ -47,11 +48,14 @@ class EventBanner(QFrame):
         self.hide()
 
     def show_event(self, kind: str, message: str, hint: str) -> None:
-        if kind == "warning" and self.kind == "error" and not self.isHidden():
+        """``kind``: "error", "warning" or "diverged" (a run stopped because its loss blew up)."""
+        if not self.isHidden() and (kind == "warning" and self.kind in ("error", "diverged")
+                                    or kind == "error" and self.kind == "diverged"):
             return
         self.kind = kind
-        set_state(self, kind)
-        self.message.setText(("Error: " if kind == "error" else "Warning: ") + message)
+        set_state(self, "warning" if kind == "warning" else "error")
+        # A divergence ends the run failed: it reads as an error (its message says it diverged).
+        self.message.setText(("Warning: " if kind == "warning" else "Error: ") + message)
         self.hint.setText(hint)
         self.hint.setVisible(bool(hint))
         self.show()

@@ -325,7 +325,7 @@ class MonitorPage(QWidget):
             self._info = data
             self._show_facts()
             self._show_progress()
-        elif kind in ("error", "warning"):
+        elif kind in ("error", "warning", "diverged"):
             self.banner.show_event(kind, data.get("message") or "", data.get("hint") or "")
         note = event_note(kind, data)
         if note:
