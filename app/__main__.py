@@ -19,7 +19,7 @@ import sys
 # tests/app/test_gui_startup.py checks this against engine.cli.main's parser, so a new command is not missed.
 CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "resume", "hosts", "export", "queue",
                           "audit", "lineage", "models", "hub", "chat", "chats", "predict", "evaluate",
-                          "serve", "bench-serve", "pii", "users", "projects"})
+                          "serve", "bench-serve", "pii", "users", "projects", "secrets"})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -235,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_pii.add_parser(sub)
     cli_users.add_parser(sub)
     cli_users.add_projects_parser(sub)
+    cli_users.add_secrets_parser(sub)
 
     for action, help_text in (("stop", "stop a job gracefully"), ("cancel", "stop a job at once"),
                               ("resume", "continue a stopped or failed training job from its checkpoint"),

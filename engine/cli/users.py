@@ -93,11 +93,12 @@ def cmd_projects(args: argparse.Namespace) -> int:
     with ensure_engine() as c:
         if args.projects_action == "set":
             c.call("projects.set", name=args.name, data_folders=args.data_folder or [], hosts=args.host or [],
-                   remove=args.remove)
+                   endpoints=args.endpoint, remove=args.remove)
         for p in c.call("projects.list")["projects"]:
             out(f"{p['name']}: members {', '.join(p['members']) or '-'}")
             out(f"  data folders: {', '.join(p['data_folders']) or 'none (data anywhere)'}")
             out(f"  hosts: {', '.join(p['hosts']) or 'none (everyone’s hosts)'}")
+            out(f"  endpoints: {', '.join(p.get('endpoints') or []) or 'only its own serve jobs'}")
     return 0
 
 
@@ -110,5 +111,31 @@ def add_projects_parser(sub: Any) -> None:
     s.add_argument("--data-folder", action="append", help="a folder whose files only this project's jobs read "
                                                           "(repeatable)")
     s.add_argument("--host", action="append", help="a host (Hosts page) only this project's jobs use (repeatable)")
+    s.add_argument("--endpoint", action="append", help="an OpenAI-compatible server's URL its members may chat "
+                                                       "with (repeatable; without it the allowed ones stay)")
     s.add_argument("--remove", action="store_true", help="forget the project's folders and hosts")
     p.set_defaults(fn=cmd_projects, projects_action=None)
+
+
+def cmd_secrets(args: argparse.Namespace) -> int:
+    with ensure_engine() as c:
+        if args.secrets_action == "set":
+            value = sys.stdin.readline().strip() if not args.remove else None
+            if not args.remove and not value:
+                out("No secret on standard input: ember secrets set PROJECT NAME < file")
+                return 2
+            c.call("secrets.set", project=args.project, name=args.name, secret=value, remove=args.remove)
+        for project, names in c.call("secrets.list")["secrets"].items():
+            out(f"{project}: {', '.join(names) or '-'}")
+    return 0
+
+
+def add_secrets_parser(sub: Any) -> None:
+    p = sub.add_parser("secrets", help="secrets an admin keeps for a project (an endpoint's API key): names only")
+    ps = p.add_subparsers(dest="secrets_action")
+    ps.add_parser("list", help="your projects' secrets, by name (the default)")
+    s = ps.add_parser("set", help="keep a secret for a project, read from standard input (admin)")
+    s.add_argument("project")
+    s.add_argument("name")
+    s.add_argument("--remove", action="store_true", help="forget it")
+    p.set_defaults(fn=cmd_secrets, secrets_action=None)
