@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ class Follower:
         self.path = Path(run_dir) / "events.jsonl"
         self.offset = offset
         self.reported_state: str | None = None
+        self.reported_at: float | None = None  # the time written in the final status event read here
         self.last_error: dict[str, Any] | None = None
         self.bad_lines = 0
 
@@ -67,13 +69,29 @@ class Follower:
                              run_id=self.run_id)
             return
         kind = data.get("kind") if isinstance(data.get("kind"), str) else "event"
+        t = data.get("t") if isinstance(data.get("t"), (int, float)) else None
         if kind == "status" and data.get("state") in FINAL_STATES:
             self.reported_state = data["state"]
+            self.reported_at = t
             if data.get("message"):
                 self.last_error = {"message": data["message"], "hint": data.get("hint", "")}
         elif kind == "status":
             # A job that runs again (torchrun restart, resume) has not ended after all.
             self.reported_state = None
+            self.reported_at = None
             self.last_error = None
-        t = data.get("t") if isinstance(data.get("t"), (int, float)) else None
         self.bus.publish_json(f"{topic_base}/{kind}", raw.decode("utf-8"), run_id=self.run_id, t=t)
+
+    def end_time(self) -> float:
+        """When the job ended, for a job whose end the engine did not see (it ended while the engine was
+        down, or the store lost its record): the time its final status event carries, else the last write
+        to its events file, else now. Read it before ``release_tail``, which changes the file's mtime."""
+        if self.reported_state and self.reported_at is None:
+            # The final status was stored by an earlier engine, before the offset this follower began at.
+            self.reported_at = self.bus.store.last_event_t(self.run_id, f"run/{self.run_id}/status")
+        if self.reported_state and self.reported_at is not None:
+            return float(self.reported_at)
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return time.time()

@@ -28,7 +28,7 @@ from engine.api.job_terms import CHAIN, FINETUNE, IN_ENGINE, LIVE_STATES, QUEUED
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from engine.api.specs import JOB_KINDS, ServeSpec, dump_job_yaml
-from engine.daemon import job_queue
+from engine.daemon import job_queue, store_rebuild
 from engine.daemon.eventbus import EventBus
 from engine.daemon.follower import Follower
 from engine.daemon.job_records import measured_peak, record
@@ -118,11 +118,14 @@ class JobManager:
         run_dir = self.paths.run_dir(run_id)
         run_dir.mkdir(parents=True)
         (run_dir / "spec.yaml").write_text(dump_job_yaml(kind, spec, name), encoding="utf-8")
+        created = time.time()
+        # What spec.yaml does not say, kept in the folder so a store restored from a backup can rebuild the job.
+        store_rebuild.record_in_folder(run_dir, owner=owner, project=project, parent_id=parent, created_at=created)
         if host is not None:
             (run_dir / "deploy_host.json").write_text(json.dumps(host, indent=1), encoding="utf-8")
         self.store.insert_job({
             "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
-            "created_at": time.time(), "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
+            "created_at": created, "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
             "parent_id": parent, "queue_pos": self.store.next_queue_pos(), "owner": owner, "project": project,
         })
         self.bus.publish("jobs", record(self.store, self.get(run_id)))
@@ -204,7 +207,10 @@ class JobManager:
         except psutil.Error:
             started = None
         self._procs[job["id"]] = proc
-        self._set_state(job["id"], "running", started_at=time.time(), pid=proc.pid, pid_started=started)
+        now = time.time()
+        # A rebuilt record must know the process too, or a rebuild would take a live job for a dead one.
+        store_rebuild.record_in_folder(run_dir, started_at=now, pid=proc.pid, pid_started=started)
+        self._set_state(job["id"], "running", started_at=now, pid=proc.pid, pid_started=started)
         self._follow(job["id"])
 
     def _launch_multi(self, job: dict[str, Any], spec: Any, launched: bool = False) -> None:
@@ -318,9 +324,14 @@ class JobManager:
                      "hint": "See stdout.log in the run directory; if it was killed for memory, "
                              "try a smaller batch."}
         self.bus.flush()  # the job's own events go out before its final state
+        # A job ended when it said so (its final status event's time), not when an engine noticed: an engine
+        # that starts after the job ended would otherwise date the end at its own start, and a store rebuilt
+        # from the run folder (engine/daemon/store_rebuild.py) could not give back the same time. A job this
+        # engine did not start and that said nothing ended at its events file's last write.
+        ended_at = follower.end_time() if follower.reported_state or exit_code == "unknown" else time.time()
         events_file.release_tail(follower.path)  # every process of the job has ended: no rank appends now
         peak = measured_peak(self.store, run_id) if job["kind"] == FINETUNE else None
-        self._set_state(run_id, state, ended_at=time.time(), exit_code=code, error=error,
+        self._set_state(run_id, state, ended_at=ended_at, exit_code=code, error=error,
                         measured_peak=peak)
         self.schedule()
 

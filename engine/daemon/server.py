@@ -94,7 +94,7 @@ class Engine:
         self._cert, self._key = cert, key
         self._failures: dict[str, list[float]] = {}
         self.started_at = time.time()
-        self.store, self.store_health = open_store(p.db)
+        self.store, self.store_health = open_store(p.db, p.runs)
         self.access = Access(self.store)
         self.bus = EventBus(self.store)
         self.hosts = Hosts(p, self.store, self.bus)

@@ -380,6 +380,12 @@ class Store:
                 metric_rows,
             )
 
+    def last_event_t(self, run_id: str, topic: str) -> float | None:
+        """The time of a run's newest event on ``topic`` (its own ``t`` when it wrote one)."""
+        row = self.db.execute("SELECT t FROM events WHERE run_id=? AND topic=? ORDER BY seq DESC LIMIT 1",
+                              (run_id, topic)).fetchone()
+        return None if row is None else float(row[0])
+
     def query_events(self, patterns: Sequence[str], after: int, upto: int | None = None,
                      limit: int = 1000) -> list[tuple[int, str, float, str]]:
         where = " OR ".join("topic GLOB ?" for _ in patterns) or "1"

@@ -9,6 +9,8 @@ it, nor stop the engine from starting:
   -shm files) as ``ember.db.damaged-<time>``, never deleted, and the newest backup that
   passes the check is copied in its place; with no good backup, a new empty store
   starts (the run folders are still on disk) and the report says so.
+- Either way, the jobs the store then lacks or holds stale are rebuilt from their run folders
+  (engine/daemon/store_rebuild.py); the report lists them (``rebuilt``) and its message counts them.
 - ``backup`` writes a consistent copy with SQLite's online backup API (safe while the
   engine writes) into ``backups/ember-<time>.db`` and keeps the newest ``KEEP``.
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.daemon.store import Store
+from engine.daemon.store_rebuild import rebuild
 
 log = logging.getLogger(__name__)
 
@@ -86,27 +89,41 @@ def _move_aside(db: Path) -> Path:
     return aside
 
 
-def open_store(db: Path) -> tuple[Store, dict[str, Any]]:
-    """The store at ``db``, checked (and recovered when damaged); the report goes into engine.status."""
+def _rebuilt_sentence(rebuilt: list[str], restored: bool) -> str:
+    runs = "1 run" if len(rebuilt) == 1 else f"{len(rebuilt)} runs"
+    if restored:
+        return f"{runs} recorded after that backup {'was' if len(rebuilt) == 1 else 'were'} rebuilt from their folders."
+    return f"{runs} {'was' if len(rebuilt) == 1 else 'were'} rebuilt from their folders."
+
+
+def open_store(db: Path, runs: Path | None = None) -> tuple[Store, dict[str, Any]]:
+    """The store at ``db``, checked (and recovered when damaged); the report goes into engine.status.
+    With ``runs`` (the run folders), a recovered store gets back the jobs it lacks from them."""
     report: dict[str, Any] = {"integrity": "ok", "checked_at": time.time(), "recovered_from": None,
-                              "damaged_copy": None, "last_backup": None, "message": ""}
+                              "damaged_copy": None, "last_backup": None, "message": "", "rebuilt": []}
     problem = check(db)
-    if problem != "ok":
-        aside = _move_aside(db)
-        report.update(integrity="recovered", damaged_copy=str(aside))
-        log.error("the store %s is damaged (%s); moved aside to %s", db, problem, aside)
-        good = next((b for b in sorted(backups_dir(db).glob("ember-*.db"), key=lambda p: p.stat().st_mtime,
-                                       reverse=True) if check(b) == "ok"), None)
-        if good is not None:
-            shutil.copyfile(good, db)
-            report["recovered_from"] = str(good)
-            report["message"] = (f"The store was damaged ({problem}); it was restored from the backup of "
-                                 f"{time.ctime(good.stat().st_mtime)}. Runs recorded after that backup are missing "
-                                 f"from the list; their folders are kept. The damaged file is at {aside}.")
-        else:
-            report["integrity"] = "replaced"
-            report["message"] = (f"The store was damaged ({problem}) and no good backup existed: a new, empty "
-                                 f"store was started. Run folders are kept; the damaged file is at {aside}.")
-        log.error("%s", report["message"])
+    if problem == "ok":
+        return Store(db), report
+    aside = _move_aside(db)
+    report.update(integrity="recovered", damaged_copy=str(aside))
+    log.error("the store %s is damaged (%s); moved aside to %s", db, problem, aside)
+    good = next((b for b in sorted(backups_dir(db).glob("ember-*.db"), key=lambda p: p.stat().st_mtime,
+                                   reverse=True) if check(b) == "ok"), None)
+    if good is not None:
+        shutil.copyfile(good, db)
+        report["recovered_from"] = str(good)
+        report["message"] = (f"The store was damaged ({problem}); it was restored from the backup of "
+                             f"{time.ctime(good.stat().st_mtime)}.")
+    else:
+        report["integrity"] = "replaced"
+        report["message"] = (f"The store was damaged ({problem}) and no good backup existed: a new, empty "
+                             f"store was started.")
     store = Store(db)
+    if runs is not None:
+        report["rebuilt"] = rebuild(store, runs)
+        report["message"] += " " + _rebuilt_sentence(report["rebuilt"], restored=good is not None)
+    else:
+        report["message"] += " Runs not in it are missing from the list; their folders are kept."
+    report["message"] += f" The damaged file is at {aside}."
+    log.error("%s", report["message"])
     return store, report
