@@ -3,7 +3,8 @@
 ``read_rows(path, text_column, label_column, field_name)`` returns ``Rows``: the
 usable rows with their 1-based lines, and every problem as an ``Issue`` with its
 line (a UTF-8 BOM is skipped, lines that are not UTF-8 are reported, a CSV's
-delimiter is sniffed from its header row). Past ``MAX_SAME_PROBLEM`` issues of one
+delimiter is sniffed from its header row, a quoted field may hold line breaks but a quote left
+open is named with its line instead of swallowing the rows after it). Past ``MAX_SAME_PROBLEM`` issues of one
 kind, ``Problems`` sums up the rest in one issue. Plain Python: no torch or
 transformers.
 """
@@ -163,7 +164,7 @@ def _parse_csv(rows: Rows, lines: list[str], bad: set[int], suffix: str, text_co
     if missing:
         return
     ti, li = header.index(text_column), header.index(label_column)
-    end = first + 1  # reader.line_num counts lines read from lines[first:]
+    records: list[tuple[int, int, list[str]]] = []  # (first line, last line, fields)
     while True:
         start = first + reader.line_num + 1
         try:
@@ -178,9 +179,45 @@ def _parse_csv(rows: Rows, lines: list[str], bad: set[int], suffix: str, text_co
             continue
         if bad.intersection(range(start, end + 1)):
             continue  # already reported as not UTF-8
+        records.append((start, end, record))
+    # The labels of one-line rows: what a row swallowed by an unclosed quote looks like inside it.
+    known = {r[li].strip() for start, end, r in records if start == end and li < len(r) and r[li].strip()}
+    for start, end, record in records:
+        if end > start and _unclosed_quote(lines[start - 1:end], delimiter, len(header), li, known):
+            reach = "the end of the file" if end == len(lines) else f"line {end}"
+            add(start, f'a quote (") opened here is never closed on its row, so the rows after it (up to {reach}) '
+                "were read as one field", 'close it, or escape it as "" if it is part of the text',
+                'a quote (") opened here is never closed')
+            continue
         text = record[ti] if ti < len(record) else None
         label = record[li] if li < len(record) else None
         _check_row(rows, add, start, text, label, "column", text_column, label_column)
+
+
+def _unclosed_quote(span: list[str], delimiter: str, columns: int, li: int, known: set[str]) -> bool:
+    """Whether a record read over several lines (``span``) comes from a quote left open, not a multi-line field.
+
+    A field may hold line breaks when it is quoted, so such a record is accepted only when it is well formed:
+    read strictly it is one record with the header's columns, no line inside it reads as a row of its own
+    (the header's columns and a label seen on the file's one-line rows), and its first line is not a whole
+    row with a stray quote before the label.
+    """
+    try:
+        strict = list(csv.reader((line + "\n" for line in span), delimiter=delimiter, strict=True))
+    except csv.Error:
+        return True  # the file ends inside the quotes, or text follows the quote that closed it
+    if len(strict) != 1 or len(strict[0]) != columns:
+        return True
+
+    def looks_like_row(line: str) -> bool:
+        fields = next(csv.reader([line], delimiter=delimiter, quoting=csv.QUOTE_NONE), [])
+        return len(fields) == columns and fields[li].strip() in known
+
+    if any(looks_like_row(line) for line in span[1:-1]):
+        return True
+    opening = next(csv.reader([span[0]], delimiter=delimiter, quoting=csv.QUOTE_NONE), [])
+    quoted = next((i for i, f in enumerate(opening) if f.lstrip().startswith('"')), columns)
+    return quoted < li and looks_like_row(span[0])
 
 
 def _parse_jsonl(rows: Rows, lines: list[str], bad: set[int], text_column: str, label_column: str, add) -> None:
