@@ -88,7 +88,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if "url" not in ref:
             print("error: --api-key-file goes with a served endpoint's URL (http://host:port/v1)", file=sys.stderr)
             return 2
-        ref["api_key_file"] = os.path.abspath(os.path.expanduser(args.api_key_file))
+        if os.environ.get("EMBER_ENGINE"):
+            # A team engine reads no file a client names: the key travels itself (never kept by the engine).
+            try:
+                ref["api_key"] = open(os.path.expanduser(args.api_key_file), encoding="utf-8").read().strip()
+            except OSError as exc:
+                print(f"error: cannot read {args.api_key_file}: {exc.strerror or exc}", file=sys.stderr)
+                return 2
+        else:
+            ref["api_key_file"] = os.path.abspath(os.path.expanduser(args.api_key_file))
 
     def status(data: dict[str, Any]) -> None:
         if data.get("status") == "loading" and not args.json:

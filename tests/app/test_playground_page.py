@@ -369,6 +369,28 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
     assert page.serve_menu(gguf, []) is None and started[-1] == (gguf.ref, None)  # no host: served here at once
 
 
+def test_with_a_team_engine_the_endpoint_key_is_read_here_and_sent_itself(qtbot, tmp_path):
+    """A team engine reads no file a client names: the dialog reads the key file on this machine."""
+    from app.pages.playground.endpoint_dialog import EndpointDialog
+    from app.prefs import prefs
+
+    prefs().set("remote_engine", "gpu-server:7443")
+    try:
+        dialog = EndpointDialog()
+        qtbot.addWidget(dialog)
+        dialog.url.setText("http://gpu-box:8000/v1")
+        dialog.key_file.setText(str(tmp_path / "missing.key"))
+        dialog._accept()
+        assert "Cannot read the key file" in dialog.problem.text() and dialog.choice() is None
+        (tmp_path / "serve.key").write_text("sk-team-1\n")
+        dialog.key_file.setText(str(tmp_path / "serve.key"))
+        dialog._accept()
+        assert dialog.problem.text() == ""
+        assert dialog.choice().ref == {"url": "http://gpu-box:8000/v1", "api_key": "sk-team-1"}
+    finally:
+        prefs().set("remote_engine", "")
+
+
 def test_browse_a_served_endpoint_checks_the_url_and_lists_it(qtbot):
     from app.pages.playground.choices import ENDPOINTS
     from app.pages.playground.endpoint_dialog import EndpointDialog

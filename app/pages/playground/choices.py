@@ -140,11 +140,14 @@ def folder_choice(path: str) -> Choice:
     return Choice(ref, f"{ref_label(ref)} ({what})", FOLDERS, CHAT, detail=path)
 
 
-def endpoint_choice(url: str, key_file: str = "") -> Choice:
+def endpoint_choice(url: str, key_file: str = "", key: str = "") -> Choice:
     """An OpenAI-compatible server's URL (Ember's serve job, vLLM, llama.cpp's server): the engine chats with
-    the model it serves."""
+    the model it serves. Its key as a file the engine reads (an engine on this machine), or as the key itself
+    (a team engine reads no file a client names; the key is never kept in saved chats)."""
     ref: dict[str, Any] = {"url": url.strip()}
-    if key_file:
+    if key:
+        ref["api_key"] = key
+    elif key_file:
         ref["api_key_file"] = key_file
     return Choice(ref, f"{ref_label(ref)} (endpoint)", ENDPOINTS, CHAT,
-                  detail=f"{ref['url']}" + (" with an API key" if key_file else ""))
+                  detail=f"{ref['url']}" + (" with an API key" if key or key_file else ""))

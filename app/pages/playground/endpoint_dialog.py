@@ -6,6 +6,8 @@ host, or by vLLM or llama.cpp's server on another machine is tried in the Playgr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.pages.playground.choices import Choice, endpoint_choice
+from app.prefs import prefs
 from app.widgets.common import label
 
 
@@ -65,12 +68,26 @@ class EndpointDialog(QDialog):
             self.key_file.setText(path)
 
     def _accept(self) -> None:
-        problem = url_problem(self.url.text())
+        problem = url_problem(self.url.text()) or self._key()[1]
         self.problem.setText(problem)
         if not problem:
             self.accept()
 
+    def _key(self) -> tuple[str, str]:
+        """(the key, a problem): a team engine reads no file a client names, so the key file is read here."""
+        path = self.key_file.text().strip()
+        if not path or not prefs().get("remote_engine"):
+            return "", ""
+        try:
+            key = Path(path).expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            return "", f"Cannot read the key file: {getattr(exc, 'strerror', None) or exc}"
+        if not key or len(key) > 4096 or any(not 0x21 <= ord(c) <= 0x7e for c in key):
+            return "", "The key file does not hold a key (one line of printable characters)"
+        return key, ""
+
     def choice(self) -> Choice | None:
-        if url_problem(self.url.text()):
+        key, problem = self._key()
+        if url_problem(self.url.text()) or problem:
             return None
-        return endpoint_choice(self.url.text(), self.key_file.text().strip())
+        return endpoint_choice(self.url.text(), "" if key else self.key_file.text().strip(), key)
