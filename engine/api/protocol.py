@@ -7,6 +7,8 @@ tests and third-party scripts all import this module.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any
@@ -14,6 +16,9 @@ from typing import Any
 PROTOCOL_VERSION = 1
 RequestId = int | float | str | None
 MAX_FRAME_BYTES = 1024 * 1024  # one line, newline included
+# Deeper frames are parse errors: json.loads recurses once per level (a 2 KB frame of brackets raised
+# RecursionError), and so would every handler, validator and encoder that walks the value afterwards.
+MAX_DEPTH = 64
 
 # JSON-RPC 2.0 reserved codes.
 PARSE_ERROR = -32700
@@ -67,6 +72,10 @@ METHODS: dict[str, str] = {
     "projects.list": "-> {projects: [{name, data_folders, hosts, members}]}: the projects this user belongs to.",
     "projects.set": "{name, data_folders?, hosts?, remove?} -> {name, data_folders, hosts}: a project's data folders "
                     "and hosts, which only its jobs (and members) may use.",
+    "secrets.list": "{project?} -> {secrets: {project: [name]}}: the names (never the values) of the secrets an admin "
+                    "keeps for this user's projects; a Playground endpoint's key is named by api_key_secret.",
+    "secrets.set": "{project, name, secret?, remove?} -> {project, name, removed}: keep (or remove) a project's "
+                   "secret, e.g. an endpoint's API key (admins).",
     "pii.policy": "-> {rules: [{folder or project, max_findings}]}: the data policy (which folders' files, or which "
                   "projects' data, must be scanned for personal data, or scrubbed, before a fine-tune trains on them).",
     "pii.set_policy": "{folder or project, max_findings?, clear?} -> {rules}: set (or with clear, remove) the rule of a "
@@ -193,9 +202,60 @@ class RpcError(Exception):
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
 
+def dumps(obj: Any) -> str:
+    """Strict JSON text, compact: non-finite floats become null (JSON has no NaN or Infinity).
+
+    The common case costs one json.dumps; only a value that holds a non-finite float is copied.
+    """
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        if "JSON compliant" not in str(exc):  # "Out of range float values are not JSON compliant"
+            raise
+        return json.dumps(_finite(obj), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# An escape \uD800-\uDFFF in JSON text: the only way a lone surrogate gets into decoded valid UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def safe_text(text: str) -> str:
+    """``text`` without lone surrogates (they cannot be written as UTF-8): each becomes U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def encode(obj: dict[str, Any] | list[dict[str, Any]]) -> bytes:
-    """One frame: a message, or a batch's replies as one array."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    """One frame: a message, or a batch's replies as one array. Always strict JSON in valid UTF-8."""
+    text = dumps(obj)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate from somewhere (a file name, a job's output)
+        return safe_text(text).encode() + b"\n"
+
+
+def strict_json_text(text: str) -> str:
+    """``text`` (one JSON value, e.g. an event a job wrote) as strict JSON: unchanged unless it may hold
+    NaN, Infinity or a lone surrogate, which are then replaced. A cheap scan keeps the common case fast."""
+    if "NaN" not in text and "Infinity" not in text and not _SURROGATE_ESCAPE.search(text) \
+            and not _SURROGATE.search(text):
+        return text
+    try:
+        return safe_text(dumps(json.loads(text)))
+    except (ValueError, RecursionError):
+        return safe_text(text)  # not JSON at all: the caller's business (the follower skips such lines)
+
+
+def _finite(value: Any) -> Any:
+    """A copy of ``value`` with every non-finite float replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {(str(k) if isinstance(k, float) and not math.isfinite(k) else k): _finite(v)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def request(req_id: int | str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -226,21 +286,74 @@ def event(topic: str, seq: int, t: float, data: dict[str, Any]) -> dict[str, Any
     return {"jsonrpc": "2.0", "method": "event", "params": {"topic": topic, "seq": seq, "t": t, "data": data}}
 
 
+DECODE_HINT = "Send one UTF-8 JSON object per line (or a JSON array of them: a batch)."
+
+
 def decode(line: bytes) -> Any:
-    """Parse one frame; raises RpcError(PARSE_ERROR) with a hint on bad input."""
+    """Parse one frame; raises RpcError(PARSE_ERROR) with a hint on bad input.
+
+    Only strict JSON in valid Unicode is read: no NaN or Infinity, no lone surrogates (escaped or not),
+    nothing nested deeper than MAX_DEPTH. Whatever a client sends, this raises RpcError or returns.
+    """
     if len(line) > MAX_FRAME_BYTES:
         raise RpcError(FRAME_TOO_LARGE, f"Frame of {len(line)} bytes is over the {MAX_FRAME_BYTES}-byte limit",
                        {"hint": "Split the request; large payloads belong in files referenced by path."})
     try:
-        return json.loads(line)
+        text = line.decode("utf-8")  # strictly: json.loads would also guess UTF-16 and UTF-32
+        msg = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise _parse_error(f"Nested deeper than {MAX_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise RpcError(PARSE_ERROR, f"Not valid JSON: {exc}",
-                       {"hint": "Send one UTF-8 JSON object per line (or a JSON array of them: a batch)."}) from None
+        raise _parse_error(f"Not valid JSON: {exc}") from None
+    # Both walks are skipped unless the text could hold what they look for: a frame with at most
+    # MAX_DEPTH brackets cannot be deeper, and a lone surrogate can only come from an escape.
+    deep = line.count(b"[") + line.count(b"{") > MAX_DEPTH
+    if deep or _SURROGATE_ESCAPE.search(text):
+        problem = _check_value(msg)
+        if problem:
+            raise _parse_error(problem)
+    return msg
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_error(detail: str) -> RpcError:
+    return RpcError(PARSE_ERROR, detail, {"hint": DECODE_HINT})
+
+
+def _check_value(msg: Any) -> str:
+    """Why a decoded frame is refused ('' when it is not): too deep, or a string with a lone surrogate."""
+    stack = [(msg, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return "A string holds a lone surrogate (\\uD800-\\uDFFF), which is not Unicode text"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return f"Nested deeper than {MAX_DEPTH} levels"
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+    return ""
 
 
 def valid_id(value: Any) -> bool:
-    """A string, a number or null (section 4); JSON's true and false are not numbers."""
-    return value is None or (isinstance(value, (int, float, str)) and not isinstance(value, bool))
+    """A string, a number or null (section 4); JSON's true and false are not numbers.
+
+    A number must be finite (1e400 reads as infinity, which JSON cannot write back) and a string must be
+    Unicode text (no lone surrogate), or the reply that echoes it could not be written.
+    """
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return not _SURROGATE.search(value)
+    return isinstance(value, int)
 
 
 def request_id(msg: Any) -> RequestId:
@@ -267,7 +380,7 @@ def parse_request(msg: Any) -> tuple[RequestId, str, dict[str, Any] | list[Any]]
         raise RpcError(INVALID_REQUEST, "A request must be a JSON object", {"hint": REQUEST_HINT})
     req_id = msg.get("id")
     if not valid_id(req_id):
-        raise RpcError(INVALID_REQUEST, "'id' must be a string, a number or null", {"hint": REQUEST_HINT})
+        raise RpcError(INVALID_REQUEST, "'id' must be a string, a finite number or null", {"hint": REQUEST_HINT})
     if msg.get("jsonrpc") != "2.0":
         raise RpcError(INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", {"id": req_id, "hint": REQUEST_HINT})
     method = msg.get("method")

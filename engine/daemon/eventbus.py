@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.protocol import topic_matches
+from engine.api.protocol import dumps, safe_text, strict_json_text, topic_matches
 from engine.daemon.store import Store
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,17 @@ def event_body(topic: str, seq: int, t: float, data_json: str) -> bytes:
 
 def frame(subscription: int, body: bytes) -> bytes:
     return b'{"jsonrpc":"2.0","method":"event","params":{"subscription":%d,' % subscription + body
+
+
+def _when(t: float | None) -> float:
+    """An event's time: now unless ``t`` is a finite number (a job's "t" may be anything, even true)."""
+    if t is None or isinstance(t, bool):
+        return time.time()
+    try:
+        when = float(t)
+    except (TypeError, ValueError, OverflowError):
+        return time.time()
+    return when if math.isfinite(when) else time.time()
 
 
 @dataclass
@@ -74,11 +86,13 @@ class EventBus:
     # ---- publishing
     def publish(self, topic: str, data: dict[str, Any], run_id: str | None = None,
                 t: float | None = None) -> None:
-        self.publish_json(topic, json.dumps(data, separators=(",", ":")), run_id, t)
+        self.publish_json(topic, dumps(data), run_id, t)
 
     def publish_json(self, topic: str, data_json: str, run_id: str | None = None,
                      t: float | None = None) -> None:
-        self._pending.append(_Pending(topic, time.time() if t is None else t, run_id, data_json))
+        """Publish an event whose data is JSON text already (a line a job wrote). The store and every
+        subscriber get strict JSON: a job's NaN loss becomes null, a lone surrogate U+FFFD."""
+        self._pending.append(_Pending(safe_text(topic), _when(t), run_id, strict_json_text(data_json)))
         self._schedule()
 
     def next_seq(self) -> int:
@@ -146,7 +160,8 @@ class EventBus:
                 rows = self.store.query_events(sub.patterns, cursor, upto, REPLAY_CHUNK)
                 if not rows:
                     break
-                sub.sink(b"".join(frame(sub.id, event_body(topic, seq, t, data))
+                # strict_json_text: a store written before events were made strict may hold a NaN.
+                sub.sink(b"".join(frame(sub.id, event_body(topic, seq, t, strict_json_text(data)))
                                   for seq, topic, t, data in rows
                                   if sub.visible is None or sub.visible(topic, data)))
                 cursor = rows[-1][0]

@@ -25,6 +25,7 @@ from engine.api import paths as paths_mod
 from engine.api import protocol
 from engine.api.protocol import (
     FRAME_TOO_LARGE,
+    HANDSHAKE_REQUIRED,
     MAX_FRAME_BYTES,
     UNAUTHORIZED,
     RpcError,
@@ -81,8 +82,66 @@ def peer_uid(sock: socket.socket | None) -> int | None:
     return uid
 
 
-LOGIN_FAILURES = 5  # failed logins from one address within LOGIN_WINDOW_S before it is refused a while
+LOGIN_FAILURES = 5  # failed logins from one address, or for one user, within LOGIN_WINDOW_S: refused a while
+GLOBAL_LOGIN_FAILURES = 50  # failed logins from all addresses together within LOGIN_WINDOW_S: the network waits
 LOGIN_WINDOW_S = 60.0
+# A connection that has not said hello by then is answered with an error and closed: an idle socket
+# costs the engine a file descriptor and memory, and nobody legitimate needs more than a round trip.
+HELLO_TIMEOUT_S = 10.0
+HELLO_TIMEOUT_ENV = "EMBER_HELLO_TIMEOUT_S"
+LOGIN_HINT = "Check the token (ember users token NAME makes a new one)."
+
+
+def hello_timeout() -> float:
+    try:
+        return max(0.1, float(os.environ.get(HELLO_TIMEOUT_ENV, HELLO_TIMEOUT_S)))
+    except ValueError:
+        return HELLO_TIMEOUT_S
+
+
+class LoginLimits:
+    """Failed network logins, counted per address, per user and over all addresses (docs/security.md).
+
+    Guessing from many addresses stays slow too: past GLOBAL_LOGIN_FAILURES a minute, no network login
+    is accepted for the rest of the minute (the local socket never counts and is never refused).
+    """
+
+    def __init__(self) -> None:
+        self._failures: dict[str, list[float]] = {}  # "address:..." or "user:..." -> failure times
+        self._all: list[float] = []
+
+    def failed(self, address: str, user: str | None = None) -> None:
+        now = time.monotonic()
+        keys = [f"address:{address}"] + ([f"user:{user}"] if user else [])
+        for key in keys:
+            self._failures[key] = [*self._recent(self._failures.get(key, []), now), now]
+        self._all = [*self._recent(self._all, now), now]
+        if len(self._failures) > 4 * GLOBAL_LOGIN_FAILURES:  # many addresses: forget those gone quiet
+            self._failures = {k: v for k, v in self._failures.items() if self._recent(v, now)}
+
+    def refusal(self, address: str, user: str | None = None) -> str:
+        """Why a login from ``address`` (as ``user``) is refused now, with the wait; '' when it is not."""
+        now = time.monotonic()
+        self._all = self._recent(self._all, now)
+        wait = self._wait(self._all, GLOBAL_LOGIN_FAILURES, now)
+        if wait:
+            return f"Too many failed logins on this engine; try again in {wait:.0f} s"
+        wait = self._wait(self._failures.get(f"address:{address}", []), LOGIN_FAILURES, now)
+        if wait:
+            return f"Too many failed logins from {address}; try again in {wait:.0f} s"
+        wait = self._wait(self._failures.get(f"user:{user}", []), LOGIN_FAILURES, now) if user else 0.0
+        if wait:
+            return f"Too many failed logins for {user}; try again in {wait:.0f} s"
+        return ""
+
+    @staticmethod
+    def _recent(times: list[float], now: float) -> list[float]:
+        return [t for t in times if now - t < LOGIN_WINDOW_S]
+
+    @classmethod
+    def _wait(cls, times: list[float], limit: int, now: float) -> float:
+        recent = cls._recent(times, now)
+        return LOGIN_WINDOW_S - (now - recent[-limit]) if len(recent) >= limit else 0.0
 
 
 class Engine:
@@ -92,7 +151,8 @@ class Engine:
         self.listen = listen
         self.tls: dict[str, str] = {}  # {listen, fingerprint, certificate} once the TLS listener is up
         self._cert, self._key = cert, key
-        self._failures: dict[str, list[float]] = {}
+        self.logins = LoginLimits()
+        self.hello_timeout_s = hello_timeout()
         self.started_at = time.time()
         self.store, self.store_health = open_store(p.db, p.runs)
         self.access = Access(self.store)
@@ -179,25 +239,24 @@ class Engine:
                  self.tls["fingerprint"])
         return server
 
-    def login_failed(self, address: str) -> None:
-        self._failures.setdefault(address, []).append(time.monotonic())
+    def login_failed(self, address: str, user: str | None = None) -> None:
+        """A hello over the network failed: counts against the address, the user its token named, and all."""
+        self.logins.failed(address, user)
 
-    def _locked_out(self, address: str) -> float:
-        """Seconds until ``address`` may try again (0: now)."""
-        now = time.monotonic()
-        recent = [t for t in self._failures.get(address, []) if now - t < LOGIN_WINDOW_S]
-        self._failures[address] = recent
-        return LOGIN_WINDOW_S - (now - recent[-LOGIN_FAILURES]) if len(recent) >= LOGIN_FAILURES else 0.0
+    def login_refusal(self, address: str, user: str | None = None) -> RpcError | None:
+        """The error a network login from ``address`` (as ``user``) gets now, or None when it may try."""
+        why = self.logins.refusal(address, user)
+        if not why:
+            return None
+        log.warning("refused a login from %s%s: %s", address, f" as {user}" if user else "", why)
+        return RpcError(UNAUTHORIZED, why, {"hint": LOGIN_HINT})
 
     async def _on_connect_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?",)
         address = str(peer[0])
-        wait = self._locked_out(address)
-        if wait:
-            log.warning("refused %s: %d failed logins in %.0f s", address, LOGIN_FAILURES, LOGIN_WINDOW_S)
-            writer.write(protocol.encode(protocol.error(None, RpcError(
-                UNAUTHORIZED, f"Too many failed logins from {address}; try again in {wait:.0f} s",
-                {"hint": "Check the token (ember users token NAME makes a new one)."}))))
+        refused = self.login_refusal(address)
+        if refused is not None:
+            writer.write(protocol.encode(protocol.error(None, refused)))
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.drain()
                 writer.close()
@@ -223,9 +282,23 @@ class Engine:
             await session.close()
 
     async def _serve(self, session: Session, reader: asyncio.StreamReader) -> None:
+        hello_by = time.monotonic() + self.hello_timeout_s
         while not session.closed:
             try:
-                line = await reader.readuntil(b"\n")
+                if session.authenticated:
+                    line = await reader.readuntil(b"\n")
+                else:  # the whole handshake, however slowly its bytes come, has one deadline
+                    line = await asyncio.wait_for(reader.readuntil(b"\n"), max(0.0, hello_by - time.monotonic()))
+            except TimeoutError:
+                if session.authenticated:
+                    return  # the socket's own timeout, not the handshake's
+                log.warning("client %s%s sent no hello within %.0f s; closing it", session.id,
+                            f" from {session.remote}" if session.remote else "", self.hello_timeout_s)
+                session.send_error(None, RpcError(
+                    HANDSHAKE_REQUIRED, f"No hello within {self.hello_timeout_s:g} s; closing this connection",
+                    {"hint": "Send hello {token, protocol} as soon as the connection is open."}))
+                await session.drain()
+                return
             except asyncio.IncompleteReadError:
                 return  # the client went away, possibly mid-line
             except asyncio.LimitOverrunError:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import engine
@@ -20,7 +22,7 @@ from engine.api.protocol import (
     RpcError,
 )
 from engine.daemon import rpc_examples
-from engine.daemon.access import User
+from engine.daemon.access import LOCAL, User, token_hash
 from engine.daemon.eventbus import MAX_CLIENT_BACKLOG
 
 if TYPE_CHECKING:
@@ -96,7 +98,14 @@ class Session:
 
     # ---- input
     async def handle_line(self, line: bytes) -> None:
-        """One frame: a request, a notification, or a batch of them (JSON-RPC 2.0, sections 4-6)."""
+        """One frame: a request, a notification, or a batch of them (JSON-RPC 2.0, sections 4-6).
+
+        Whatever the frame holds, it is answered and the connection goes on (or, for a failed
+        handshake, is closed on purpose): see _guarded.
+        """
+        await self._guarded(self._handle(line), line)
+
+    async def _handle(self, line: bytes) -> None:
         try:
             msg = protocol.decode(line)
         except RpcError as err:  # not JSON: the id cannot be known, so it is null (section 5)
@@ -114,11 +123,26 @@ class Session:
         if background:
             # Looking at a model or a dataset takes seconds in a subprocess; the
             # connection's other requests (job lists, stops) must not queue behind it.
-            task = asyncio.create_task(work)
+            task = asyncio.create_task(self._guarded(work, line))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
             return
         await work
+
+    async def _guarded(self, work: Coroutine[Any, Any, None], line: bytes) -> None:
+        """The last resort: a frame that makes the session itself fail (not a handler: _reply catches
+        those) gets an internal error and one line in the log, and the connection reads the next frame."""
+        try:
+            await work
+        except Exception as exc:  # noqa: BLE001 - one client's frame must never end its connection unanswered
+            log.warning("client %s: could not handle a frame of %d bytes: %s: %.200r", self.id, len(line),
+                        type(exc).__name__, str(exc))
+            log.debug("the frame's traceback", exc_info=True)  # a client can cause this: not at INFO
+            with contextlib.suppress(Exception):
+                self.send_error(_id_of(line), RpcError(
+                    INTERNAL_ERROR, "The engine could not handle this frame",
+                    {"hint": "The engine log says why; please report it with the frame that caused it."}))
+                await self.drain()
 
     async def _single(self, msg: Any) -> None:
         if msg == []:
@@ -206,12 +230,29 @@ class Session:
             self.send(protocol.result(req_id, facts))
             await self.drain()
 
+    def _raise_if_refused(self, user: str | None) -> None:
+        refused = self.engine.login_refusal(self.remote or "?", user)
+        if refused is not None:
+            raise refused
+
+    def _token_owner(self, token: Any) -> str | None:
+        """The user a refused token names (revoked, expired, or the engine's own over the network), or None
+        for a token nobody has: failures are counted against that user as well as the address."""
+        if not isinstance(token, str) or not token:
+            return None
+        if self.engine.token and hmac.compare_digest(token.encode(), self.engine.token.encode()):
+            return LOCAL.name
+        row = self.engine.store.get_user(token_sha256=token_hash(token))
+        return str(row["name"]) if row else None
+
     def _handshake(self, method: str, params: dict[str, Any] | list[Any]) -> dict[str, Any]:
         if method != "hello":
             raise RpcError(HANDSHAKE_REQUIRED, "The first request must be 'hello' with the engine token",
                            {"hint": "Send hello {token, protocol} first; see docs/protocol.md."})
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "hello takes named parameters: {token, protocol, client}")
+        if self.remote is not None:  # too many failures from here or from everywhere: not even checked
+            self._raise_if_refused(None)
         try:
             # The engine's own token makes a local admin: only on this machine's socket, never over the network.
             user = self.engine.access.authenticate(params.get("token"), self.engine.token,
@@ -219,12 +260,15 @@ class Session:
         except RpcError as err:
             log.warning("client %s%s: %s", self.id, f" from {self.remote}" if self.remote else "", err.message)
             if self.remote is not None and err.code == UNAUTHORIZED:
-                self.engine.login_failed(self.remote)
+                self.engine.login_failed(self.remote, self._token_owner(params.get("token")))
             raise
+        if self.remote is not None:  # the right token of a user whose logins failed too often waits too
+            self._raise_if_refused(user.name)
         version = params.get("protocol", protocol.PROTOCOL_VERSION)
         if version != protocol.PROTOCOL_VERSION:
             raise RpcError(UNSUPPORTED_VERSION,
-                           f"Protocol {version!r} is not supported; this engine speaks {protocol.PROTOCOL_VERSION}",
+                           f"Protocol {str(version)[:20]!r} is not supported; "
+                           f"this engine speaks {protocol.PROTOCOL_VERSION}",
                            {"hint": "Use a client and engine of the same Ember Studio version."})
         self.authenticated = True
         self.user = user
@@ -235,8 +279,18 @@ class Session:
         }
 
 
-def _method_of(msg: Any) -> Any:
-    return msg.get("method") if isinstance(msg, dict) else None
+def _method_of(msg: Any) -> str | None:
+    """A request's method name, or None; never an unhashable value a client put there."""
+    method = msg.get("method") if isinstance(msg, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def _id_of(line: bytes) -> protocol.RequestId:
+    """The id to answer a frame with when handling it failed: its own when it is a single valid request."""
+    try:
+        return protocol.request_id(protocol.decode(line))
+    except RpcError:
+        return None
 
 
 def _internal_error() -> RpcError:

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from engine.api import protocol
@@ -66,3 +68,66 @@ def test_error_round_trip_keeps_hint_and_fields():
     err = RpcError(protocol.INVALID_PARAMS, "bad", {"hint": "fix it", "fields": [{"field": "x"}]})
     back = RpcError.from_json(protocol.error(1, err)["error"])
     assert (back.code, back.message, back.hint, back.data["fields"]) == (err.code, "bad", "fix it", [{"field": "x"}])
+
+
+def strict_loads(data: bytes):
+    """json.loads that refuses NaN and Infinity, as a strict JSON parser in another language would."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(data.decode("utf-8"), parse_constant=refuse)
+
+
+@pytest.mark.parametrize("line", [
+    b"[" * 1100 + b"]" * 1100,  # json.loads alone raises RecursionError
+    b"[" * (protocol.MAX_DEPTH + 1) + b"]" * (protocol.MAX_DEPTH + 1),
+    b'{"a":' * 70 + b"1" + b"}" * 70,
+    b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',  # a lone surrogate, escaped
+    b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"\\udfff":1}}',  # in a key
+    b'{"jsonrpc":"2.0","id":"\xed\xa0\x80","method":"ping"}',  # a surrogate written as (invalid) UTF-8
+    b'{"jsonrpc":"2.0","id":1,"method":"p\xffing"}',
+    b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":-Infinity,"method":"ping"}',
+    b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}',  # over Python's int digit limit
+    '{"jsonrpc":"2.0","id":1,"method":"ping"}'.encode("utf-16"),
+])
+def test_decode_turns_every_hostile_frame_into_a_parse_error(line):
+    with pytest.raises(RpcError) as exc:
+        protocol.decode(line)
+    assert exc.value.code == protocol.PARSE_ERROR and exc.value.hint
+
+
+def test_decode_keeps_what_is_valid():
+    assert protocol.decode(b"[" * protocol.MAX_DEPTH + b"]" * protocol.MAX_DEPTH)
+    assert protocol.decode(b'{"a":"\\ud83d\\ude00 \\u00fc","b":"[[[[' + b"[" * 100 + b'"}') == \
+        {"a": "\U0001f600 ü", "b": "[[[[" + "[" * 100}  # a pair is a character; brackets in strings are text
+
+
+@pytest.mark.parametrize("req_id", [float("inf"), float("-inf"), float("nan"), "\ud800", "a\udfffb", True, [1], {}])
+def test_ids_that_cannot_be_echoed_are_invalid(req_id):
+    with pytest.raises(RpcError) as exc:
+        protocol.parse_request({"jsonrpc": "2.0", "id": req_id, "method": "ping"})
+    assert exc.value.code == protocol.INVALID_REQUEST
+    assert protocol.request_id({"id": req_id}) is None
+
+
+def test_a_non_string_method_is_an_invalid_request():
+    for method in ({}, [], 1, None, ""):
+        with pytest.raises(RpcError) as exc:
+            protocol.parse_request({"jsonrpc": "2.0", "id": 1, "method": method})
+        assert exc.value.code == protocol.INVALID_REQUEST
+
+
+def test_encode_writes_only_strict_json_in_valid_utf8():
+    line = protocol.encode(protocol.result(1, {"loss": float("nan"), "hi": [float("inf"), -float("inf"), 0.5],
+                                               "text": "bad \ud800 surrogate", float("nan"): 1}))
+    assert strict_loads(line) == {"jsonrpc": "2.0", "id": 1, "result": {
+        "loss": None, "hi": [None, None, 0.5], "text": "bad \ufffd surrogate", "nan": 1}}
+    assert protocol.encode({"a": 1.5}) == b'{"a":1.5}\n'  # the common case as before
+
+
+def test_strict_json_text_leaves_strict_text_alone_and_fixes_the_rest():
+    same = '{"loss":0.5,"note":"finite"}'
+    assert protocol.strict_json_text(same) is same
+    assert json.loads(protocol.strict_json_text('{"loss":NaN,"g":[Infinity,-Infinity],"s":"\\udc00"}')) == \
+        {"loss": None, "g": [None, None], "s": "\ufffd"}
+    assert protocol.strict_json_text('{"broken": NaN') == '{"broken": NaN'  # not JSON: left to the caller
