@@ -12,6 +12,7 @@ import collections
 import itertools
 import json
 import os
+import shlex
 import socket
 import ssl
 import subprocess
@@ -22,11 +23,25 @@ from typing import Any
 
 from engine.api import paths as paths_mod
 from engine.api.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, RpcError, encode, request
-from engine.api.remote import KnownEngines, fingerprint_of_der, parse_address
+from engine.api.remote import (
+    CertificateMismatch,
+    KnownEngines,
+    UnknownCertificate,
+    fingerprint_of_der,
+    parse_address,
+)
 
 
 class EngineNotRunning(ConnectionError):
     """No engine answers on the socket."""
+
+
+class ChangedCertificate(CertificateMismatch):
+    """The engine at ``address`` presents ``presented``, not the ``pinned`` certificate accepted for it before."""
+
+    def __init__(self, message: str, address: str, presented: str, pinned: str):
+        super().__init__(message)
+        self.address, self.presented, self.pinned = address, presented, pinned
 
 
 class BlockingClient:
@@ -82,6 +97,10 @@ class BlockingClient:
             if accept is not None and accept.upper() == presented and known.get(address) in (None, presented):
                 known.accept(address, presented)
             known.check(address, presented)
+        except CertificateMismatch as exc:
+            sock.close()
+            # With both fingerprints kept apart from the words: the CLI lays them out for comparing.
+            raise ChangedCertificate(str(exc), address, presented, known.get(address) or "") from None
         except ConnectionError:
             sock.close()
             raise
@@ -201,8 +220,16 @@ def ensure_engine(p: paths_mod.Paths | None = None, timeout: float = 20.0,
         token = os.environ.get("EMBER_TOKEN", "")
         if not token:
             raise EngineNotRunning(f"EMBER_ENGINE is {remote} but EMBER_TOKEN is empty: set it to your user token")
-        return BlockingClient.connect_tls(remote, token, client=client, timeout=timeout,
-                                          accept=os.environ.get("EMBER_ENGINE_FINGERPRINT"))
+        try:
+            return BlockingClient.connect_tls(remote, token, client=client, timeout=timeout,
+                                              accept=os.environ.get("EMBER_ENGINE_FINGERPRINT"))
+        except (UnknownCertificate, CertificateMismatch):
+            raise  # the caller explains them (certificate_advice)
+        except ValueError as exc:
+            raise EngineNotRunning(f"EMBER_ENGINE is {remote!r}: {exc}") from None
+        except OSError as exc:  # refused, unknown host, timed out, not TLS on that port
+            raise EngineNotRunning(f"Cannot reach the engine at {remote} (EMBER_ENGINE): {exc}. Check the address, "
+                                   "and that the engine runs there with `ember engine serve --listen`.") from None
     p = p or paths_mod.resolve()
     try:
         return BlockingClient.connect(p, client=client)
@@ -219,3 +246,43 @@ def ensure_engine(p: paths_mod.Paths | None = None, timeout: float = 20.0,
                     f"The engine exited with code {proc.returncode}; see {p.engine_log}") from None
             time.sleep(0.05)
     raise EngineNotRunning(f"The engine did not answer within {timeout:.0f} s; see {p.engine_log}")
+
+
+def certificate_advice(exc: ConnectionError, argv: list[str]) -> str:
+    """What the CLI prints for an engine certificate that is new or changed: the fingerprints to compare and
+    the exact commands that go on (``argv``: this command's arguments, to repeat with the fingerprint)."""
+    again = "ember " + shlex.join(argv)
+    if isinstance(exc, UnknownCertificate):
+        address, presented = exc.address, exc.fingerprint
+        offered = os.environ.get("EMBER_ENGINE_FINGERPRINT")
+        first = (f"EMBER_ENGINE_FINGERPRINT is {offered}, but the engine at {address} presents another certificate."
+                 if offered else f"The engine at {address} is not known on this machine yet.")
+        return (f"{first}\nIts certificate's SHA-256 fingerprint:\n  {presented}\n"
+                "Compare it with the fingerprint the engine printed when it started (`ember engine serve "
+                "--listen`; `ember engine status --json` on its machine shows it too).\n"
+                f"If they are the same, accept it by running the command again with it:\n"
+                f"  EMBER_ENGINE_FINGERPRINT={presented} {again}\n"
+                f"It is remembered for {address} from then on. If they differ, do not accept it: someone may be "
+                "intercepting the connection.")
+    address = getattr(exc, "address", os.environ.get("EMBER_ENGINE", "?"))
+    presented, pinned = getattr(exc, "presented", "?"), getattr(exc, "pinned", "?")
+    return (f"WARNING: the engine at {address} presents a DIFFERENT certificate from the one accepted for it "
+            f"before.\n  accepted before: {pinned}\n  presented now:   {presented}\n"
+            "Someone may be intercepting the connection, or the engine's certificate was replaced. Your token "
+            "was not sent. Ask the engine's administrator for its fingerprint (`ember engine status --json` on its "
+            "machine).\n"
+            "Only if the change is expected, forget the old certificate and accept the new one:\n"
+            f"  ember engine forget {shlex.quote(address)}\n"
+            f"  EMBER_ENGINE_FINGERPRINT={presented} {again}")
+
+
+def forget_certificate(address: str) -> tuple[int, str]:
+    """Drop the certificate accepted for ``address`` (after a legitimate change): exit code and what to print."""
+    known = KnownEngines(paths_mod.known_engines_file())
+    pinned = known.get(address)
+    if pinned is None:
+        return 1, (f"No certificate is accepted for {address} on this machine: nothing to forget. Give the address "
+                   "exactly as EMBER_ENGINE names it.")
+    known.forget(address)
+    return 0, (f"Forgot the certificate accepted for {address} ({pinned}). The next connection shows the "
+               "engine's fingerprint to compare and accept.")

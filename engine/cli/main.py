@@ -18,7 +18,14 @@ from typing import Any
 import engine
 from engine.api import paths as paths_mod
 from engine.api.protocol import RpcError
-from engine.cli.client import BlockingClient, EngineNotRunning, ensure_engine
+from engine.api.remote import CertificateMismatch, UnknownCertificate
+from engine.cli.client import (
+    BlockingClient,
+    EngineNotRunning,
+    certificate_advice,
+    ensure_engine,
+    forget_certificate,
+)
 from engine.cli.follow import exit_code, follow
 from engine.cli.progress import display_for
 
@@ -37,6 +44,14 @@ def _print_job(job: dict[str, Any]) -> None:
 
 # ---- engine
 def cmd_engine(args: argparse.Namespace) -> int:
+    if args.action == "forget":  # a team engine's certificate changed for a known reason (docs/cli.md)
+        address = args.address or os.environ.get("EMBER_ENGINE")
+        if not address:
+            print("error: which engine? ember engine forget HOST:PORT (as EMBER_ENGINE names it)", file=sys.stderr)
+            return 2
+        code, text = forget_certificate(address)
+        print(text, file=sys.stderr if code else sys.stdout)
+        return code
     p = paths_mod.resolve()
     if args.action == "serve":
         from engine.daemon.server import serve
@@ -169,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     e = sub.add_parser("engine", help="start, stop or inspect the background engine")
-    e.add_argument("action", choices=["serve", "start", "status", "stop"])
+    e.add_argument("action", choices=["serve", "start", "status", "stop", "forget"])
+    e.add_argument("address", nargs="?", help="forget: the team engine (HOST:PORT) whose accepted certificate to "
+                   "drop; default: EMBER_ENGINE")
     e.add_argument("--json", action="store_true", help="status as JSON")
     e.add_argument("--max-jobs", type=int, default=int(os.environ.get("EMBER_MAX_JOBS", "2")),
                    help="jobs that may run at once (serve)")
@@ -251,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)
+    except (UnknownCertificate, CertificateMismatch) as exc:  # a team engine's certificate: new, or changed
+        print(certificate_advice(exc, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        return 1
     except RpcError as exc:
         print(f"error: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         for f in exc.data.get("fields", []):
