@@ -1,3 +1,4 @@
+import asyncio
 import json
 
 import pytest
@@ -131,3 +132,39 @@ def test_strict_json_text_leaves_strict_text_alone_and_fixes_the_rest():
     assert json.loads(protocol.strict_json_text('{"loss":NaN,"g":[Infinity,-Infinity],"s":"\\udc00"}')) == \
         {"loss": None, "g": [None, None], "s": "\ufffd"}
     assert protocol.strict_json_text('{"broken": NaN') == '{"broken": NaN'  # not JSON: left to the caller
+
+
+def test_events_are_stored_and_sent_as_strict_json(tmp_path):
+    """A job's events.jsonl may hold NaN (Python's json writes it) or a lone surrogate: the store and the
+    subscribers get strict JSON all the same, and a stored NaN from an older engine is fixed on replay."""
+    from engine.daemon.eventbus import EventBus
+    from engine.daemon.store import Store
+
+    store = Store(tmp_path / "ember.db")
+    sent: list[bytes] = []
+
+    async def scenario():
+        bus = EventBus(store)
+        bus.subscribe(["run/*"], sent.append, None)
+        bus.publish_json("run/r1/train", '{"kind":"train","loss":NaN,"lr":Infinity,"note":"\\udc80"}', t=float("nan"))
+        bus.publish("run/r1/eval", {"kind": "eval", "metrics": {"loss": float("-inf")}}, t=True)
+        bus.flush()
+        store.commit_events([(bus.last_seq + 1, "run/r1/old", 1.0, "r1", '{"loss":NaN}')], {})
+        bus.last_seq += 1
+        replayed: list[bytes] = []
+        sub, upto = bus.subscribe(["run/*"], replayed.append, 0)
+
+        async def drain():
+            return None
+
+        await bus.replay(sub, 0, upto, drain)
+        return replayed
+
+    replayed = asyncio.run(scenario())
+    live = [strict_loads(line) for chunk in sent for line in chunk.splitlines()]
+    assert [e["params"]["data"] for e in live] == [
+        {"kind": "train", "loss": None, "lr": None, "note": "\ufffd"}, {"kind": "eval", "metrics": {"loss": None}}]
+    assert all(e["params"]["t"] > 1e9 for e in live)  # a time that is no number is the time of publishing
+    assert [json.loads(r[3]) for r in store.query_events(["run/*"], 0)][:2] == [e["params"]["data"] for e in live]
+    old = [strict_loads(line) for chunk in replayed for line in chunk.splitlines()][-1]
+    assert old["params"]["data"] == {"loss": None}
