@@ -333,12 +333,14 @@ class PooledServer(HTTPServer):
         self.request_queue_size = self.limits.backlog
         files = _file_limit()
         self.max_open = min(self.limits.max_open, max(16, files - 64) if files > 0 else self.limits.max_open)
-        super().__init__(address, handler)
         self.open_by_address: Counter[str] = Counter()
         self.open_count = 0
         self.state = threading.Condition()
         self.closing = False
         self.work: SimpleQueue[Connection | None] = SimpleQueue()
+        self.workers: list[threading.Thread] = []
+        self.gate: Gate | None = None
+        super().__init__(address, handler)  # binding may fail (a busy port): it calls server_close() first
         self.gate = Gate(self)
         self.workers = [threading.Thread(target=self._work_loop, name=f"http-worker-{i}", daemon=True)
                         for i in range(self.limits.workers)]
@@ -425,6 +427,7 @@ class PooledServer(HTTPServer):
             self.closing = True
             self.state.notify_all()
         super().server_close()
-        self.gate.stop()
+        if self.gate is not None:
+            self.gate.stop()
         for _ in self.workers:
             self.work.put(None)

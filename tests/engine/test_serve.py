@@ -415,3 +415,10 @@ def test_a_client_address_past_its_connection_cap_gets_429():
         assert status_of(read_to_close(raw_request(port, MODELS))) == 200
         for s in held:
             s.close()
+
+
+def test_a_busy_port_fails_to_bind_with_the_os_error():
+    from engine.serve.openai_api import Service, server
+
+    with serving() as httpd, pytest.raises(OSError):
+        server(Service("chat", None, "tiny", 16), "127.0.0.1", httpd.server_address[1])
