@@ -138,11 +138,11 @@ class Access:
         filtered by ``event_view``)."""
         if user.sees_all:
             return True
-        if topic.startswith("run/"):
-            return self.visible(user, topic.split("/", 2)[1])
+        if topic.startswith("run/"):  # a deleted job's stored events stay with its project's members
+            return self.visible_existing(user, topic.split("/", 2)[1])
         if topic == "jobs":
             found = re.search(r'"id":"([^"]+)"', data_json)
-            return found is not None and self.visible(user, found.group(1))
+            return found is not None and self.visible_existing(user, found.group(1))
         if topic.startswith("playground/"):
             return self.request_owner(topic.split("/", 2)[1]) == user.name
         if topic.startswith("hosts/") or topic == "hosts":

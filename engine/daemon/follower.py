@@ -75,6 +75,8 @@ class Follower:
             self.reported_at = t
             if data.get("message"):
                 self.last_error = {"message": data["message"], "hint": data.get("hint", "")}
+                if isinstance(data.get("reason"), str):  # e.g. "diverged": a failure a list can tell apart
+                    self.last_error["reason"] = data["reason"][:40]
         elif kind == "status":
             # A job that runs again (torchrun restart, resume) has not ended after all.
             self.reported_state = None

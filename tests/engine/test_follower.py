@@ -65,3 +65,24 @@ def test_resume_from_committed_offset_stores_each_line_once(tmp_path):
     asyncio.run(follow_once())  # a new engine, starting from the stored offset
     steps = [json.loads(r[3])["step"] for r in store.query_events(["run/r1/*"], 0, limit=1000)]
     assert steps == list(range(100))
+
+
+def test_a_failure_keeps_its_reason_on_the_job(tmp_path):
+    """A diverged run's final status says why (reason), and the job's error keeps it for lists and notices."""
+    store = Store(tmp_path / "ember.db")
+    run_dir = run_dir_with_run(tmp_path, store)
+    (run_dir / "events.jsonl").write_text(
+        '{"kind":"status","state":"running"}\n'
+        '{"kind":"status","state":"failed","message":"Training diverged at step 5","hint":"Lower optim.lr",'
+        '"reason":"diverged"}\n')
+
+    async def scenario():
+        bus = EventBus(store)
+        f = Follower(bus, "r1", run_dir, offset=0)
+        f.poll()
+        bus.flush()
+        return f
+
+    f = asyncio.run(scenario())
+    assert f.reported_state == "failed"
+    assert f.last_error == {"message": "Training diverged at step 5", "hint": "Lower optim.lr", "reason": "diverged"}
