@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from engine.api.paths import Paths
+    from engine.api.protocol import RpcError
     from engine.daemon.access import Access, User
     from engine.daemon.eventbus import EventBus
     from engine.daemon.hosts import Hosts
@@ -56,4 +57,6 @@ class EngineView(Protocol):
 
     def request_stop(self, reason: str) -> None: ...
 
-    def login_failed(self, address: str) -> None: ...
+    def login_failed(self, address: str, user: str | None = None) -> None: ...
+
+    def login_refusal(self, address: str, user: str | None = None) -> RpcError | None: ...

@@ -56,12 +56,22 @@ class Subscriber:
     patterns: list[str]
     sink: Callable[[bytes], None]  # writes a frame to the client
     replaying: bool = False
-    # (topic, data JSON) -> whether this subscriber may see it: a user limited to some projects
-    visible: Callable[[str, str], bool] | None = None
+    # (topic, data JSON) -> the data JSON this subscriber may see (a user limited to some projects): the
+    # same, a narrower one (the queue with their projects' jobs only), or None to hide the event
+    view: Callable[[str, str], str | None] | None = None
     held: list[bytes] = field(default_factory=list)  # live frames that arrive during replay
 
     def matches(self, topic: str) -> bool:
         return topic_matches(topic, self.patterns)
+
+    def frame_of(self, topic: str, seq: int, t: float, data: str, body: bytes | None) -> bytes | None:
+        """This subscriber's frame of an event (``body``: the shared encoding, when there is one)."""
+        shown = data if self.view is None else self.view(topic, data)
+        if shown is None:
+            return None
+        if body is None or shown is not data:
+            body = event_body(topic, seq, t, shown)
+        return frame(self.id, body)
 
 
 @dataclass
@@ -129,10 +139,10 @@ class EventBus:
     def _fan_out(self, rows: list[tuple[int, str, float, str | None, str]]) -> None:
         if not self._subs:
             return
-        bodies = [(topic, data, event_body(topic, seq, t, data)) for seq, topic, t, _run, data in rows]
+        bodies = [(topic, seq, t, data, event_body(topic, seq, t, data)) for seq, topic, t, _run, data in rows]
         for sub in list(self._subs.values()):
-            frames = [frame(sub.id, body) for topic, data, body in bodies
-                      if sub.matches(topic) and (sub.visible is None or sub.visible(topic, data))]
+            frames = [f for topic, seq, t, data, body in bodies if sub.matches(topic)
+                      and (f := sub.frame_of(topic, seq, t, data, body)) is not None]
             if not frames:
                 continue
             if sub.replaying:
@@ -142,8 +152,8 @@ class EventBus:
 
     # ---- subscribing
     def subscribe(self, patterns: list[str], sink: Callable[[bytes], None],
-                  since: int | None, visible: Callable[[str, str], bool] | None = None) -> tuple[Subscriber, int]:
-        sub = Subscriber(self._next_sub, patterns, sink, replaying=since is not None, visible=visible)
+                  since: int | None, view: Callable[[str, str], str | None] | None = None) -> tuple[Subscriber, int]:
+        sub = Subscriber(self._next_sub, patterns, sink, replaying=since is not None, view=view)
         self._next_sub += 1
         self._subs[sub.id] = sub
         return sub, self.last_seq
@@ -161,9 +171,8 @@ class EventBus:
                 if not rows:
                     break
                 # strict_json_text: a store written before events were made strict may hold a NaN.
-                sub.sink(b"".join(frame(sub.id, event_body(topic, seq, t, strict_json_text(data)))
-                                  for seq, topic, t, data in rows
-                                  if sub.visible is None or sub.visible(topic, data)))
+                sub.sink(b"".join(f for seq, topic, t, data in rows
+                                  if (f := sub.frame_of(topic, seq, t, strict_json_text(data), None)) is not None))
                 cursor = rows[-1][0]
                 await drain()
         finally:

@@ -173,7 +173,8 @@ def test_projects_keep_their_data_folders_hosts_and_policy(engine_proc, tmp_path
     finetune = {"task": "text_classification", "max_steps": 1, "device": "cpu"}
     with _as(engine_proc, alice, "gui-a") as a, _as(engine_proc, bob, "gui-b") as b:
         (mine,) = b.call("projects.list")["projects"]
-        assert mine == {"name": "nlp", "data_folders": [str(tmp_path / "nlp")], "hosts": [], "members": ["bob"]}
+        assert mine == {"name": "nlp", "data_folders": [str(tmp_path / "nlp")], "hosts": [], "endpoints": [],
+                        "members": ["bob"]}
         assert {h["name"] for h in b.call("hosts.list")["hosts"]} == {"shared"}
         assert {h["name"] for h in a.call("hosts.list")["hosts"]} == {"gpu1", "shared"}
 
