@@ -82,7 +82,8 @@ def spec_resources(model: type[BaseModel], doc: Any, prefix: str = "") -> list[t
                 found += spec_resources(sub, item, at)
                 if sub is SweepParam and model is SweepSpec:
                     found += _swept(item, at)
-                if sub is ChainStage and isinstance(item, dict) and item.get("technique") in STAGE_MODELS:
+                if sub is ChainStage and isinstance(item, dict) and isinstance(item.get("technique"), str) \
+                        and item["technique"] in STAGE_MODELS:
                     found += spec_resources(STAGE_MODELS[item["technique"]], item.get("settings"), f"{at}settings.")
     return found
 
@@ -126,7 +127,9 @@ class ResourceCheck:
                 continue
             value = params[name]
             if kind == R.SPEC:
-                spec_model = JOB_KINDS[params["kind"]].spec_model if params.get("kind") in JOB_KINDS else None
+                job_kind = params.get("kind")
+                spec_model = JOB_KINDS[job_kind].spec_model if isinstance(job_kind, str) and job_kind in JOB_KINDS \
+                    else None  # an unknown kind (or not a name): the handler refuses it, having read nothing
                 for where, sub_kind, sub_value in spec_resources(spec_model, value) if spec_model else []:
                     ctx.one(f"spec.{where}", sub_kind, sub_value)
             elif kind == R.TRAIN_SPEC:
