@@ -278,7 +278,7 @@ class _Call:
         raise RpcError(FORBIDDEN, f"{where}: {self.user.name} may not send requests to {value}",
                        {"field": where, "hint": "Chat with a serve job of your project (its URL on this engine's "
                                                 "machine), or ask an admin to allow this endpoint for your project "
-                                                "(ember projects set NAME --endpoint URL)."})
+                                                "(ember projects set NAME --endpoint URL, with its folders and hosts)."})
 
     def _secret(self, where: str, value: str) -> None:
         if self.user.sees_all:

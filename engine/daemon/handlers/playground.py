@@ -60,10 +60,9 @@ class PlaygroundHandlers:
         """The reference with a named secret's value as its key (resource_check made sure it is theirs)."""
         if not ref.api_key_secret:
             return ref
-        projects = None if s.user.sees_all else s.user.projects
-        names = secrets_store.names(self.engine.store, projects)
-        value = secrets_store.get(self.engine.store, [p for p in names if ref.api_key_secret in names[p]],
-                                  ref.api_key_secret)
+        store = self.engine.store
+        projects = list(secrets_store.names(store, None)) if s.user.sees_all else list(s.user.projects)
+        value = secrets_store.get(store, projects, ref.api_key_secret)
         if value is None:
             raise RpcError(NOT_FOUND, f"No secret {ref.api_key_secret!r} in your projects",
                            {"hint": "ember secrets list shows your projects' secrets; an admin adds them."})
