@@ -53,6 +53,14 @@ def initialize(model: Any, optimizer: Any, scheduler: Any, world: Any, spec: Any
     import torch
     import torch.distributed as dist
 
+    if not world.device.startswith("cuda"):
+        # On CPU, DeepSpeed's communication backend compiles a shared-memory all-reduce kernel when it starts
+        # (about 2 minutes of g++ on two cores, on each machine's first run). Only its inference all-reduce
+        # uses that kernel; training reduces through torch.distributed (gloo here), so it is not built.
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
     if not dist.is_initialized():
         # One process: engine.training.dist leaves the process group out, but DeepSpeed needs one.
         # An in-memory store is enough for a group of one (no port, no rendezvous).
