@@ -17,8 +17,17 @@ import pytest
 
 from engine.api import paths as paths_mod
 from engine.cli.client import BlockingClient, EngineNotRunning
+from tests.timing import VARIABLE, scaled, slowness
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    slowness()  # measured here, before pytest-xdist starts the workers that inherit it (tests/timing.py)
+
+
+def pytest_report_header(config):
+    return f"limits scaled by {slowness():.2f} ({VARIABLE}; tests/timing.py)"
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -60,6 +69,13 @@ def pytest_collection_modifyitems(config, items):
     """The longest files first (see LONGEST_FIRST); `gpu` tests run only where CUDA is usable
     (run them with `pytest -m gpu` on a GPU machine)."""
     items.sort(key=_file_rank)  # stable: the order within a file, and among the rest, is kept
+    limit = float(config.getini("timeout") or 0)
+    for item in items:  # pytest-timeout's limit, the file's or the test's own, scaled (tests/timing.py)
+        marker = item.get_closest_marker("timeout")
+        seconds = float(marker.args[0] if marker and marker.args else
+                        (marker.kwargs.get("timeout", limit) if marker else limit))
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(scaled(seconds)), append=False)
     try:
         import torch
 
@@ -107,7 +123,7 @@ class RunningEngine:
     proc: subprocess.Popen
 
     def client(self, name: str = "test", timeout: float = 30.0) -> BlockingClient:
-        return BlockingClient.connect(self.paths, client=name, timeout=timeout)
+        return BlockingClient.connect(self.paths, client=name, timeout=scaled(timeout))
 
     def kill(self) -> None:
         self.proc.kill()
@@ -135,7 +151,7 @@ def start_engine_process(p: paths_mod.Paths, *extra: str, timeout: float = 20.0)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", *extra], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"engine exited with {proc.returncode}: {(p.home / 'engine.log').read_text()}")
@@ -201,6 +217,8 @@ def engine_with_runs(ember_home: paths_mod.Paths, trained_runs):
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    """``predicate()``'s first true value, polled until ``timeout`` seconds (scaled: tests/timing.py)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -29,8 +29,28 @@ from engine.api import paths as paths_mod
 from engine.api.protocol import RpcError
 from engine.cli.client import BlockingClient, EngineNotRunning
 from tests.conftest import alive, kill_job_groups
+from tests.timing import scaled
 
 CONNECT_TIMEOUT_MS = 40_000  # the CI machines have two cores; an engine start can be slow
+
+
+def _scale_qt_waits() -> None:
+    """pytest-qt's waits take their limits scaled by the machine's slowness (tests/timing.py), as
+    ``wait_for`` does; ``qtbot.wait(ms)`` is a pause, not a limit, and stays as written."""
+    from pytestqt.qtbot import QtBot
+
+    for name in ("waitUntil", "waitSignal", "waitSignals", "waitCallback", "waitActive", "waitExposed"):
+        original = getattr(QtBot, name)
+
+        def wait(self, *args, _original=original, timeout: int = 5000, **kwargs):
+            return _original(self, *args, timeout=int(scaled(timeout)) if timeout and timeout > 0 else timeout,
+                             **kwargs)
+
+        wait.__doc__ = original.__doc__
+        setattr(QtBot, name, wait)
+
+
+_scale_qt_waits()
 OVER_TLS = os.environ.get("EMBER_TEST_ENGINE") == "tls"
 
 
