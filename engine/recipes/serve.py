@@ -185,6 +185,9 @@ def vllm_plan(ctx: JobContext, spec: ServeSpec, ref: dict[str, Any]) -> tuple[Pa
     return folder, python, spec.tensor_parallel or max(1, gpus)
 
 
+PORT_TRIES = 3
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
@@ -196,16 +199,27 @@ def serve_vllm(ctx: JobContext, spec: ServeSpec, folder: Path, python: str, tens
 
     name = served_name(spec)
     key, key_file = api_key(spec, Path(ctx.run_dir))
-    port = spec.port or _free_port(spec.bind)
-    cmd = command(python, folder, name, spec.bind, port, tensor_parallel, key)
-    shown = " ".join("***" if key and part == key else part for part in cmd)  # the key never reaches a log
-    ctx.log(f"starting vLLM (tensor parallel {tensor_parallel}): {shown}")
     t0 = time.perf_counter()
-    url = _url(spec.bind, port)
-    server = VllmServer(cmd, url, key, Path(ctx.run_dir) / "vllm.log")
-    server.start()
+    for attempt in range(1, PORT_TRIES + 1):
+        port = spec.port or _free_port(spec.bind)
+        cmd = command(python, folder, name, spec.bind, port, tensor_parallel, key)
+        shown = " ".join("***" if key and part == key else part for part in cmd)  # the key never reaches a log
+        ctx.log(f"starting vLLM (tensor parallel {tensor_parallel}): {shown}")
+        url = _url(spec.bind, port)
+        server = VllmServer(cmd, url, key, Path(ctx.run_dir) / "vllm.log")
+        server.start()
+        try:
+            ready = server.wait_ready(lambda: ctx.stop_requested)
+            break
+        except JobFailed as exc:
+            server.stop()
+            # A port picked for vLLM is free when picked but vLLM binds it seconds later, after its imports;
+            # another program may take it meanwhile. Only a picked port is picked again; a named one is the user's.
+            if spec.port or attempt == PORT_TRIES or "address already in use" not in str(exc).lower():
+                raise
+            ctx.log(f"port {port} was taken before vLLM bound it; picking another")
     try:
-        if not server.wait_ready(lambda: ctx.stop_requested):
+        if not ready:
             return "stopped"
         auth = _auth(spec, key_file)
         ctx.emit("serving", url=url, model=name, model_kind="chat", device="cuda", runtime="vllm",

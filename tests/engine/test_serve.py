@@ -230,7 +230,8 @@ def test_the_vllm_backend_starts_vllms_server_and_reports_its_figures(engine_pro
     that serves with Ember's server on the CPU and answers /metrics in vLLM's names. The job's own code path
     (start, readiness, figures from /metrics, the key kept out of logs, Stop) is the real one."""
     python = tmp_path / "vllm-python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{FAKE_VLLM}:{ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" exec {sys.executable} "$@"\n')
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{FAKE_VLLM}:{ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                      f'FAKE_VLLM_PORT_TAKEN_ONCE=1 exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     with engine_proc.client() as c:
         c.timeout = 60
@@ -246,7 +247,7 @@ def test_the_vllm_backend_starts_vllms_server_and_reports_its_figures(engine_pro
         wait_for(lambda: events_of(c, job["id"], "serving") or c.call("jobs.get", id=job["id"])["state"] == "failed",
                  timeout=180, what="vLLM to answer")
         first = events_of(c, job["id"], "serving")
-        assert first, c.call("jobs.logs", id=job["id"])["lines"][-30:]
+        assert first, (c.call("jobs.get", id=job["id"]).get("error"), c.call("jobs.logs", id=job["id"])["lines"][-30:])
         first = first[0]
         assert first["runtime"] == "vllm" and first["tensor_parallel"] == 2 and first["url"].startswith("http://127.0.0.1:")
         run_dir = Path(c.call("jobs.get", id=job["id"])["run_dir"])
@@ -256,6 +257,8 @@ def test_the_vllm_backend_starts_vllms_server_and_reports_its_figures(engine_pro
         key = open(first["api_key_file"]).read().strip()
         logs = "\n".join(c.call("jobs.logs", id=job["id"], tail=200)["lines"])
         assert "--tensor-parallel-size 2" in logs and "--api-key ***" in logs and key not in logs
+        # The stand-in found its picked port taken once (FAKE_VLLM_PORT_TAKEN_ONCE): the job picked another.
+        assert "was taken before vLLM bound it; picking another" in logs and logs.count("starting vLLM") == 2
 
         client = openai.OpenAI(base_url=first["url"], api_key=key, max_retries=0, timeout=120)
         reply = client.chat.completions.create(model="tiny-llama", messages=QUESTION, temperature=0, max_tokens=12)

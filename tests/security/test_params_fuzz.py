@@ -135,7 +135,8 @@ def undo(c: dict, method: str, params: dict, reply: dict) -> None:
     elif method == "subscribe":
         call(c, "unsubscribe", {"subscription": res["subscription"]})
     elif method == "pii.set_policy":
-        call(c, "pii.set_policy", {"folder": params["folder"], "clear": True})
+        which = {"folder": params["folder"]} if params.get("folder") is not None else {"project": params["project"]}
+        call(c, "pii.set_policy", which | {"clear": True})
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
