@@ -54,7 +54,7 @@ LONGEST_FIRST = (
     "tests/remote/test_jetson_deploy.py", "tests/engine/test_serve.py",
     "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
     "tests/engine/test_lora_merge.py", "tests/app/test_newcomer.py", "tests/app/test_end_to_end.py",
-    "tests/app/test_runs_page.py",
+    "tests/app/test_runs_page.py", "tests/app/test_first_use_llm.py",
     "tests/app/test_compare.py", "tests/faults/test_soak.py", "tests/engine/test_export_formats.py",
     "tests/engine/test_speed.py",
 )

@@ -17,14 +17,15 @@ QAT = "compress.qat"
 PRUNE = "compress.prune"
 EXPORT = "export.model"
 MODEL_DOWNLOAD = "model.download"
+MODEL_PREPARE = "system.prepare_model"  # a built-in model's folder, written once (engine/api/prepared_models.py)
 EVALUATE = "evaluate.model"
 SERVE = "serve.model"
 SWEEP = "train.sweep"  # runs in the engine itself: it starts fine-tunes (docs/sweeps.md)
 PII_SCAN = "pii.scan"
 PII_SCRUB = "pii.scrub"
 CHAIN = "compress.chain"  # runs in the engine itself: its stages are compression jobs (docs/compression.md)
-KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, EVALUATE, SERVE, SWEEP,
-         PII_SCAN, PII_SCRUB, CHAIN)
+KINDS = (FINETUNE, SYSTEM_PROBE, LORA_MERGE, QUANTIZE, QAT, PRUNE, EXPORT, MODEL_DOWNLOAD, MODEL_PREPARE, EVALUATE,
+         SERVE, SWEEP, PII_SCAN, PII_SCRUB, CHAIN)
 IN_ENGINE = (SWEEP, CHAIN)  # kinds with no process of their own: the engine's controller starts their jobs
 COMPRESS_KINDS = (QUANTIZE, QAT, PRUNE)  # one recipe (engine/recipes/compress.py), one variant each
 TRAINING_KINDS = (QAT, PRUNE)  # compressions that train, so they need the trainer's resources
@@ -40,6 +41,7 @@ KIND_NOUNS = {
     PRUNE: "Pruning",
     EXPORT: "Export",
     MODEL_DOWNLOAD: "Model download",
+    MODEL_PREPARE: "Model preparation",
     EVALUATE: "Evaluation",
     SERVE: "Serving",
     SWEEP: "Sweep",

@@ -35,6 +35,7 @@ from engine.api.job_terms import (
     FINETUNE,
     LORA_MERGE,
     MODEL_DOWNLOAD,
+    MODEL_PREPARE,
     PII_SCAN,
     PII_SCRUB,
     PRUNE,
@@ -46,6 +47,7 @@ from engine.api.job_terms import (
 )
 from engine.api.pii_spec import PiiScanSpec, PiiScrubSpec
 from engine.api.playground import ModelRef
+from engine.api.prepared_models import PREPARED
 from engine.api.resources import HOST, NAME_OR_PATH, PROGRAM, READ, RUN, SECRET_FILE, resource
 from engine.api.sweep_spec import SweepSpec
 from engine.api.train_spec import HUB_ID, HUB_REVISION, TrainSpec
@@ -69,6 +71,12 @@ class ModelDownloadSpec(Spec):
                                  description="a branch, tag or commit; None = main")
     repo_type: Literal["model", "dataset"] = Field("model", description="model, or dataset for a dataset repo "
                                                    "(a fine-tune's data.hub)")
+
+
+class ModelPrepareSpec(Spec):
+    """system.prepare_model: a built-in model written once as a model folder (engine/api/prepared_models.py)."""
+
+    builtin: Literal[tuple(PREPARED)] = Field(..., description="the built-in model to prepare")  # type: ignore[valid-type]
 
 
 EXPORT_FORMATS = ("onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson")
@@ -388,6 +396,14 @@ JOB_KINDS: dict[str, JobKind] = {
             "engine.recipes.model_download",
             ModelDownloadSpec,
             resumable=True,
+        ),
+        JobKind(
+            MODEL_PREPARE,
+            "Prepare a built-in model",
+            "Write a built-in model's folder once (SmolLM2: de-quantized from its packaged GGUF file), with "
+            "progress; checks and jobs that need it wait for it instead of converting it themselves.",
+            "engine.recipes.model_prepare",
+            ModelPrepareSpec,
         ),
         JobKind(
             EVALUATE,

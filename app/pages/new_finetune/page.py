@@ -88,6 +88,8 @@ class NewFinetunePage(QWidget):
             step.changed.connect(self._on_changed)
         self.task_step.template_chosen.connect(lambda t: self.load_spec(t.get("spec") or {}, ""))
         self.model_step.facts_changed.connect(self.method_step._on_facts)
+        # New facts (a built-in model prepared, a model downloaded): the memory estimate is asked again.
+        self.model_step.facts_changed.connect(lambda _facts: self.training_step.reestimate())
         self.model_step.code_mode_changed.connect(self.method_step.set_code_model)
         self.training_step.patch_requested.connect(self.apply_patch)
         self.training_step.hosts_page_requested.connect(self.nav.action("hosts"))
@@ -269,6 +271,9 @@ class NewFinetunePage(QWidget):
         spec, name = self.current_spec(), self.review_step.run_name()
         self._launching = True
         self._update_buttons()
+        if self.review_step.passed(spec):  # Review checked this very spec: the engine checks it again at start
+            self._checked({"issues": []}, spec, name)
+            return
         self._set_status("Checking the inputs before launch…")
         self._client.request("jobs.check", {"kind": KIND, "spec": launch_spec(spec)},
                              lambda reply: self._checked(reply, spec, name), self._launch_failed)

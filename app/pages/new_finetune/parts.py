@@ -83,6 +83,30 @@ class Busy(QLabel):
         self.setText(self._text + "." * self._dots)
 
 
+PREPARE_POLL_MS = 2000  # how often a check waiting on a system.prepare_model job asks again
+
+
+CHECK_RETRIES = 3  # a check that ran past its limit (a busy machine) is asked again this many times by itself
+
+
+def retry_after_ms(err: Any, tries: int) -> int | None:
+    """When a failed check is worth asking again by itself (it ran out of time), in how many ms; else None."""
+    data = getattr(err, "data", None) or {}
+    after = data.get("retry_after_s") if isinstance(data, dict) else None
+    return int(float(after) * 1000) if isinstance(after, int | float) and tries < CHECK_RETRIES else None
+
+
+def preparing_text(preparing: dict[str, Any]) -> str:
+    """One line for a built-in model being prepared: what, and how far ("de-quantizing the weights, 20%")."""
+    name, size = preparing.get("model", "the model"), preparing.get("bytes") or 0
+    if preparing.get("state") == "queued":
+        where = "waiting in the queue"
+    else:
+        stage, done = preparing.get("stage"), preparing.get("fraction")
+        where = f"{stage}, {done:.0%}" if stage and isinstance(done, int | float) else (stage or "starting")
+    return f"Preparing the built-in model {name} once (about {size / 1e6:,.0f} MB): {where}"
+
+
 class DebouncedRequest:
     """Send ``method`` a little after the last change; only the newest reply is shown.
 
@@ -101,13 +125,20 @@ class DebouncedRequest:
         self._on_reply, self._on_error, self._on_missing = on_reply, on_error, on_missing
         self._generation = 0
         self.pending = False  # waiting on the timer or the reply
+        self._delay_ms = delay_ms
         self._timer = QTimer(owner, singleShot=True, interval=delay_ms)
         self._timer.timeout.connect(self._send)
 
     def trigger(self) -> None:
         self._generation += 1
         self.pending = True
-        self._timer.start()
+        self._timer.start(self._delay_ms)
+
+    def again_in(self, ms: int) -> None:
+        """Ask again in ``ms`` without being pending meanwhile: the answer said to wait for a job (a built-in
+        model being prepared), and nothing should wait on this request until it is sent."""
+        self._generation += 1
+        self._timer.start(ms)
 
     def cancel(self) -> None:
         self._generation += 1
@@ -115,6 +146,7 @@ class DebouncedRequest:
         self.pending = False
 
     def _send(self) -> None:
+        self.pending = True
         params = self._params()
         if params is None:
             self.pending = False

@@ -27,7 +27,14 @@ from app.models.spec_tools import (
     launch_spec,
     route_issue,
 )
-from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
+from app.pages.new_finetune.parts import (
+    PREPARE_POLL_MS,
+    Busy,
+    DebouncedRequest,
+    IssueList,
+    preparing_text,
+    retry_after_ms,
+)
 from app.widgets.common import FactsView, card, label
 from app.widgets.hub_picker import HubPicker
 from app.widgets.wizard_parts import (
@@ -76,6 +83,8 @@ class ModelStep(Step):
         self._task = "text_classification"
         self._spec: dict[str, Any] = {}
         self._inspected_key: Any = None
+        self.preparing: dict[str, Any] | None = None  # models.inspect's answer while a built-in model is prepared
+        self._retries = 0  # checks asked again by themselves after running out of time
         self._issues: list[dict[str, Any]] = []
         self.facts: dict[str, Any] = {}
 
@@ -347,6 +356,8 @@ class ModelStep(Step):
         if key == self._inspected_key:
             return
         self._inspected_key = key
+        self._retries = 0
+        self.preparing = None
         self.facts_view.set_facts([])
         self.issues.set_issues([])
         self._issues = []
@@ -375,6 +386,16 @@ class ModelStep(Step):
         return {"spec": launch_spec(self._spec)}
 
     def _on_inspect(self, reply: dict[str, Any]) -> None:
+        self.preparing = reply.get("preparing")
+        if self.preparing:  # a built-in model written once first: say so, and look again until it is ready
+            self.status.start(preparing_text(self.preparing))
+            self._issues = []
+            self.issues.set_issues([])
+            show_text(self.note, self.preparing.get("message", ""))
+            self.facts_changed.emit({})
+            self.inspector.again_in(PREPARE_POLL_MS)
+            self.changed.emit()
+            return
         self.status.stop()
         self._issues = list(reply.get("issues") or [])
         if self.hub_radio.isChecked() and any(NOT_DOWNLOADED in str(i.get("message")) for i in self._issues):
@@ -400,6 +421,12 @@ class ModelStep(Step):
         self.changed.emit()  # Launch may now be allowed (or not)
 
     def _on_error(self, err: Any) -> None:
+        after = retry_after_ms(err, self._retries)
+        if after is not None:  # out of time on a busy machine: say why, and ask again by itself
+            self._retries += 1
+            self.status.start(f"{getattr(err, 'message', err)}. Checking again")
+            self.inspector.again_in(after)
+            return
         self.status.stop()
         self._issues = [{"message": f"Could not check the model: {error_text(err)}", "hint": ""}]
         self.issues.set_issues(self._issues)

@@ -30,7 +30,14 @@ from app.models.spec_tools import (
     job_yaml,
     launch_spec,
 )
-from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
+from app.pages.new_finetune.parts import (
+    PREPARE_POLL_MS,
+    Busy,
+    DebouncedRequest,
+    IssueList,
+    preparing_text,
+    retry_after_ms,
+)
 from app.pages.new_finetune.sweep_box import SweepBox
 from app.style import set_role
 from app.widgets.common import card, label
@@ -62,6 +69,7 @@ class ReviewStep(Step):
         self._stamp = time.strftime("%m%d-%H%M")
         self._name_touched = False
         self._checked_key = ""
+        self._retries = 0  # checks asked again by themselves after running out of time
         self._check_key = ""
         self.check_issues: list[dict[str, Any]] = []
 
@@ -196,10 +204,17 @@ class ReviewStep(Step):
             self.update_document(self._spec)
         self.emit_changed()
 
+    def _passed_text(self) -> str:
+        # "fine" beside a list of problems would contradict it: then the check vouches only for itself
+        return ("The engine's check found no other problem." if self.blockers.text() else
+                "Checked: the spec, the data and the model are fine.")
+
     def set_blockers(self, problems: list[str], fit: dict[str, Any]) -> None:
         self.blockers.setText("Fix before launch:\n" + "\n".join(f"• {p}" for p in problems[:12])
                               if problems else "")
         self.blockers.setVisible(bool(problems))
+        if self._spec and self.passed(self._spec) and self.check_ok.text():
+            show_text(self.check_ok, self._passed_text())
         verdict = fit.get("verdict")
         set_role(self.fit_note, "error" if verdict == "will_not_fit" else "muted")
         self.fit_note.style().polish(self.fit_note)
@@ -218,6 +233,8 @@ class ReviewStep(Step):
         key = repr(launch_spec(self._spec))
         if key == self._checked_key or (self.checker.pending and key == self._check_key):
             return
+        if key != self._check_key:
+            self._retries = 0
         self._check_key = key
         self.check_status.start()
         show_text(self.check_ok, "")
@@ -228,15 +245,33 @@ class ReviewStep(Step):
         self._checked_key = repr(launch_spec(spec))
         self.check_issues = list(issues)
         self.check_list.set_issues(self.check_issues)
-        show_text(self.check_ok, "" if issues else "Checked: the spec, the data and the model are fine.")
+        show_text(self.check_ok, "" if issues else self._passed_text())
         self.changed.emit()
 
     def _on_check(self, reply: dict[str, Any]) -> None:
+        preparing = reply.get("preparing")
+        if preparing:  # the model is written once first; Launch may go ahead (the job waits for it)
+            self.check_status.start(preparing_text(preparing))
+            show_text(self.check_ok, preparing.get("message", ""))
+            self.checker.again_in(PREPARE_POLL_MS)
+            self.changed.emit()
+            return
+        self._retries = 0
         self.show_check(reply.get("issues") or [], self._spec)
 
     def _on_check_error(self, err: Any) -> None:
+        after = retry_after_ms(err, self._retries)
+        if after is not None:  # out of time on a busy machine: say why, and ask again by itself
+            self._retries += 1
+            self.check_status.start(f"{getattr(err, 'message', err)}. Checking again")
+            self.checker.again_in(after)
+            return
         self.check_status.stop()
         show_text(self.check_ok, f"Could not check the inputs: {error_text(err)}")
+
+    def passed(self, spec: dict[str, Any]) -> bool:
+        """Whether this very spec was checked and found fine (Launch then need not ask again)."""
+        return self._checked_key == repr(launch_spec(spec)) and not self.check_issues
 
     def checking(self) -> bool:
         return self.checker.pending

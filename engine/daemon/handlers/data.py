@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,17 +16,41 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from engine.api.job_terms import FINETUNE
-from engine.api.protocol import INTERNAL_ERROR, INVALID_PARAMS, RpcError
+from engine.api.protocol import INTERNAL_ERROR, INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import SpecError, validate_spec
-from engine.daemon import projects
+from engine.daemon import model_prep, projects
 from engine.daemon.handlers.params import NoParams, Params
 from engine.estimate import machine
 from engine.launch.local import job_env
 
 if TYPE_CHECKING:
+    from engine.daemon.access import User
     from engine.daemon.context import Client, EngineView
 
 CHECK_TIMEOUT_S = 120
+CHECK_TIMEOUT_ENV = "EMBER_CHECK_TIMEOUT_S"  # a slower machine (or a test) sets another limit
+RETRY_AFTER_S = 10  # what a timed-out check's answer tells a client to wait before asking again
+
+
+def check_timeout_s() -> float:
+    try:
+        return max(1.0, float(os.environ.get(CHECK_TIMEOUT_ENV) or CHECK_TIMEOUT_S))
+    except ValueError:
+        return float(CHECK_TIMEOUT_S)
+
+
+def _timed_out(limit: float) -> RpcError:
+    """A check over its limit, with its likely cause: a machine busier than its cores, or the inputs' size."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    cause = (f"this machine is busy (load {load:.1f} on {cores} cores)" if load > cores else
+             "the data or the model took that long to read")
+    return RpcError(INTERNAL_ERROR, f"Looking at the inputs took over {limit:.0f} s: {cause}",
+                    {"hint": "It is checked again by itself in a few seconds, and the job checks its inputs again "
+                             "when it starts.", "retry_after_s": RETRY_AFTER_S, "timeout": True})
 FACTS_CACHE = 32  # model facts kept per engine: a wizard revisits the same few models
 
 
@@ -56,14 +81,14 @@ async def inspect_in_subprocess(request: dict[str, Any]) -> Any:
         sys.executable, "-m", "engine.preflight.check", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=job_env())
     try:
-        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout=CHECK_TIMEOUT_S)
+        limit = check_timeout_s()
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout=limit)
     except asyncio.CancelledError:  # the client went away: the look is no longer wanted
         proc.kill()
         raise
     except asyncio.TimeoutError:
         proc.kill()
-        raise RpcError(INTERNAL_ERROR, f"Looking at the inputs took over {CHECK_TIMEOUT_S} s",
-                       {"hint": "Very large datasets are checked when the job starts instead."}) from None
+        raise _timed_out(limit) from None
     if proc.returncode != 0:
         raise RpcError(INTERNAL_ERROR, "The input check failed",
                        {"hint": "See details; please report it.", "details": err.decode(errors="replace")[-2000:]})
@@ -115,7 +140,12 @@ class DataHandlers:
                 key["mtime"] = Path(path).expanduser().stat().st_mtime
         return json.dumps(key, sort_keys=True, default=str)
 
-    async def _model_facts(self, spec: dict[str, Any]) -> dict[str, Any]:
+    async def _model_facts(self, spec: dict[str, Any], user: User | None = None) -> dict[str, Any]:
+        """The model's facts (cached); ``preparing`` while a built-in model is written first (a job that
+        ``user``'s look starts; None starts nothing)."""
+        waiting = model_prep.check_or_prepare(self.engine, user, spec)
+        if waiting is not None:
+            return waiting
         key = self._facts_key(spec)
         lock = self._facts_locks.setdefault(key, asyncio.Lock())
         async with lock:  # a wizard asking twice while the first look runs waits for it
@@ -128,8 +158,8 @@ class DataHandlers:
                     self._facts.pop(next(iter(self._facts)))
             return self._facts[key]
 
-    async def models_inspect(self, _s: Client, p: SpecOnly) -> Any:
-        return await self._model_facts(p.spec)
+    async def models_inspect(self, s: Client, p: SpecOnly) -> Any:
+        return await self._model_facts(p.spec, s.user)
 
     async def _spec_and_facts(self, raw: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         try:
@@ -137,6 +167,9 @@ class DataHandlers:
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
         looked = await self._model_facts(raw)
+        if looked.get("preparing"):
+            raise RpcError(INVALID_STATE, f"Cannot estimate yet: {looked['preparing']['message']}",
+                           {"hint": "The estimate comes once the model is ready.", "preparing": looked["preparing"]})
         if not looked.get("facts"):
             issues = looked.get("issues") or []
             first = issues[0] if issues else {"message": "the model could not be inspected", "hint": ""}

@@ -16,7 +16,7 @@ from engine.api import custom_code
 from engine.api.job_terms import CHAIN, FINETUNE, SWEEP
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
-from engine.daemon import data_policy, projects, templates
+from engine.daemon import data_policy, model_prep, projects, templates
 from engine.daemon.access import DEFAULT_PROJECT
 from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
 from engine.daemon.handlers.params import JobId, NoParams, Params
@@ -114,8 +114,13 @@ class JobHandlers:
             asyncio.ensure_future(self._store_estimate(job["id"], p.spec))
         return record(self.engine.store, job)
 
-    async def jobs_check(self, _s: Client, p: JobsStart) -> Any:
-        """Validate the spec and its inputs in a subprocess (torch stays out of the engine)."""
+    async def jobs_check(self, s: Client, p: JobsStart) -> Any:
+        """Validate the spec and its inputs in a subprocess (torch stays out of the engine); ``preparing``
+        while a built-in model it names is written first (engine/daemon/model_prep.py)."""
+        waiting = model_prep.check_or_prepare(self.engine, s.user, p.spec)
+        if waiting is not None:
+            waiting.pop("facts", None)
+            return waiting
         answer = await inspect_in_subprocess({"op": "check", "kind": p.kind, "spec": p.spec})
         with contextlib.suppress(SpecError):  # model.code not yet confirmed: an issue here, an error at jobs.start
             issue = custom_code.check_issue(validate_spec(p.kind, p.spec))
