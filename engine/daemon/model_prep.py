@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from engine.daemon.access import User
     from engine.daemon.context import EngineView
 
-RETRY_AFTER_S = 10.0
+RETRY_AFTER_S = 10.0  # a failed preparation is reported this long before a check starts another
+POLL_S = 2.0  # how soon a client waiting on a preparation should ask again
 
 
 def _last_progress(job: dict[str, Any]) -> dict[str, Any]:

@@ -91,11 +91,31 @@ def report(ctx: JobContext, url: str, name: str, auth: dict[str, Any], snapshot:
         last, last_t = now, now_t
 
 
+def _cannot_listen(spec: ServeSpec, exc: OSError) -> JobFailed:
+    return JobFailed(f"Cannot listen on {spec.bind}:{spec.port}: {exc.strerror or exc}",
+                     "Another program (or another serve job) holds that port: pick another port, or 0 for "
+                     "any free one.")
+
+
+def _port_is_free(spec: ServeSpec) -> None:
+    """A port the spec names, bound and let go as the server binds it (address reuse on), or JobFailed. The
+    server's own bind, after the model loaded, still reports a port taken in between."""
+    if not spec.port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in spec.bind else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((spec.bind, spec.port))
+        except OSError as exc:
+            raise _cannot_listen(spec, exc) from exc
+
+
 def main(ctx: JobContext, spec: ServeSpec) -> str | None:
     from engine.inference.models import open_model, pick_device
     from engine.serve.openai_api import Service, server
 
     runs = Path(ctx.run_dir).resolve().parent
+    _port_is_free(spec)  # before the model loads for minutes: a taken port fails at once
     ref = open_ref(spec, runs)
     vllm = vllm_plan(ctx, spec, ref)
     if vllm is not None:
@@ -110,9 +130,7 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
     try:
         httpd = server(service, spec.bind, spec.port)
     except OSError as exc:
-        raise JobFailed(f"Cannot listen on {spec.bind}:{spec.port}: {exc.strerror or exc}",
-                        "Another program (or another serve job) holds that port: pick another port, or 0 for "
-                        "any free one.") from exc
+        raise _cannot_listen(spec, exc) from exc
     port = httpd.server_address[1]
     url = _url(httpd.server_address[0], port)
     auth = _auth(spec, key_file)

@@ -96,6 +96,14 @@ def retry_after_ms(err: Any, tries: int) -> int | None:
     return int(float(after) * 1000) if isinstance(after, int | float) and tries < CHECK_RETRIES else None
 
 
+def preparing_wait_ms(err: Any) -> int | None:
+    """In how many ms to ask again when an answer waits on a built-in model being prepared; else None."""
+    data = getattr(err, "data", None) or {}
+    if not isinstance(data, dict) or not data.get("preparing"):
+        return None
+    return int(float(data.get("retry_after_s") or PREPARE_POLL_MS / 1000) * 1000)
+
+
 def preparing_text(preparing: dict[str, Any]) -> str:
     """One line for a built-in model being prepared: what, and how far ("de-quantizing the weights, 20%")."""
     name, size = preparing.get("model", "the model"), preparing.get("bytes") or 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.glossary import field_tooltip
+from app.pages.new_finetune.parts import preparing_text, preparing_wait_ms
 from app.widgets.common import label
 from app.widgets.wizard_parts import error_text
 
@@ -112,6 +113,11 @@ class PlannerBox(QWidget):
         self._client.request("estimate.plan", params, self._show, self._failed)
 
     def _failed(self, err: Any) -> None:
+        wait = preparing_wait_ms(err)
+        if wait is not None:  # the built-in model is written first: say so, and plan once it is ready
+            self.status.setText(preparing_text(err.data["preparing"]))
+            QTimer.singleShot(wait, self, self.plan)
+            return
         self.plan_button.setEnabled(True)
         self.status.setText(f"No plan: {error_text(err)}")
 

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.glossary import field_tooltip, tip_combo_items
 from app.models.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.nodes_editor import NodesEditor
-from app.pages.new_finetune.parts import DebouncedRequest
+from app.pages.new_finetune.parts import DebouncedRequest, preparing_text, preparing_wait_ms
 from app.pages.new_finetune.planner_box import PlannerBox
 from app.pages.new_finetune.slurm_box import SlurmBox
 from app.pages.new_finetune.speed_box import SpeedBox
@@ -706,6 +706,11 @@ class TrainingStep(Step):
         self._estimated_key = ""
 
     def _estimate_failed(self, err: Any) -> None:
+        wait = preparing_wait_ms(err)
+        if wait is not None:  # the built-in model is written first: say so, and ask again
+            self.fit.set_error(preparing_text(err.data["preparing"]))
+            self.estimator.again_in(wait)
+            return
         self.fit.set_error(error_text(err))
 
     def _no_estimator(self, _err: Any) -> None:

@@ -161,15 +161,18 @@ class DataHandlers:
     async def models_inspect(self, s: Client, p: SpecOnly) -> Any:
         return await self._model_facts(p.spec, s.user)
 
-    async def _spec_and_facts(self, raw: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    async def _spec_and_facts(self, raw: dict[str, Any], user: User | None) -> tuple[Any, dict[str, Any]]:
         try:
             spec = validate_spec(FINETUNE, raw)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
-        looked = await self._model_facts(raw)
+        looked = await self._model_facts(raw, user)
         if looked.get("preparing"):
-            raise RpcError(INVALID_STATE, f"Cannot estimate yet: {looked['preparing']['message']}",
-                           {"hint": "The estimate comes once the model is ready.", "preparing": looked["preparing"]})
+            preparing = looked["preparing"]
+            raise RpcError(INVALID_STATE, f"Cannot estimate yet: the built-in model {preparing['model']} is being "
+                                          "prepared (once)",
+                           {"hint": "The estimate comes once it is ready.", "preparing": preparing,
+                            "retry_after_s": model_prep.POLL_S})
         if not looked.get("facts"):
             issues = looked.get("issues") or []
             first = issues[0] if issues else {"message": "the model could not be inspected", "hint": ""}
@@ -177,14 +180,14 @@ class DataHandlers:
                            {"hint": first.get("hint", ""), "issues": issues})
         return spec, looked["facts"]
 
-    async def estimate_fit(self, _s: Client | None, p: SpecOnly) -> Any:
-        spec, facts = await self._spec_and_facts(p.spec)
+    async def estimate_fit(self, s: Client | None, p: SpecOnly) -> Any:
+        spec, facts = await self._spec_and_facts(p.spec, s.user if s is not None else None)
         from engine.estimate.memory import estimate
 
         return estimate(spec, facts, machine.info(self.engine.paths.home))
 
-    async def estimate_plan(self, _s: Client | None, p: PlanParams) -> Any:
-        spec, facts = await self._spec_and_facts(p.spec)
+    async def estimate_plan(self, s: Client | None, p: PlanParams) -> Any:
+        spec, facts = await self._spec_and_facts(p.spec, s.user if s is not None else None)
         from engine.estimate.planner import plan
 
         gpus, memory, name = p.gpus, p.gpu_memory_gb, ""
