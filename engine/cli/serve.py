@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"serving {name}: OpenAI-compatible (client = OpenAI(base_url={url!r}, api_key='unused'))",
                   file=sys.stderr, flush=True)
         if args.detach:
-            print(f"it keeps serving; stop it with: ember jobs stop {job_id}", file=sys.stderr)
+            print(f"it keeps serving; stop it with: ember stop {job_id}", file=sys.stderr)
             return 0
         shown = len(seen)
         try:
