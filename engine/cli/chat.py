@@ -20,6 +20,8 @@ from engine.api.train_spec import BUILTIN_MODEL_CHOICES
 from engine.cli.client import BlockingClient, ensure_engine
 
 BUILTINS = {name for names in BUILTIN_MODEL_CHOICES.values() for name in names}
+PATH_STARTS = ("/", "./", "../", "~")
+MODEL_FILE_SUFFIXES = (".gguf", ".onnx", ".pt", ".pt2", ".pth", ".safetensors", ".engine", ".plan")
 
 
 def model_ref(text: str) -> dict[str, Any]:
@@ -29,8 +31,11 @@ def model_ref(text: str) -> dict[str, Any]:
         return {"url": text}
     if text in BUILTINS:
         return {"builtin": text}
-    if os.path.isdir(os.path.expanduser(text)):
-        return {"path": os.path.abspath(os.path.expanduser(text))}
+    # A path before any Hub id: an existing folder or file (a .gguf file, an ONNX folder), or anything written
+    # as a path or named like a model file, which the engine then reports as missing rather than asking the Hub.
+    local = os.path.expanduser(text)
+    if os.path.exists(local) or text.startswith(PATH_STARTS) or text.lower().endswith(MODEL_FILE_SUFFIXES):
+        return {"path": os.path.abspath(local)}
     if "/" in text:
         repo, _, revision = text.partition("@")
         return {"hub": repo, **({"revision": revision} if revision else {})}

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from engine.api.specs import SpecError, validate_spec
-from engine.cli.serve import wait_listening
 from engine.export import llm_formats
 from engine.export.llm_check import compare
 from engine.inference.runtimes import pick
@@ -66,28 +65,35 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert result["reference"]["batch"] == 4 and result["reference"]["batch_tokens_per_s"] > 0
     assert not any(p.name.startswith(".") for p in (Path(job["run_dir"]) / "export").iterdir())  # nothing left over
 
-    # Each file served in its own runtime behind Ember's OpenAI-compatible server: the fp32 ONNX and the f16 GGUF
-    # answer a new question greedily alike (the check above compared both with PyTorch token for token).
+    # Each file by its path, as docs/serve.md shows: `ember serve FILE.gguf` serves the f16 GGUF in llama.cpp
+    # behind Ember's OpenAI-compatible server, and `ember chat FOLDER` answers with the fp32 ONNX in ONNX Runtime
+    # GenAI; both answer a new question greedily alike (the check above compared both with PyTorch token for token).
     import openai
 
-    answers = {}
+    question = "What is the capital of France?"
+    cli = [sys.executable, "-m", "engine.cli"]
+    served = subprocess.run([*cli, "serve", files["f16"]["path"], "--port", "0", "--detach"], capture_output=True,
+                            text=True, env=env, timeout=600)
+    assert served.returncode == 0, served.stderr[-2000:]
+    url = served.stdout.strip().splitlines()[0]
+    job_id = served.stderr.split(":", 1)[0].removeprefix("job ")
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    name = client.models.list().data[0].id
+    reply = client.chat.completions.create(model=name, temperature=0, max_tokens=12,
+                                           messages=[{"role": "user", "content": question}])
+    answers = {"gguf": reply.choices[0].message.content}
+    stream = client.chat.completions.create(model=name, temperature=0, max_tokens=12, stream=True,
+                                            messages=[{"role": "user", "content": question}])
+    assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == answers["gguf"]
     with engine_proc.client() as c:
-        c.timeout = 120
-        for name, path in (("onnx", result["formats"]["onnx_genai"]["files"]["fp32"]["path"]),
-                           ("gguf", files["f16"]["path"])):
-            serve = c.call("jobs.start", kind="serve.model", spec={"model": {"path": path}, "port": 0})
-            seen = wait_listening(c, serve["id"])
-            assert seen, c.call("jobs.logs", id=serve["id"])["lines"][-20:]
-            assert seen[0]["runtime"] == {"onnx": "onnxruntime-genai", "gguf": "llama.cpp"}[name]
-            client = openai.OpenAI(base_url=seen[0]["url"], api_key="unused", max_retries=0, timeout=120)
-            reply = client.chat.completions.create(model=seen[0]["model"], temperature=0, max_tokens=12,
-                                                   messages=[{"role": "user", "content": "What is the capital of France?"}])
-            answers[name] = reply.choices[0].message.content
-            stream = client.chat.completions.create(model=seen[0]["model"], temperature=0, max_tokens=12, stream=True,
-                                                    messages=[{"role": "user", "content": "What is the capital of France?"}])
-            assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == answers[name]
-            c.call("jobs.stop", id=serve["id"])
-            wait_final(c, serve["id"], timeout=60)
+        assert c.call("jobs.get", id=job_id)["state"] == "running"
+        c.call("jobs.stop", id=job_id)
+        wait_final(c, job_id, timeout=60)
+    chat = subprocess.run([*cli, "chat", result["formats"]["onnx_genai"]["files"]["fp32"]["path"], question,
+                           "--temperature", "0", "--max-new-tokens", "12", "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert chat.returncode == 0, chat.stderr[-2000:]
+    answers["onnx"] = json.loads(chat.stdout.strip().splitlines()[-1])["text"]
     assert answers["onnx"] == answers["gguf"] and "Paris" in answers["onnx"], answers
 
 

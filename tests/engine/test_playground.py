@@ -167,6 +167,13 @@ def test_model_words_and_the_memory_check(tmp_path):
     assert model_ref("smollm2-135m-instruct") == {"builtin": "smollm2-135m-instruct"}
     assert model_ref("Qwen/Qwen2.5-0.5B-Instruct@main") == {"hub": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "main"}
     assert model_ref(str(tmp_path)) == {"path": str(tmp_path)}
+    # A file (a GGUF export) and a path that is not there yet are paths, never Hub ids: `ember chat out/m.gguf`.
+    gguf = tmp_path / "exports" / "model-q4_k_m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    assert model_ref(str(gguf)) == {"path": str(gguf)}
+    assert model_ref("exports/missing.gguf")["path"].endswith("/exports/missing.gguf")
+    assert model_ref("./tuned")["path"].endswith("/tuned")
     assert model_ref("20261204-abc") == {"run": "20261204-abc"}
     (tmp_path / "model.safetensors").write_bytes(b"\0" * 1000)
     (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
