@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -171,14 +172,34 @@ def _ollama_template(template: str) -> tuple[str, list[str]] | None:
     return None
 
 
-def write_modelfile(folder: Path, gguf_name: str, template: str, eos_token: str | None) -> Path:
-    """An Ollama Modelfile for ``gguf_name``: ``ollama create NAME -f Modelfile`` in that folder."""
+# The system block a chat template writes: ChatML's, and Llama 3's.
+_SYSTEM_BLOCKS = (re.compile(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", re.S),
+                  re.compile(r"<\|start_header_id\|>system<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S))
+
+
+def default_system(rendered: str) -> str | None:
+    """The system prompt a chat template adds by itself, from a conversation rendered with no system message
+    (SmolLM2's: "You are a helpful AI assistant named SmolLM, trained by Hugging Face"). A model was trained
+    and checked with it; without it, llama.cpp and Ollama give the same model other (often empty) answers."""
+    for block in _SYSTEM_BLOCKS:
+        found = block.search(rendered)
+        if found and found.group(1).strip():
+            return found.group(1).strip()
+    return None
+
+
+def write_modelfile(folder: Path, gguf_name: str, template: str, eos_token: str | None,
+                    system: str | None = None) -> Path:
+    """An Ollama Modelfile for ``gguf_name``: ``ollama create NAME -f Modelfile`` in that folder. ``system``:
+    the template's own system prompt (default_system), which Ollama's TEMPLATE gets as .System."""
     lines = [f"FROM ./{gguf_name}"]
     known = _ollama_template(template)
     if known:
         go, stops = known
         lines.append(f'TEMPLATE """{go}"""')
         lines += [f'PARAMETER stop "{s}"' for s in stops]
+    if system:
+        lines.append('SYSTEM """' + system.replace('"""', '" " "') + '"""')
     else:  # Ollama then uses the chat template stored in the GGUF's metadata
         lines.append("# the chat template is the one stored in the GGUF file (tokenizer.chat_template)")
     if eos_token and not (known and eos_token in known[1]):

@@ -264,9 +264,12 @@ class LlmExport:
         from engine.tasks import chat_templates
 
         self.src.tokenizer.save_pretrained(str(root))  # what serving the file with Ember reads (docs/serve.md)
+        tokenizer = self.src.tokenizer
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
+                                                 add_generation_prompt=True) if tokenizer.chat_template else ""
         modelfile = llm_formats.write_modelfile(root, Path(files[ollama]["path"]).name,
-                                                chat_templates.template_text(self.src.tokenizer, "model"),
-                                                self.src.tokenizer.eos_token)
+                                                chat_templates.template_text(tokenizer, "model"),
+                                                tokenizer.eos_token, llm_formats.default_system(rendered))
         return {"path": str(root), "files": files, "modelfile": str(modelfile), "bytes": file_bytes(root)}
 
     def jetson(self) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     modelfile = Path(result["formats"]["gguf"]["modelfile"]).read_text()
     assert modelfile.startswith("FROM ./smollm2-135m-instruct-q4_k_m.gguf") and "<|im_start|>" in modelfile
     assert "PARAMETER stop \"<|im_end|>\"" in modelfile
+    # The system prompt SmolLM2's template adds by itself, which the model was tuned and checked with.
+    assert 'SYSTEM """You are a helpful AI assistant named SmolLM, trained by Hugging Face"""' in modelfile
     assert "same answers" in out.stdout and "gguf q4_k_m" in out.stdout and "ollama create" in out.stdout
     assert "b4 tok/s" in out.stdout and "first token" in out.stdout
     assert result["reference"]["batch"] == 4 and result["reference"]["batch_tokens_per_s"] > 0
@@ -95,6 +97,19 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert chat.returncode == 0, chat.stderr[-2000:]
     answers["onnx"] = json.loads(chat.stdout.strip().splitlines()[-1])["text"]
     assert answers["onnx"] == answers["gguf"] and "Paris" in answers["onnx"], answers
+
+
+def test_the_modelfile_keeps_the_templates_own_system_prompt(tmp_path):
+    chatml = ("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\n?<|im_end|>\n"
+              "<|im_start|>assistant\n")
+    assert llm_formats.default_system(chatml) == "You are terse."
+    llama3 = ("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: 2023<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\n?<|eot_id|>")
+    assert llm_formats.default_system(llama3) == "Cutting Knowledge Date: 2023"
+    assert llm_formats.default_system("<|im_start|>user\n?<|im_end|>\n") is None  # no system block: none
+    path = llm_formats.write_modelfile(tmp_path, "m.gguf", chatml, "<|im_end|>", "You are terse.")
+    text = path.read_text()
+    assert 'SYSTEM """You are terse."""' in text and "{{ if .System }}" in text
 
 
 def test_export_specs_for_language_models_say_what_is_wrong():
