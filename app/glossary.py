@@ -101,8 +101,8 @@ TERMS: dict[str, str] = {
                   "twice the rank is a common choice.",
     "LoRA dropout": "A share of the adapter's inputs dropped at random while training, which makes it less "
                     "likely to memorise a small dataset.",
-    "target modules": "The layers that get LoRA adapters; left empty, the attention and MLP projections the "
-                      "architecture is known for.",
+    "target modules": "The layers that get LoRA adapters; left empty, the attention's query and value "
+                      "projections of the architecture (q_proj and v_proj on Llama-style models).",
     "virtual tokens": "How many learned tokens prompt tuning puts before every input: more can learn more, "
                       "and use up more of the sequence.",
     "tokens per example": "Each example is cut to this many tokens; longer takes more memory and time, "

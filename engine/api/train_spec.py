@@ -148,7 +148,7 @@ class MethodSpec(_Part):
     lora_r: int = Field(8, ge=1, le=1024)
     lora_alpha: float = Field(16, gt=0)
     lora_dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | None = Field(None, description="None picks the attention/MLP projections of the architecture")
+    target_modules: list[str] | None = Field(None, description="None picks the attention's query and value projections of the architecture (q_proj and v_proj on Llama-style models, query and value on BERT)")
     num_virtual_tokens: int = Field(20, ge=1, le=1024)
 
 

@@ -187,7 +187,7 @@ class MethodStep(Step):
         picks = f" ({', '.join(automatic)})" if automatic else ""
         self.targets_note.setText(
             f"Leave all unchecked for the automatic choice{picks}." if names
-            else "Automatic: the attention and MLP projections of this architecture. The "
+            else "Automatic: the attention's query and value projections of this architecture. The "
                  "choices appear once the model has been checked.")
 
     def _on_facts(self, facts: dict[str, Any]) -> None:
