@@ -71,7 +71,7 @@ class PlaygroundPage(QWidget):
         self.new_button = QPushButton("New chat")
         self.new_button.setToolTip("Clear the conversation (an answer still coming is stopped)")
         self.new_button.clicked.connect(lambda: self.chat.new_chat())
-        self.export_button = QPushButton("Export…")
+        self.export_button = QPushButton("Export chat…")  # not the model: that is the Export page
         self.export_button.setToolTip("Save the conversation as JSON Lines: one line per conversation with its "
                                       "messages, model and settings")
         self.export_button.clicked.connect(lambda: self.chat.export_clicked())
