@@ -90,8 +90,13 @@ def test_chat_streams_stops_side_by_side_exports_and_shows_errors(qtbot, make_wi
     # Side by side: the run beside another model, one prompt, both answer at once in their own column.
     qtbot.mouseClick(page.new_button, Qt.MouseButton.LeftButton)
     assert col.messages == [] and col.view.toPlainText() == ""
+    page.settings.reset()  # the default temperature, which Side by side makes greedy: the comparison repeats
     page.side_check.setChecked(True)
     assert page.column_b.isVisible() and page.picker_b.current() is not None
+    assert page.settings.spins["temperature"].value() == 0.0
+    page.side_check.setChecked(False)
+    assert page.settings.spins["temperature"].value() == 0.7  # the default back
+    page.side_check.setChecked(True)
     page.picker_b.add_folder(str(other_llama))
     assert page.column_b.ref == {"path": str(other_llama)}
     sent = settings(page, temperature=1.0, seed=7, max_new_tokens=12)

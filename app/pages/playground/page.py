@@ -38,6 +38,7 @@ from app.pages.playground.serving import ServeBar
 from app.pages.playground.settings_form import SettingsForm
 from app.widgets.common import card, label, show_text
 from engine.api.job_terms import SUCCEEDED
+from engine.api.playground import GenerateSettings
 
 REBUILD_MS = 200  # jobs events come in bursts: rebuild the lists once after them
 SIDE_WIDTH = 270
@@ -54,6 +55,7 @@ class PlaygroundPage(QWidget):
         self._hub: list[ch.Choice] = []
         self._pending_ref: dict[str, Any] | None = None  # navigate() before the lists were read
         self._b_by_user = False  # the second model was picked by hand: keep it when the first changes
+        self._greedy_for_side = False  # Side by side set the temperature to 0 (it puts the default back)
         self._variants_of: str | None = None
 
         outer = QVBoxLayout(self)
@@ -278,6 +280,17 @@ class PlaygroundPage(QWidget):
         self.column_b.set_model(current.ref if current else None, current.title if current else "")
 
     def _side_toggled(self, on: bool) -> None:
+        # Side by side compares the models, not two draws: greedy answers (temperature 0) repeat, so the same
+        # question gives the same comparison each time. Only the default is changed, and changed back.
+        temperature = self.settings.spins["temperature"]
+        default = GenerateSettings().temperature
+        if on and temperature.value() == default:
+            temperature.setValue(0.0)
+            self._greedy_for_side = True
+        elif not on and self._greedy_for_side and temperature.value() == 0.0:
+            temperature.setValue(default)
+        if not on:
+            self._greedy_for_side = False
         if on and not self._b_by_user:
             self._default_b()
         self._show_side_by_side(on)
