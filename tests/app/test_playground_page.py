@@ -418,3 +418,11 @@ def test_browse_a_served_endpoint_checks_the_url_and_lists_it(qtbot):
     qtbot.addWidget(picker)
     picker.add(choice)
     assert picker.current().ref == choice.ref and [c.group for c in picker.choices()] == [ENDPOINTS]
+
+    # While the page serves a model, the dialog starts from its URL and key file (the others are named).
+    served = [("http://127.0.0.1:8123/v1", "/runs/r1/api-key"), ("http://127.0.0.1:8124/v1", "")]
+    filled = EndpointDialog(None, served)
+    qtbot.addWidget(filled)
+    assert (filled.url.text(), filled.key_file.text()) == served[0]
+    filled._accept()
+    assert filled.result() == 1 and filled.choice().ref["url"] == served[0][0]

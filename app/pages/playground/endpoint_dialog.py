@@ -35,7 +35,8 @@ def url_problem(url: str) -> str:
 
 
 class EndpointDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, served: list[tuple[str, str]] | None = None):
+        """``served``: (URL, API key file) of the endpoints being served now, the first filled in."""
         super().__init__(parent)
         self.setWindowTitle("Chat with a served endpoint")
         form = QFormLayout(self)
@@ -60,6 +61,13 @@ class EndpointDialog(QDialog):
         buttons.accepted.connect(self._accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+        if served:
+            url, key_file = served[0]
+            self.url.setText(url)
+            self.key_file.setText(key_file)
+            others = ", ".join(u for u, _k in served[1:])
+            if others:
+                form.insertRow(1, label(f"Also served now: {others}", "muted", wrap=True))
 
     def _browse_key(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "The server's API key file", "",

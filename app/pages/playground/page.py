@@ -99,6 +99,8 @@ class PlaygroundPage(QWidget):
         column.setSpacing(8)
         pickers = QHBoxLayout()
         self.picker_a, self.picker_b = ModelPicker("A"), ModelPicker("B")
+        for picker in (self.picker_a, self.picker_b):  # Browse › Served endpoint starts from the one served here
+            picker.served = self._served
         self.picker_b_box = QWidget()
         for picker, box, title in ((self.picker_a, QWidget(), "Model"), (self.picker_b, self.picker_b_box,
                                                                          "Beside it")):
@@ -278,6 +280,10 @@ class PlaygroundPage(QWidget):
                 self.picker_b.select(other.ref)
         current = self.picker_b.current()
         self.column_b.set_model(current.ref if current else None, current.title if current else "")
+
+    def _served(self) -> list[tuple[str, str]]:
+        bar = self.serve_bar
+        return [(bar.url, bar.key_file)] if bar.serving and bar.url else []
 
     def _side_toggled(self, on: bool) -> None:
         # Side by side compares the models, not two draws: greedy answers (temperature 0) repeat, so the same

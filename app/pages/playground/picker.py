@@ -6,6 +6,8 @@ local model folder, a GGUF file or a served endpoint's URL. ``current()`` is the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QPushButton, QWidget
@@ -24,6 +26,8 @@ class ModelPicker(QWidget):
         self._choices: list[Choice] = []
         self._folders: list[Choice] = []  # browsed this session; kept when the lists are refilled
         self._filling = False
+        # (url, api key file) of the endpoints being served now: the endpoint dialog starts from them
+        self.served: Callable[[], list[tuple[str, str]]] = list
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(6)
@@ -137,7 +141,7 @@ class ModelPicker(QWidget):
     def browse_endpoint(self) -> None:
         from app.pages.playground.endpoint_dialog import EndpointDialog
 
-        dialog = EndpointDialog(self)
+        dialog = EndpointDialog(self, self.served())
         if dialog.exec() and (choice := dialog.choice()) is not None:
             self.chosen.emit(self.add(choice))
 
