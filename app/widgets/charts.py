@@ -235,6 +235,11 @@ class LiveChart(QWidget):
         self.log_button.setCheckable(True)
         self.log_button.setToolTip("Logarithmic y axis")
         self.log_button.toggled.connect(self.set_log_y)
+        # Shown once the user zoomed or panned: one click back to the whole run (the menu's Fit to data).
+        self.fit_button = QToolButton(text="Fit")
+        self.fit_button.setToolTip("Zoomed in: show all of the data again and follow it")
+        self.fit_button.clicked.connect(self.fit)
+        self.fit_button.hide()
         self.menu_button = QToolButton(text="⋯")
         self.menu_button.setToolTip("Export and view options")
         self.menu_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
@@ -249,6 +254,7 @@ class LiveChart(QWidget):
         header.setContentsMargins(0, 0, 0, 0)
         header.addWidget(self.title_label)
         header.addStretch(1)
+        header.addWidget(self.fit_button)
         header.addWidget(self.log_button)
         header.addWidget(self.menu_button)
         layout = QVBoxLayout(self)
@@ -397,6 +403,7 @@ class LiveChart(QWidget):
     def _on_manual_range(self, *_args) -> None:
         # Comes after the range change itself: draw the new view at its resolution.
         self.following = False
+        self.fit_button.show()
         self.mark_dirty()
 
     def _on_x_range(self, *_args) -> None:
@@ -431,6 +438,7 @@ class LiveChart(QWidget):
     def fit(self) -> None:
         """Back to following the data: all of x, y fitted."""
         self.following = True
+        self.fit_button.hide()
         self._x_span = None
         self.plot.getPlotItem().vb.enableAutoRange(axis=pg.ViewBox.YAxis)
         if self._right_vb is not None:

@@ -11,6 +11,11 @@ once, dialogs and rows added later included:
   scroll area, which scrolls the page as the user meant; the control keeps its value.
 
 Scroll bars are sliders too, and keep their wheel.
+
+Charts (pyqtgraph's plots are graphics views) zoom on the wheel. A page of charts would zoom whichever chart
+passed under the pointer instead of scrolling, so a chart takes the wheel only once clicked (it has focus)
+or with Ctrl held, as map and chart apps do; otherwise the page scrolls. Each chart's "Fit to data" resets
+a zoom.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
     QComboBox,
+    QGraphicsView,
     QScrollBar,
     QWidget,
 )
@@ -33,6 +39,12 @@ _VALUE_CONTROLS = (QAbstractSpinBox, QComboBox, QAbstractSlider)
 def is_value_control(widget: QObject) -> bool:
     """A control whose value the wheel would change."""
     return isinstance(widget, _VALUE_CONTROLS) and not isinstance(widget, QScrollBar)
+
+
+def chart_of(widget: QObject) -> QGraphicsView | None:
+    """The chart whose drawing area ``widget`` is (a graphics view's viewport), else None."""
+    parent = widget.parentWidget() if isinstance(widget, QWidget) else None
+    return parent if isinstance(parent, QGraphicsView) and parent.viewport() is widget else None
 
 
 def _scroll_area_of(widget: QWidget) -> QAbstractScrollArea | None:
@@ -53,9 +65,21 @@ class WheelGuard(QObject):
             if watched.focusPolicy() == Qt.FocusPolicy.WheelFocus:
                 watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
             return False
-        if kind != QEvent.Type.Wheel or not is_value_control(watched) or watched.hasFocus():
+        if kind == QEvent.Type.Polish and isinstance(watched, QGraphicsView):
+            watched.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # a click hands it the wheel; Tab passes by
             return False
-        area = _scroll_area_of(watched)
+        if kind != QEvent.Type.Wheel:
+            return False
+        chart = chart_of(watched)
+        if chart is not None:
+            if chart.hasFocus() or event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+                return False  # clicked first, or Ctrl: the chart zooms
+            owner: QWidget = chart
+        elif is_value_control(watched) and not watched.hasFocus():
+            owner = watched
+        else:
+            return False
+        area = _scroll_area_of(owner)
         if area is not None:
             viewport = area.viewport()
             pos = viewport.mapFromGlobal(watched.mapToGlobal(event.position()))

@@ -141,14 +141,15 @@ def test_zooming_stops_following_and_fit_returns(qtbot):
     chart.redraw()
     vb = chart.plot.getPlotItem().vb
     vb.setXRange(1000, 2000, padding=0)
+    assert chart.fit_button.isHidden()  # following the data: nothing to reset
     vb.sigRangeChangedManually.emit([True, False])
-    assert not chart.following and chart.dirty
+    assert not chart.following and chart.dirty and chart.fit_button.isVisible()
     chart.redraw()
     xs = chart._series["loss"].item.xData
     assert xs[0] <= 1000 and xs[-1] >= 2000 and len(xs) < 10_000
-    chart.fit()
+    chart.fit_button.click()  # the visible way back
     chart.redraw()
-    assert chart.following and chart._series["loss"].item.xData[-1] == 100_000
+    assert chart.following and chart._series["loss"].item.xData[-1] == 100_000 and chart.fit_button.isHidden()
 
 
 def test_the_clock_skips_charts_whose_window_is_gone(qtbot):

@@ -250,3 +250,47 @@ def test_a_docs_mention_in_an_issue_opens_the_manual(qtbot, monkeypatch):
     assert 'href="' in fix.text() and "custom-models.md" in fix.text()
     fix.linkActivated.emit(fix.text().split('href="', 1)[1].split('"', 1)[0])
     assert opened and opened[0].endswith("custom-models.md")
+
+
+def test_a_chart_scrolls_the_page_until_clicked_and_zooms_with_ctrl(qtbot):
+    """Monitor is mostly charts: the wheel over one scrolls the page; a clicked chart (or Ctrl) zooms."""
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QVBoxLayout
+
+    from app.widgets import wheel_guard
+
+    wheel_guard.install()
+    area = QScrollArea()
+    inner = QWidget()
+    column = QVBoxLayout(inner)
+    plot = pg.PlotWidget()
+    plot.plot([0, 1, 2, 3], [0, 1, 4, 9])
+    plot.setMinimumHeight(300)
+    column.addWidget(plot)
+    column.addSpacing(1500)  # a page taller than its window
+    area.setWidget(inner)
+    area.resize(400, 400)
+    qtbot.addWidget(area)
+    area.show()
+    qtbot.waitExposed(area)
+    assert plot.focusPolicy() == Qt.FocusPolicy.ClickFocus
+    bar, box = area.verticalScrollBar(), plot.getPlotItem().getViewBox()
+    box.autoRange()
+    before = box.viewRange()
+    wheel(plot.viewport(), -3)
+    assert bar.value() > 0 and box.viewRange() == before  # the page scrolled; the chart kept its range
+
+    bar.setValue(0)
+    plot.setFocus()
+    qtbot.waitUntil(plot.hasFocus, timeout=2000)
+    wheel(plot.viewport(), +3)
+    assert bar.value() == 0 and box.viewRange() != before  # clicked: the chart zooms, the page stays
+
+    area.setFocus()  # the chart loses focus: Ctrl + wheel still zooms it
+    qtbot.waitUntil(lambda: not plot.hasFocus(), timeout=2000)
+    zoomed = box.viewRange()
+    centre = QPointF(plot.viewport().rect().center())
+    QApplication.sendEvent(plot.viewport(), QWheelEvent(
+        centre, QPointF(plot.viewport().mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 360),
+        Qt.MouseButton.NoButton, Qt.KeyboardModifier.ControlModifier, Qt.ScrollPhase.NoScrollPhase, False))
+    assert bar.value() == 0 and box.viewRange() != zoomed
