@@ -117,6 +117,7 @@ class ProgressBar:
         self.throughput: str | None = None
         self.fraction: float | None = None
         self.message = ""
+        self.evaluating = ""  # what an evaluation in progress is doing ("evaluating: generating answers 5/30")
         self.eta_s: float | None = None
         self.eta_at: float | None = None  # when eta_s was true
         self.artifacts: list[tuple[str, str]] = []
@@ -166,7 +167,7 @@ class ProgressBar:
         self.step = d.get("start_step", self.step)
 
     def _on_train(self, d: dict[str, Any], t: float | None) -> None:
-        self.mode = "train"
+        self.mode, self.evaluating = "train", ""
         self.step, self.loss = d.get("step", self.step), d.get("loss", self.loss)
         if d.get("progress") and self.step:
             self.total = self.total or round(self.step / d["progress"])
@@ -193,7 +194,14 @@ class ProgressBar:
         self.message = f"CPU {d.get('cpu_percent', 0):.0f}%, memory {d.get('memory_percent', 0):.0f}%"
         self.draw(changed=True)
 
+    def _on_evaluating(self, d: dict[str, Any], t: float | None) -> None:
+        done, total = d.get("done"), d.get("total")
+        count = f" {done}/{total}" if isinstance(done, int) and isinstance(total, int) else ""
+        self.evaluating = f"evaluating: {d.get('what') or 'validation'}{count}"
+        self.draw(changed=True)
+
     def _on_eval(self, d: dict[str, Any], t: float | None) -> None:
+        self.evaluating = ""
         if not self.quiet:
             self.note(f"eval at step {d.get('step')}: {headline(d.get('metrics') or {})}")
 
@@ -265,6 +273,8 @@ class ProgressBar:
             if self.fraction is not None:
                 parts.append((1, f"{self.fraction:4.0%}"))
             if self.mode == "train":
+                if self.evaluating:
+                    parts.append((1, self.evaluating))
                 if self.loss is not None:
                     parts.append((3, f"loss {self.loss:.4g}"))
                 if self.throughput:

@@ -104,8 +104,9 @@ class AnswerEval:
     def __bool__(self) -> bool:
         return bool(self.rows)
 
-    def generate(self, model: Any, autocast: contextlib.AbstractContextManager) -> list[str] | None:
-        """Each prompt's answer on the ranks that generate; None on the others."""
+    def generate(self, model: Any, autocast: contextlib.AbstractContextManager, step: int = 0) -> list[str] | None:
+        """Each prompt's answer on the ranks that generate; None on the others. Rank 0 says how far it is
+        (``evaluating`` events: answers done of all), since minutes can pass here on a CPU."""
         if self.failed or not (self.lockstep or self.world.is_main):
             return None
         import torch
@@ -120,7 +121,14 @@ class AnswerEval:
         was_training = module.training
         module.eval()
         answers: list[str] = []
+        total = len(self.rows)
+
+        def say(done: int) -> None:
+            if self.world.is_main:
+                self.rc.emit("evaluating", step=step, what="generating answers", done=done, total=total)
+
         try:
+            say(0)
             with torch.no_grad(), autocast, _eager():
                 for start in range(0, len(self.rows), self.batch_size):
                     chunk = [r["ids"] for r in self.rows[start:start + self.batch_size]]
@@ -130,6 +138,7 @@ class AnswerEval:
                     if out.shape[1] >= ids.shape[1] and torch.equal(out[:, :ids.shape[1]], ids):
                         out = out[:, ids.shape[1]:]  # the prompt comes back in front of the answer
                     answers += [self.tokenizer.decode(row, skip_special_tokens=True).strip() for row in out.tolist()]
+                    say(len(answers))
         finally:
             module.train(was_training)
         return answers
@@ -139,7 +148,7 @@ class AnswerEval:
         t0 = time.perf_counter()
         answers, scores = None, None
         try:
-            answers = self.generate(model, autocast)
+            answers = self.generate(model, autocast, step)
             if self.world.is_main and answers is not None:
                 scores = self.scorer([(a, r["reference"]) for a, r in zip(answers, self.rows, strict=True)])
         except Exception as exc:

@@ -595,6 +595,8 @@ class Trainer:
         raise divergence.Diverged(found, hint)
 
     def _evaluate_and_check_early_stop(self) -> bool:
+        if self.world.is_main:  # the next event may be minutes away (a large validation set, generation)
+            self.rc.emit("evaluating", step=self.step, what="validation loss")
         metrics = self.evaluate()
         answers = self.answers.run(self.model, self.autocast(), self.step) if self.answers else {}
         metrics.update(answers.pop("metrics", None) or {})  # generation metrics, samples and generation_s

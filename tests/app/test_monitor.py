@@ -199,6 +199,14 @@ def test_monitor_log_eta_and_event_lines_on_canned_events(qtbot):
     page._show_progress()
     assert page.eta_label.text() == "finishing"
 
+    # An evaluation that takes minutes (answers generated on a CPU) says so, answer by answer, until its result.
+    publish("run/r-tickets/evaluating", {"t": now, "step": 100, "what": "generating answers", "done": 5, "total": 30})
+    qtbot.waitUntil(lambda: page.eta_label.text() == "evaluating at step 100: generating answers 5/30", timeout=5000)
+    publish("run/r-tickets/eval", {"t": now, "step": 100, "metrics": {"accuracy": 0.9}})
+    qtbot.waitUntil(lambda: "evaluation at step 100" in pane.text(), timeout=5000)
+    page._show_progress()
+    assert page.eta_label.text() == "finishing"
+
 
 def test_a_tensor_parallel_runs_memory_names_each_ranks_place_and_offload_is_shown(qtbot):
     from app.pages.monitor.run_charts import RunCharts

@@ -286,3 +286,15 @@ def test_a_stopped_run_says_where_it_stopped_and_how_to_continue():
     assert "[###.................] step 1/6   17%  loss 2.346  746 samples/s  elapsed 0:35" in lines  # no ETA now
     assert lines[-3:] == [f"Fine-tune 'tiny digits' stopped after 0:23 ({RUN})", f"  run dir: {RUN_DIR}",
                           f"  continue it with `ember resume {RUN}`"]
+
+
+def test_an_evaluation_in_progress_says_what_it_does_until_its_result():
+    out, clock = io.StringIO(), Clock(T0)
+    bar = ProgressBar(out, live=True, now=clock, width=lambda: 140)
+    bar.started({**FINETUNE_JOB, "state": "running", "ended_at": None})
+    bar.event({"topic": f"run/{RUN}/train", "data": {"t": T0, "step": 20, "loss": 1.5, "progress": 0.5}})
+    bar.event({"topic": f"run/{RUN}/evaluating", "data": {"t": T0, "step": 20, "what": "generating answers",
+                                                         "done": 5, "total": 30}})
+    assert "step 20/40" in bar.line() and "evaluating: generating answers 5/30" in bar.line()
+    bar.event({"topic": f"run/{RUN}/eval", "data": {"t": T0, "step": 20, "metrics": {"exact_match": 0.5}}})
+    assert "evaluating" not in bar.line()

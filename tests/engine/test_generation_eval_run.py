@@ -23,10 +23,15 @@ def test_causal_lm_evaluations_score_generated_answers_through_the_engine(engine
                         timeout=240, interval=0.2, what="the fine-tune to end")
         assert done["state"] == "succeeded", c.call("jobs.logs", id=job["id"])["lines"][-30:]
         evals = [e["data"] for e in c.call("events.query", topics=[f"run/{job['id']}/eval"])["events"]]
+        # While it evaluates, it says what it does and how far it is: the loss, then answer after answer.
+        saying = [e["data"] for e in c.call("events.query", topics=[f"run/{job['id']}/evaluating"])["events"]]
         rows = c.call("jobs.metrics", id=job["id"], kind="eval")["metrics"]
 
     validation = [m for _, m in lm.read_rows(lm.DATA_DIR / "validation.jsonl")[0]][:5]
     assert [e["step"] for e in evals] == [2, 4]
+    at_2 = [(e["what"], e.get("done"), e.get("total")) for e in saying if e["step"] == 2]
+    assert at_2[0] == ("validation loss", None, None) and at_2[1] == ("generating answers", 0, 5)
+    assert at_2[-1] == ("generating answers", 5, 5) and [d for _w, d, _t in at_2[1:]] == sorted(d for _w, d, _t in at_2[1:])
     for event in evals:
         assert set(METRICS) <= set(event["metrics"])
         assert all(0.0 <= event["metrics"][m] <= 1.0 for m in METRICS)

@@ -63,6 +63,15 @@ def event_note(kind: str, data: dict[str, Any]) -> str:
     return ""
 
 
+def evaluating_text(data: dict[str, Any]) -> str:
+    """'evaluating at step 20: generating answers 5/30' while an evaluation runs."""
+    step = data.get("step")
+    at = f" at step {step:,}" if isinstance(step, int) else ""
+    done, total = data.get("done"), data.get("total")
+    count = f" {done}/{total}" if isinstance(done, int) and isinstance(total, int) else ""
+    return f"evaluating{at}: {data.get('what') or 'validation'}{count}"
+
+
 class MonitorPage(QWidget):
     title = "Monitor"
 
@@ -76,6 +85,7 @@ class MonitorPage(QWidget):
         self._events: Subscription | None = None
         self._info: dict[str, Any] = {}
         self._last_train: dict[str, Any] = {}
+        self._evaluating: dict[str, Any] = {}  # the last evaluating event, until the eval (or a step) comes
         self.run_facts: dict[str, str] = {}
 
         outer = QVBoxLayout(self)
@@ -281,7 +291,7 @@ class MonitorPage(QWidget):
         if self._events is not None:
             self._client.unsubscribe(self._events)
         self._job_id = job_id
-        self._info, self._last_train, self.run_facts = {}, {}, {}
+        self._info, self._last_train, self.run_facts, self._evaluating = {}, {}, {}, {}
         self.charts.clear()
         self.samples.clear()
         self.log_pane.clear()
@@ -317,6 +327,11 @@ class MonitorPage(QWidget):
         kind = topic[len(prefix):]
         self.charts.add_event(kind, data)
         self.samples.add_event(kind, data)
+        if kind == "evaluating":  # minutes can pass before the eval event: say what is being done
+            self._evaluating = data
+            self._show_progress()
+        elif kind in ("train", "eval"):
+            self._evaluating = {}
         if kind == "train":
             self._last_train = data
             if not self._status_timer.isActive():
@@ -363,7 +378,9 @@ class MonitorPage(QWidget):
             self.step_label.setText(f"step {step:,} / {total:,}" if total else f"step {step:,}")
         else:
             self.step_label.setText(f"{total:,} steps" if total else "")
-        if state in LIVE_STATES:
+        if state in LIVE_STATES and self._evaluating:
+            self.eta_label.setText(evaluating_text(self._evaluating))
+        elif state in LIVE_STATES:
             # No ETA before it can be estimated, nor once the estimate has run out.
             left = fmt.train_eta(train)
             finishing = progress is not None and progress >= 1
