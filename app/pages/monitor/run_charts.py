@@ -43,8 +43,9 @@ class RunCharts(QWidget):
         # Percent of the step on the right: data wait, padding (token tasks) and MFU (when the
         # device's peak is known); a series appears in the legend once its run reports it.
         self.step_chart = LiveChart("Step time and utilisation", "seconds", right_label="%")
-        self.step_chart.add_series("step time", "#495057")
-        self.step_chart.add_series("data wait %", "#a35f00", right=True)
+        # Four series on two axes: four hues far apart (none of them the grid's grey), the left axis's in blue.
+        self.step_chart.add_series("step time", "#1864ab")
+        self.step_chart.add_series("data wait %", "#e8590c", right=True)
         self.memory_chart = LiveChart("Memory per rank", "GiB")
         # Shown only once a run reports rewards (preference tuning); every other run keeps six charts.
         self.reward_chart = LiveChart("Rewards", "reward", right_label="accuracy %")
@@ -93,8 +94,8 @@ class RunCharts(QWidget):
         self._put(self.throughput_chart, "samples/s", step, data.get("samples_per_s"))
         self._put(self.throughput_chart, "tokens/s", step, data.get("tokens_per_s"))
         self._put(self.step_chart, "step time", step, data.get("step_time_s"))
-        for field, name, colour in (("data_wait_frac", "data wait %", ""), ("padding_frac", "padding %", "#868e96"),
-                                    ("mfu", "MFU %", "#c2255c")):
+        for field, name, colour in (("data_wait_frac", "data wait %", ""), ("padding_frac", "padding %", "#2b8a3e"),
+                                    ("mfu", "MFU %", "#862e9c")):
             fraction = number(data.get(field))
             if fraction is None:
                 continue  # an old run, or an image task: no series, never a line of zeros
