@@ -238,9 +238,18 @@ def test_a_language_model_split_over_processes_round_trips_and_picks_fsdp(qtbot,
 
 def test_the_planner_lists_layouts_for_named_gpus_and_applies_one(qtbot, make_window):
     _window, page = open_wizard(make_window, qtbot)
-    page.load_spec({"task": "causal_lm", "method": {"kind": "full"}, "max_steps": 5, "batch_size": 8}, "plan-me")
+    page.load_spec({"task": "causal_lm", "model": {"builtin": "tiny-llama"}, "method": {"kind": "full"},
+                    "max_steps": 5, "batch_size": 8}, "plan-me")
     page.go_to(4)
     planner = page.training_step.planner
+    # This machine has no GPU: the planner is folded behind one line and a button, then opened.
+    qtbot.waitUntil(lambda: planner.open_button.isVisible(), timeout=CHECK_MS)
+    assert not planner.body.isVisible() and "no GPU" in planner.cpu_note.text()
+    qtbot.mouseClick(planner.open_button, Qt.MouseButton.LeftButton)
+    assert planner.body.isVisible() and not planner.open_button.isVisible()
+    qtbot.waitUntil(lambda: planner.plan_button.width() > 20, timeout=5000)  # laid out: a click lands on it
+    page.stack.currentWidget().ensureWidgetVisible(planner.plan_button)  # scrolled to, as a user would
+    qtbot.wait(50)
     planner.gpus_spin.setValue(4)
     planner.memory_spin.setValue(24)
     qtbot.mouseClick(planner.plan_button, Qt.MouseButton.LeftButton)
@@ -253,6 +262,8 @@ def test_the_planner_lists_layouts_for_named_gpus_and_applies_one(qtbot, make_wi
     # Apply puts the layout into the form: the spec the wizard would launch has it.
     planner.table.selectRow(min(3, planner.table.rowCount() - 1))
     chosen = planner.selected_plan()
+    page.stack.currentWidget().ensureWidgetVisible(planner.apply_button)
+    qtbot.wait(50)
     qtbot.mouseClick(planner.apply_button, Qt.MouseButton.LeftButton)
     launched = TrainSpec.model_validate(page.spec_for_launch())
     wanted = chosen["spec_patch"]["distributed"]

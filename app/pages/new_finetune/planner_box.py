@@ -42,6 +42,20 @@ class PlannerBox(QWidget):
         column.setContentsMargins(0, 6, 0, 0)
         column.setSpacing(6)
         column.addWidget(label("Parallel layouts", "h3"))
+        # Without a GPU here the planner is folded away: a CPU user sees one line and a button, not
+        # "8 GPUs / 80 GB each"; hosts and clusters with GPUs are still a click away.
+        self.cpu_note = label("This machine has no GPU: a run here trains on its CPU cores. To spread a run over "
+                              "the GPUs of a host or a cluster, plan it here.", "muted", wrap=True)
+        self.open_button = QPushButton("Plan for GPUs…")
+        self.open_button.setToolTip("Show the planner: every layout for the GPUs you name")
+        self.open_button.clicked.connect(lambda: self.expand(True))
+        column.addWidget(self.cpu_note)
+        column.addWidget(self.open_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.body = QWidget()
+        column = QVBoxLayout(self.body)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(6)
+        self.layout().addWidget(self.body)
         column.addWidget(label("Every way to spread this run over the GPUs you name (data parallel, ZeRO, tensor "
                                "and pipeline parallel, checkpointing, offload), estimated; the fastest that fits "
                                "first.", "muted", wrap=True))
@@ -88,10 +102,18 @@ class PlannerBox(QWidget):
         self.apply_button.clicked.connect(self._apply)
         self.table.itemSelectionChanged.connect(
             lambda: self.apply_button.setEnabled(bool(self.table.selectedItems())))
+        self.expand(True)  # until this machine's facts say it has no GPU
+
+    def expand(self, on: bool = True) -> None:
+        """Show the planner's controls (``on``), or fold them behind Plan for GPUs…."""
+        self.body.setVisible(on)
+        self.cpu_note.setVisible(not on)
+        self.open_button.setVisible(not on)
 
     def set_machine(self, info: dict[str, Any] | None) -> None:
-        """Start from this machine's GPUs when it has some."""
+        """Start from this machine's GPUs when it has some; folded when it has none."""
         gpus = (info or {}).get("gpus") or []
+        self.expand(bool(gpus))
         if gpus:
             self.gpus_spin.setValue(len(gpus))
             self.memory_spin.setValue(max(1, round(min(int(g.get("memory_total") or 0) for g in gpus) / GiB)))
@@ -100,6 +122,7 @@ class PlannerBox(QWidget):
         """Plan for a Slurm partition's GPUs: ``nodes`` of its machines (its GPU memory is not in sinfo)."""
         per_node = int(partition.get("gpus_per_node") or 0)
         if per_node:
+            self.expand()
             self.per_node_spin.setValue(per_node)
             self.gpus_spin.setValue(per_node * max(1, nodes))
             self.status.setText(f"GPUs from Slurm partition {partition.get('name')}: {nodes} node(s) × {per_node}; "
