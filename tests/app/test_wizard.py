@@ -271,3 +271,16 @@ def test_the_planner_lists_layouts_for_named_gpus_and_applies_one(qtbot, make_wi
             launched.distributed.pipeline_parallel) == (wanted["strategy"], 4, wanted["tensor_parallel"],
                                                        wanted["pipeline_parallel"])
     assert launched.activation_checkpointing == chosen["spec_patch"]["activation_checkpointing"]
+
+
+def test_a_cpu_run_greys_the_gpu_only_speed_choices_and_says_which_machine_runs_it(qtbot, make_window):
+    _window, page = open_wizard(make_window, qtbot, start=False)
+    page.go_to(4)
+    step = page.training_step
+    speed = step.speed
+    flash = speed.attention_combo.model().item(speed.attention_combo.findData("flash_attention_2"))
+    assert not flash.isEnabled() and "CUDA GPU" in flash.toolTip()
+    assert speed.cpu_note.isVisibleTo(speed) and "torch.compile off" in speed.cpu_note.text()
+    assert step.where_note.text().startswith("This machine:")
+    step.device_combo.setCurrentIndex(step.device_combo.findData("cuda"))  # a GPU named: its choices are offered
+    assert flash.isEnabled() and not speed.cpu_note.isVisibleTo(speed)

@@ -87,12 +87,26 @@ class SpeedBox(QWidget):
                                                  "shuffled, so training sees the same mix."))
         form.addRow(self.group_check)
         column.addLayout(form)
+        self.cpu_note = label("", "muted", wrap=True)
+        self.cpu_note.hide()
+        column.addWidget(self.cpu_note)
 
         for combo in (self.attention_combo, self.compile_combo, self.optimizer_combo):
             combo.currentIndexChanged.connect(self.changed)
         self.workers_spin.valueChanged.connect(self.changed)
         self.packing_check.toggled.connect(self.changed)
         self.group_check.toggled.connect(self.changed)
+
+    def set_on_cpu(self, cpu: bool) -> None:
+        """A run on this machine's CPU: FlashAttention-2 (a CUDA kernel) is greyed with the reason, and the
+        card says what auto does there."""
+        item = self.attention_combo.model().item(self.attention_combo.findData("flash_attention_2"))
+        item.setEnabled(not cpu)
+        item.setToolTip("Needs a CUDA GPU: this run is on the CPU." if cpu else "")
+        self.cpu_note.setText("On the CPU, auto keeps torch.compile off (its compile time rarely pays back in a "
+                              "CPU run) and uses the foreach AdamW kernel; fused kernels and FlashAttention-2 are "
+                              "for CUDA GPUs." if cpu else "")
+        self.cpu_note.setVisible(cpu)
 
     def set_task(self, task: str) -> None:
         """Enable packing and length grouping where they apply; elsewhere they are off.

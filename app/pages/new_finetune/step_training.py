@@ -530,8 +530,10 @@ class TrainingStep(Step):
             note = ("One process group across these machines; node 0 runs rank 0 and the rendezvous. "
                     "Each host's readiness is from its last probe.")
         else:
-            note = "Several machines: this one and the training hosts of the Hosts page."
+            note = ("This machine: every process of the run starts here, on its GPUs or else its CPU cores. "
+                    "Several machines adds the training hosts of the Hosts page; a Slurm cluster queues it there.")
         self.where_note.setText(note)
+        self.speed.set_on_cpu(not on_gpu and not multi and not slurm)
         nodes = self.nodes_editor.nodes()
         remote_after_local = bool(nodes) and nodes[0]["host"] == LOCAL and any(n["host"] != LOCAL for n in nodes)
         self.rdzv_note.setText("Node 0 is this machine: the other hosts reach it at the address this machine's "
