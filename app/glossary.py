@@ -69,6 +69,14 @@ TERMS: dict[str, str] = {
                        "16-bit that is fast and needs little memory for long sequences.",
     "fused AdamW": "The optimizer updates all weights in one or a few large kernels instead of one small "
                    "step per weight tensor, which saves time on a GPU.",
+    "foreach AdamW": "The optimizer updates the weights a group of tensors at a time (a few kernels per step): "
+                     "the fast choice on a CPU and with DeepSpeed.",
+    "padding": "Filler tokens that make the examples of a batch the same length; their share of the step is "
+               "work that teaches nothing (packing or length grouping lower it).",
+    "data wait": "The share of each step spent waiting for the next batch instead of computing: above a few "
+                 "percent, more data workers help.",
+    "memory per rank": "Each training process's peak memory (a rank is one process): GPU memory on a GPU, the "
+                       "process's resident memory on a CPU, against what its device has.",
     "data workers": "Separate processes prepare the next batches while the device trains on this one, so it "
                     "never waits for data.",
     "sequence packing": "Several short training examples share one sequence, each attending only to itself, so "

@@ -14,6 +14,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QGridLayout, QWidget
 
+from app.glossary import term_tooltip
 from app.widgets.charts import LiveChart
 
 # Weight of the newest loss in the smoothed line (an exponential moving average).
@@ -47,6 +48,11 @@ class RunCharts(QWidget):
         self.step_chart.add_series("step time", "#1864ab")
         self.step_chart.add_series("data wait %", "#e8590c", right=True)
         self.memory_chart = LiveChart("Memory per rank", "GiB")
+        # Each chart's title explains its measures (hover); the series names are the glossary's terms.
+        self.step_chart.title_label.setToolTip("<br>".join(term_tooltip(t) for t in ("data wait", "padding", "MFU")))
+        self.memory_chart.title_label.setToolTip(term_tooltip("memory per rank"))
+        self.throughput_chart.title_label.setToolTip("Training examples and tokens processed per second, all "
+                                                     "processes together.")
         # Shown only once a run reports rewards (preference tuning); every other run keeps six charts.
         self.reward_chart = LiveChart("Rewards", "reward", right_label="accuracy %")
         for _field, name, colour, right in REWARDS:

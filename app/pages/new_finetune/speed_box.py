@@ -67,8 +67,8 @@ class SpeedBox(QWidget):
         self.compile_combo.setToolTip(term_tooltip("torch.compile"))
         form.addRow("torch.compile", self.compile_combo)
         self.optimizer_combo = _combo(OPTIMIZER_IMPL)
-        self.optimizer_combo.setToolTip(term_tooltip("fused AdamW", "foreach: a few kernels per step; "
-                                                     "for-loop: one per weight tensor. Fused needs AdamW."))
+        self.optimizer_combo.setToolTip(term_tooltip("fused AdamW", "foreach: a few kernels per step (the CPU's "
+                                                     "choice); for-loop: one per weight tensor. Fused needs AdamW."))
         tip_combo_items(self.optimizer_combo)
         form.addRow("AdamW kernel", self.optimizer_combo)
         self.workers_spin = QSpinBox()
