@@ -92,8 +92,24 @@ class SettingsPage(QWidget):
         from app.pages.audit_view import AuditView
         from app.pages.users_card import UsersCard
 
+        # Who may use this engine (roles, projects, tokens): for a team engine only, so folded for a single
+        # user on this machine, and unfolded once the engine has other users or this window is remote.
+        team_card, box = card()
+        head = QHBoxLayout()
+        head.addWidget(label("Team engine", "h2"), 1)
+        self.team_button = QPushButton("Show users and projects")
+        self.team_button.setCheckable(True)
+        self.team_button.toggled.connect(self.show_team)
+        head.addWidget(self.team_button)
+        box.addLayout(head)
+        box.addWidget(label("Only needed when other people use this engine from their machines (ember engine serve "
+                            "--listen, docs/security.md): their users, roles, projects and tokens. Working alone on "
+                            "this machine, you need none of it.", "muted", wrap=True))
         self.users_card = UsersCard(engine)  # who may use this engine: roles, projects, tokens
-        outer.addWidget(self.users_card)
+        self.users_card.users_shown.connect(lambda n: n and self.team_button.setChecked(True))
+        box.addWidget(self.users_card)
+        outer.addWidget(team_card)
+        self.show_team(bool(getattr(engine, "remote", None)))
 
         self.audit_view = AuditView(self._client)  # Audit log: who changed what, with filters and export
         outer.addWidget(self.audit_view)
@@ -114,6 +130,13 @@ class SettingsPage(QWidget):
             self._on_disconnected()
 
     # -- connection ---------------------------------------------------------------------
+
+    def show_team(self, on: bool) -> None:
+        """Unfold (``on``) or fold the team engine's users and projects."""
+        self.users_card.setVisible(on)
+        if self.team_button.isChecked() != on:
+            self.team_button.setChecked(on)
+        self.team_button.setText("Hide users and projects" if on else "Show users and projects")
 
     def _on_connected(self, _hello: Any = None) -> None:
         for button in (self.refresh_button, self.stop_button, self.probe_button):

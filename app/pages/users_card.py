@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -48,6 +49,8 @@ def token_state(user: dict[str, Any], now: float | None = None) -> str:
 
 
 class UsersCard(QWidget):
+    users_shown = Signal(int)  # users.list answered: how many users the engine has besides the local one
+
     def __init__(self, engine: Any, parent: QWidget | None = None):
         super().__init__(parent)
         self._engine = engine
@@ -193,6 +196,7 @@ class UsersCard(QWidget):
 
     def _show_users(self, reply: dict[str, Any]) -> None:
         self.users = reply.get("users") or []
+        self.users_shown.emit(len(self.users))
         self.table.setRowCount(len(self.users))
         for r, u in enumerate(self.users):
             for c, value in enumerate((u["name"], u["role"], ", ".join(u.get("projects") or []), token_state(u))):
