@@ -22,4 +22,6 @@ echo "== pytest"
 # Two workers, one file each at a time (module fixtures are set up once); the long files go first
 # (tests/conftest.py). Most tests wait on real job processes, so two workers keep both cores busy.
 # Pass -n 0 to run in one process, e.g. scripts/test.sh -n 0 tests/engine/test_jobs.py
-exec .venv/bin/python -m pytest -n "${EMBER_TEST_WORKERS:-2}" --dist loadfile "$@"
+# --no-loadscope-reorder: xdist would otherwise hand out the files with the most tests first, which puts the
+# longest files (one or two tests of minutes each) at the end, one worker busy while the other waits.
+exec .venv/bin/python -m pytest -n "${EMBER_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -45,18 +45,22 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"    rows expected: {expected} | rows stored: {stored}")
 
 
-# The longest files first: with `-n 2 --dist loadfile` (scripts/test.sh) each worker takes the next file
-# when it is free, so the long ones must not come last or one worker idles while the other finishes them.
+# The longest files first, by their measured total (a fresh-clone run's --junitxml): with `-n 2 --dist loadfile
+# --no-loadscope-reorder` (scripts/test.sh) each worker takes the next file when it is free, so the long ones
+# must not come last or one worker idles while the other finishes them. The language-model files that both
+# need SmolLM2's folder are not side by side at the start (one would wait for the other's preparation).
 LONGEST_FIRST = (
-    "tests/engine/test_llm_loop.py", "tests/engine/test_export_llm.py", "tests/engine/test_finetune.py",
-    "tests/engine/test_compress_jobs.py", "tests/engine/test_strategies.py", "tests/engine/test_parallel.py",
-    "tests/engine/test_sweeps.py", "tests/remote/test_multinode.py", "tests/remote/test_slurm.py",
-    "tests/remote/test_jetson_deploy.py", "tests/engine/test_serve.py",
-    "tests/engine/test_export_jobs.py", "tests/faults/test_worker_kill.py",
-    "tests/engine/test_lora_merge.py", "tests/app/test_newcomer.py", "tests/app/test_end_to_end.py",
-    "tests/app/test_runs_page.py", "tests/app/test_first_use_llm.py",
-    "tests/app/test_compare.py", "tests/faults/test_soak.py", "tests/engine/test_export_formats.py",
-    "tests/engine/test_speed.py",
+    "tests/engine/test_llm_loop.py", "tests/engine/test_strategies.py", "tests/engine/test_compress_jobs.py",
+    "tests/remote/test_multinode.py", "tests/engine/test_finetune.py", "tests/engine/test_parallel.py",
+    "tests/engine/test_serve.py", "tests/faults/test_worker_kill.py", "tests/engine/test_export_llm.py",
+    "tests/remote/test_jetson_deploy.py", "tests/engine/test_export_jobs.py", "tests/app/test_first_use_llm.py",
+    "tests/app/test_playground_page.py", "tests/app/test_end_to_end.py", "tests/engine/test_sweeps.py",
+    "tests/remote/test_slurm.py", "tests/app/test_newcomer.py", "tests/engine/test_export_formats.py",
+    "tests/engine/test_pii.py", "tests/engine/test_playground.py", "tests/app/test_hosts_page.py",
+    "tests/faults/test_soak.py", "tests/engine/test_evaluate_job.py", "tests/app/test_wizard.py",
+    "tests/engine/test_distill_qat.py", "tests/engine/test_quantize.py", "tests/engine/test_speed.py",
+    "tests/app/test_runs_page.py", "tests/engine/tasks/test_causal_lm.py", "tests/engine/test_estimate.py",
+    "tests/app/test_welcome.py", "tests/engine/test_lora_merge.py", "tests/app/test_compare.py",
 )
 
 

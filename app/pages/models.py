@@ -1,4 +1,4 @@
-"""Models: the Hugging Face models on this machine, downloading more, and the Hub access token.
+"""Models: the built-in models, the Hugging Face models on this machine, downloading more, and the Hub token.
 
 The table is ``models.list`` (the Hugging Face cache, the one every Hugging Face library reads),
 refreshed when the connection opens, after a download and after a delete. Download is the shared
@@ -27,8 +27,14 @@ from app.engine_process import EngineProcess
 from app.models.navigation import Navigator
 from app.widgets.common import card, label, row_table, scrolling_body, show_text
 from app.widgets.hub_picker import HubPicker
+from engine.api.job_terms import MODEL_PREPARE
+from engine.api.prepared_models import PREPARED
 
 COLUMNS = ("Model", "Size", "Last used", "Revisions", "Folder")
+BUILTIN_COLUMNS = ("Model", "Task", "State", "Size", "What it is")
+STATE_WORDS = {"ready": "ready", "first-use": "prepared on first use", "missing": "not installed"}
+TASK_WORDS = {"causal_lm": "language model", "text_classification": "text classifier",
+              "image_classification": "image classifier"}
 
 
 class ModelsPage(QWidget):
@@ -57,6 +63,32 @@ class ModelsPage(QWidget):
         self.message = label("", "error", wrap=True)
         self.message.hide()
         outer.addWidget(self.message)
+
+        frame, box = card()
+        box.addWidget(label("Built-in models", "h2"))
+        box.addWidget(label("Ready offline, no download: fine-tune any of them; chat with, export or serve the "
+                            "language models as they are.", "muted", wrap=True))
+        self.builtins: list[dict[str, Any]] = []
+        self.builtin_table = row_table(BUILTIN_COLUMNS, "Built-in models", stretch=-1)
+        self.builtin_table.itemSelectionChanged.connect(self._builtin_selected)
+        box.addWidget(self.builtin_table)
+        row = QHBoxLayout()
+        self.builtin_note = label("", "muted", wrap=True)
+        row.addWidget(self.builtin_note, 1)
+        self.finetune_button = QPushButton("Fine-tune…")
+        self.finetune_button.setToolTip("The New fine-tune wizard with this model")
+        self.finetune_button.clicked.connect(self.finetune_builtin)
+        self.chat_button = QPushButton("Chat")
+        self.chat_button.setToolTip("The Playground with this model")
+        self.chat_button.clicked.connect(self.chat_builtin)
+        self.prepare_button = QPushButton("Prepare now")
+        self.prepare_button.setToolTip("Write the model's folder now rather than when it is first picked")
+        self.prepare_button.clicked.connect(self.prepare_builtin)
+        for button in (self.prepare_button, self.finetune_button, self.chat_button):
+            button.setEnabled(False)
+            row.addWidget(button)
+        box.addLayout(row)
+        outer.addWidget(frame)
 
         frame, box = card()
         box.addWidget(label("Download a model", "h2"))
@@ -115,7 +147,53 @@ class ModelsPage(QWidget):
         hint = getattr(err, "hint", "")
         show_text(self.message, f"{getattr(err, 'message', err)}" + (f" ({hint})" if hint else ""))
 
+    def _show_builtins(self, rows: list[dict[str, Any]]) -> None:
+        self.builtins = rows
+        self.builtin_table.setRowCount(len(rows))
+        for r, m in enumerate(rows):
+            cells = (m["name"], TASK_WORDS.get(m["task"], m["task"]), STATE_WORDS.get(m["state"], m["state"]),
+                     fmt.size(m["size_bytes"]) if m.get("size_bytes") else "-", m.get("about") or "")
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip("\n".join(part for part in (text, m.get("note") or "", m.get("path") or "") if part))
+                self.builtin_table.setItem(r, c, item)
+        self._builtin_selected()
+
+    def selected_builtin(self) -> dict[str, Any] | None:
+        rows = {i.row() for i in self.builtin_table.selectedItems()}
+        return self.builtins[rows.pop()] if len(rows) == 1 else None
+
+    def _builtin_selected(self) -> None:
+        m = self.selected_builtin()
+        uses = (m or {}).get("uses") or []
+        usable = m is not None and m["state"] != "missing"
+        self.finetune_button.setEnabled(usable and "fine-tune" in uses)
+        self.chat_button.setEnabled(usable and "chat" in uses)
+        self.prepare_button.setEnabled(m is not None and m["state"] == "first-use" and m["name"] in PREPARED)
+        show_text(self.builtin_note, (m.get("note") or "") if m else "")
+
+    def finetune_builtin(self) -> None:
+        m = self.selected_builtin()
+        if m is not None:
+            self.nav.show("new_finetune", start_over=m["task"], preset={"model": {"builtin": m["name"]}})
+
+    def chat_builtin(self) -> None:
+        m = self.selected_builtin()
+        if m is not None:
+            self.nav.try_in_playground(model={"builtin": m["name"]})
+
+    def prepare_builtin(self) -> None:
+        m = self.selected_builtin()
+        if m is None:
+            return
+        self.prepare_button.setEnabled(False)
+        show_text(self.builtin_note, f"Preparing {m['name']}: a job of its own (Runs › Show system jobs).")
+        self._client.request("jobs.start", {"kind": MODEL_PREPARE, "spec": {"builtin": m["name"]},
+                                            "name": f"prepare {m['name']}"},
+                             lambda _job: None, self._show_error)
+
     def _show_models(self, reply: dict[str, Any]) -> None:
+        self._show_builtins(list(reply.get("builtins") or []))
         self.message.hide()
         self.models = list(reply.get("models") or [])
         self.table.setRowCount(len(self.models))

@@ -47,6 +47,21 @@ def test_models_page_searches_downloads_lists_deletes_and_saves_the_token(qtbot,
     page = window.page("models")
     qtbot.waitUntil(lambda: "No model in the Hugging Face cache" in page.cache_note.text(), timeout=10_000)
 
+    # The built-in models come first, with what they are, their state and what can be done with each.
+    builtins = {cells(page.builtin_table, r)[0]: cells(page.builtin_table, r) for r in range(page.builtin_table.rowCount())}
+    assert set(builtins) == {"minilm", "digits-cnn", "smollm2-135m-instruct", "tiny-llama"}
+    assert builtins["minilm"][1:3] == ["text classifier", "ready"] and builtins["minilm"][3].endswith("MiB")
+    assert builtins["smollm2-135m-instruct"][1] == "language model"
+    smol = [m["name"] for m in page.builtins].index("smollm2-135m-instruct")
+    page.builtin_table.selectRow(smol)
+    assert page.chat_button.isEnabled() and page.finetune_button.isEnabled()
+    page.builtin_table.selectRow([m["name"] for m in page.builtins].index("minilm"))
+    assert page.finetune_button.isEnabled() and not page.chat_button.isEnabled()  # a classifier's head is untrained
+    qtbot.mouseClick(page.finetune_button, Qt.MouseButton.LeftButton)
+    wizard = window.page("new_finetune")
+    assert window.stack.currentWidget() is wizard and wizard.spec_for_launch()["model"] == {"builtin": "minilm"}
+    window.show_page("models")
+
     # Search as you type: one request after the typing stops, results with downloads, licence, gated.
     picker = page.picker
     qtbot.keyClicks(picker.id_edit, "llama")

@@ -15,7 +15,7 @@ from pydantic import Field
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE, MODEL_DOWNLOAD
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, NOT_FOUND, REMOTE_FAILED, RpcError
 from engine.api.train_spec import HUB_ID, HUB_REVISION
-from engine.daemon import hub
+from engine.daemon import builtins, hub
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
@@ -70,7 +70,9 @@ class ModelHandlers:
                 or (j["kind"] == FINETUNE and ((j["spec"] or {}).get("model") or {}).get("hub") == repo_id)]
 
     async def list(self, _s: Client, _p: NoParams) -> Any:
-        return await _run(hub.cached_models)
+        """The Hugging Face cache's models, and the built-in ones (engine/daemon/builtins.py)."""
+        cached = await _run(hub.cached_models)
+        return {**cached, "builtins": await asyncio.to_thread(builtins.builtin_models)}
 
     async def delete(self, _s: Client, p: RepoRef) -> Any:
         users = self._users(p.repo_id)
