@@ -353,9 +353,19 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
     later.adopt(page.jobs.all())
     assert later.job_id == bar.job_id
     qtbot.waitUntil(lambda: later.url == bar.url and "request" in later.text.text(), timeout=15_000)
+    # Its endpoint picked in column B (Browse › Served endpoint starts from it), then the server stops: the
+    # endpoint leaves the list and the column falls back to a model that is there.
+    from app.pages.playground.choices import endpoint_choice
+
+    served_url = bar.url
+    assert page._served() == [(served_url, "")]
+    page.picker_b.add(endpoint_choice(served_url, "", ""))
+    assert page.picker_b.current().ref["url"] == served_url
     qtbot.mouseClick(bar.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not bar.serving and bar.isHidden() and not later.serving, timeout=60_000)
     assert page.serve_button.isEnabled()
+    assert all((c.ref or {}).get("url") != served_url for c in page.picker_b.choices())
+    assert page.picker_b.current() is not None and not page.picker_b.current().ref.get("url")
     with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
         (job,) = [j for j in c.call("jobs.list")["jobs"] if j["kind"] == "serve.model"]
     assert job["state"] == "stopped" and job["name"] == "tiny-llama"

@@ -101,6 +101,7 @@ class PlaygroundPage(QWidget):
         self.picker_a, self.picker_b = ModelPicker("A"), ModelPicker("B")
         for picker in (self.picker_a, self.picker_b):  # Browse › Served endpoint starts from the one served here
             picker.served = self._served
+            self.serve_bar.ended.connect(picker.forget_endpoint)  # and an endpoint that stopped leaves the list
         self.picker_b_box = QWidget()
         for picker, box, title in ((self.picker_a, QWidget(), "Model"), (self.picker_b, self.picker_b_box,
                                                                          "Beside it")):

@@ -115,6 +115,14 @@ class ModelPicker(QWidget):
                 return True
         return False
 
+    def forget_endpoint(self, url: str) -> None:
+        """An endpoint that stopped serving leaves the list (and the selection moves to the first model)."""
+        kept = [c for c in self._folders if (c.ref or {}).get("url") != url]
+        if len(kept) != len(self._folders):
+            current = self.current()
+            self._folders = kept
+            self._fill(current.key if current is not None and (current.ref or {}).get("url") != url else "")
+
     def add_folder(self, path: str) -> Choice:
         return self.add(folder_choice(path))
 

@@ -51,6 +51,7 @@ class ServeBar(QWidget):
     """Hidden until a model is served from the page."""
 
     changed = Signal()  # started, a new line of figures, or ended: the page's Serve button may change
+    ended = Signal(str)  # the URL that no longer serves (the pickers drop it)
     load_tested = Signal(object)  # a load test's result (from its thread), or the exception that ended it
 
     def __init__(self, client: Any, jobs: Any, parent: QWidget | None = None):
@@ -207,6 +208,8 @@ class ServeBar(QWidget):
             self.stop_button.setEnabled(False)
 
     def _end(self) -> None:
+        if self.url:
+            self.ended.emit(self.url)
         if self._sub is not None:
             self._client.unsubscribe(self._sub)
         self._sub, self.job_id, self._t0, self.key_file = None, None, None, ""
