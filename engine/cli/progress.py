@@ -194,6 +194,14 @@ class ProgressBar:
         self.message = f"CPU {d.get('cpu_percent', 0):.0f}%, memory {d.get('memory_percent', 0):.0f}%"
         self.draw(changed=True)
 
+    def _on_serving(self, d: dict[str, Any], t: float | None) -> None:
+        """A serve job's address, said once wherever it was started (ember run, ember jobs start)."""
+        url = d.get("url")
+        if url and url not in self.said:
+            self.said.add(url)
+            key = f"; clients send the API key in {d['api_key_file']}" if d.get("api_key_file") else ""
+            self.note(f"serving {d.get('model') or 'the model'} at {url} (OpenAI-compatible){key}")
+
     def _on_evaluating(self, d: dict[str, Any], t: float | None) -> None:
         done, total = d.get("done"), d.get("total")
         count = f" {done}/{total}" if isinstance(done, int) and isinstance(total, int) else ""

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from engine.api.job_terms import FINAL_STATES, SERVE
+from engine.api.job_terms import FINAL_STATES, QUEUED, SERVE
 from engine.api.load_test import load_test
 from engine.cli.chat import model_ref
 from engine.cli.client import ensure_engine
@@ -27,13 +27,29 @@ def _serving(client: Any, job_id: str) -> list[dict[str, Any]]:
     return [e["data"] for e in events]
 
 
-def wait_listening(client: Any, job_id: str) -> list[dict[str, Any]]:
-    """The job's serving events once it listens (the first holds the URL); [] when it ended first."""
+def wait_listening(client: Any, job_id: str, say: Any = None) -> list[dict[str, Any]]:
+    """The job's serving events once it listens (the first holds the URL); [] when it ended first. ``say``
+    gets a line each time the job's state changes: queued (with why it waits), then loading."""
+    said = ""
     while not (seen := _serving(client, job_id)):
-        if client.call("jobs.get", id=job_id)["state"] in FINAL_STATES:
+        state = client.call("jobs.get", id=job_id)["state"]
+        if state in FINAL_STATES:
             return []
+        if say is not None and state != said:
+            said = state
+            say(_waiting_line(client, job_id) if state == QUEUED else "loading the model...")
         time.sleep(0.3)
     return seen
+
+
+def _waiting_line(client: Any, job_id: str) -> str:
+    """'queued: <why it waits>' from the queue (cores or GPUs in use, jobs ahead of it)."""
+    try:
+        entry = next((j for j in client.call("queue.get")["jobs"] if j.get("id") == job_id), {})
+    except Exception:  # noqa: BLE001 - the reason is a nicety; the state is said anyway
+        entry = {}
+    reason = entry.get("reason")
+    return f"queued: {reason}" if reason else "queued: waiting for its turn (ember queue says why)"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -53,8 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with ensure_engine() as client:
         job = client.call("jobs.start", kind=SERVE, spec=spec, name=args.name or "")
         job_id = job["id"]
-        print(f"job {job_id}: loading {args.model}...", file=sys.stderr, flush=True)
-        seen = wait_listening(client, job_id)
+        print(f"job {job_id}: serving {args.model}", file=sys.stderr, flush=True)
+        seen = wait_listening(client, job_id, lambda line: print(f"job {job_id}: {line}", file=sys.stderr,
+                                                                  flush=True))
         if not seen:
             state = client.call("jobs.get", id=job_id)
             error = state.get("error") or {}

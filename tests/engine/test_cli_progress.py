@@ -298,3 +298,35 @@ def test_an_evaluation_in_progress_says_what_it_does_until_its_result():
     assert "step 20/40" in bar.line() and "evaluating: generating answers 5/30" in bar.line()
     bar.event({"topic": f"run/{RUN}/eval", "data": {"t": T0, "step": 20, "metrics": {"exact_match": 0.5}}})
     assert "evaluating" not in bar.line()
+
+
+def test_a_serve_job_started_with_ember_run_says_its_address_once():
+    out = io.StringIO()
+    bar = ProgressBar(out, live=False)
+    bar.started({**FINETUNE_JOB, "kind": "serve.model", "state": "running", "ended_at": None})
+    first = {"t": T0, "url": "http://127.0.0.1:8000/v1", "model": "tiny-llama", "load_s": 1.5}
+    bar.event({"topic": f"run/{RUN}/serving", "data": first})
+    bar.event({"topic": f"run/{RUN}/serving", "data": {**first, "requests": 3, "tokens_per_s": 12.0}})
+    assert out.getvalue().count("serving tiny-llama at http://127.0.0.1:8000/v1 (OpenAI-compatible)") == 1
+
+
+def test_ember_serve_says_queued_with_the_reason_then_loading():
+    from engine.cli.serve import wait_listening
+
+    class Client:  # the engine's answers as the job leaves the queue and starts listening
+        def __init__(self):
+            self.states = ["queued", "queued", "running", "running"]
+
+        def call(self, method, **params):
+            if method == "jobs.get":
+                return {"state": self.states.pop(0) if len(self.states) > 1 else self.states[0]}
+            if method == "queue.get":
+                return {"jobs": [{"id": "j1", "reason": "needs 1 CPU core; 0 of 2 free on this machine"}]}
+            if method == "events.query":
+                done = not self.states or self.states == ["running"]
+                return {"events": [{"data": {"url": "http://127.0.0.1:8000/v1", "model": "m"}}] if done else []}
+            raise AssertionError(method)
+
+    lines: list[str] = []
+    seen = wait_listening(Client(), "j1", lines.append)
+    assert seen and lines == ["queued: needs 1 CPU core; 0 of 2 free on this machine", "loading the model..."]
