@@ -194,6 +194,11 @@ class ProgressBar:
         self.message = f"CPU {d.get('cpu_percent', 0):.0f}%, memory {d.get('memory_percent', 0):.0f}%"
         self.draw(changed=True)
 
+    def _on_setup(self, d: dict[str, Any], t: float | None) -> None:
+        """What a job does before its first step (reading the data, loading the model): a line each."""
+        if d.get("stage") and not self.quiet:
+            self.note(f"setting up: {d['stage']}")
+
     def _on_serving(self, d: dict[str, Any], t: float | None) -> None:
         """A serve job's address, said once wherever it was started (ember run, ember jobs start)."""
         url = d.get("url")

@@ -147,6 +147,7 @@ class Trainer:
         issues = self.task.validate(spec)
         if issues:
             raise InputError(issues)
+        self._stage("reading the data")
         self.data = self.task.load_data(spec)
         if self.initial_model is not None:
             model = methods.apply(self.initial_model, spec, self.task)
@@ -157,6 +158,7 @@ class Trainer:
         elif spec.distill is not None:
             model = self._student()
         else:
+            self._stage(f"loading the model ({spec.model_name()})")
             model = self.task.build_model(spec, self.data)
             if hasattr(self.task, "prepare_reference"):  # dpo, kto: the base model's log-probs, once, in the rows
                 self.task.prepare_reference(model, self.data, spec, world, self.autocast)
@@ -170,6 +172,8 @@ class Trainer:
         self._measure_flops(model)
         if spec.speed.compile == "on":
             model.compile()  # in place: parameter names (checkpoints, saved weights) stay as they are
+        self._stage(f"placing it on {world.device}" + (f" across {world.size} processes"
+                                                         if world.distributed else ""))
         self.strategy = get_strategy(spec.distributed.strategy)
         self.deepspeed = spec.distributed.strategy == "deepspeed"
         if self.deepspeed and (reason := self.strategy.available()):
@@ -208,6 +212,11 @@ class Trainer:
             self.rc.emit("warning", message="Answers are not generated at evaluations while the layers are split "
                          "into pipeline stages", hint="Evaluate the finished run (Evaluate page or `ember evaluate`) "
                          "for generation metrics.")
+
+    def _stage(self, what: str) -> None:
+        """Rank 0 says what the set-up does: a large model loads for minutes before the first step."""
+        if self.world.is_main:
+            self.rc.emit("setup", stage=what)
 
     def _split(self, model: Any) -> Any:
         """Tensor parallelism over the mesh's "tp" dimension, then FSDP2 over its "dp" dimension."""

@@ -330,3 +330,12 @@ def test_ember_serve_says_queued_with_the_reason_then_loading():
     lines: list[str] = []
     seen = wait_listening(Client(), "j1", lines.append)
     assert seen and lines == ["queued: needs 1 CPU core; 0 of 2 free on this machine", "loading the model..."]
+
+
+def test_the_set_up_before_the_first_step_is_said_stage_by_stage():
+    out = io.StringIO()
+    bar = ProgressBar(out, live=False)
+    bar.started({**FINETUNE_JOB, "state": "running", "ended_at": None})
+    for stage in ("reading the data", "loading the model (smollm2-135m-instruct)"):
+        bar.event({"topic": f"run/{RUN}/setup", "data": {"t": T0, "stage": stage}})
+    assert "setting up: reading the data\nsetting up: loading the model (smollm2-135m-instruct)" in out.getvalue()

@@ -25,7 +25,10 @@ def test_causal_lm_evaluations_score_generated_answers_through_the_engine(engine
         evals = [e["data"] for e in c.call("events.query", topics=[f"run/{job['id']}/eval"])["events"]]
         # While it evaluates, it says what it does and how far it is: the loss, then answer after answer.
         saying = [e["data"] for e in c.call("events.query", topics=[f"run/{job['id']}/evaluating"])["events"]]
+        setup = [e["data"]["stage"] for e in c.call("events.query", topics=[f"run/{job['id']}/setup"])["events"]]
         rows = c.call("jobs.metrics", id=job["id"], kind="eval")["metrics"]
+    # Before the first step it says what it sets up (a large model loads for minutes).
+    assert setup == ["reading the data", "loading the model (tiny-llama)", "placing it on cpu"], setup
 
     validation = [m for _, m in lm.read_rows(lm.DATA_DIR / "validation.jsonl")[0]][:5]
     assert [e["step"] for e in evals] == [2, 4]

@@ -64,7 +64,10 @@ def event_note(kind: str, data: dict[str, Any]) -> str:
 
 
 def evaluating_text(data: dict[str, Any]) -> str:
-    """'evaluating at step 20: generating answers 5/30' while an evaluation runs."""
+    """'evaluating at step 20: generating answers 5/30' while an evaluation runs ('setting up: loading the
+    model (…)' before the first step)."""
+    if data.get("setup"):
+        return f"setting up: {data.get('what')}"
     step = data.get("step")
     at = f" at step {step:,}" if isinstance(step, int) else ""
     done, total = data.get("done"), data.get("total")
@@ -329,6 +332,9 @@ class MonitorPage(QWidget):
         self.samples.add_event(kind, data)
         if kind == "evaluating":  # minutes can pass before the eval event: say what is being done
             self._evaluating = data
+            self._show_progress()
+        elif kind == "setup" and not self._last_train:  # before the first step: what the set-up does
+            self._evaluating = {"what": str(data.get("stage") or "setting up"), "setup": True}
             self._show_progress()
         elif kind in ("train", "eval"):
             self._evaluating = {}
