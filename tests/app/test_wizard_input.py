@@ -294,3 +294,24 @@ def test_a_chart_scrolls_the_page_until_clicked_and_zooms_with_ctrl(qtbot):
         centre, QPointF(plot.viewport().mapToGlobal(centre.toPoint())), QPoint(0, 0), QPoint(0, 360),
         Qt.MouseButton.NoButton, Qt.KeyboardModifier.ControlModifier, Qt.ScrollPhase.NoScrollPhase, False))
     assert bar.value() == 0 and box.viewRange() != zoomed
+
+
+def test_a_check_out_of_time_is_asked_again_by_itself_three_times_then_shown(qtbot):
+    from app.pages.new_finetune.parts import CHECK_RETRIES, Busy, asked_again
+    from engine.api.protocol import INTERNAL_ERROR, RpcError
+
+    class Request:
+        def __init__(self):
+            self.asked: list[int] = []
+
+        def again_in(self, ms: int) -> None:
+            self.asked.append(ms)
+
+    status, request = Busy(), Request()
+    qtbot.addWidget(status)
+    late = RpcError(INTERNAL_ERROR, "Looking at the inputs took over 120 s: this machine is busy (load 7.5 on 2 "
+                    "cores)", {"hint": "It is checked again by itself", "retry_after_s": 10, "timeout": True})
+    assert all(asked_again(late, tries, status, request) for tries in range(CHECK_RETRIES))
+    assert request.asked == [10_000] * CHECK_RETRIES and "busy (load 7.5 on 2 cores). Checking again" in status.text()
+    assert not asked_again(late, CHECK_RETRIES, status, request)  # then the error is shown, with its hint
+    assert not asked_again(RpcError(INTERNAL_ERROR, "The input check failed"), 0, status, request)

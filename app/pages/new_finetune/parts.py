@@ -96,6 +96,17 @@ def retry_after_ms(err: Any, tries: int) -> int | None:
     return int(float(after) * 1000) if isinstance(after, int | float) and tries < CHECK_RETRIES else None
 
 
+def asked_again(err: Any, tries: int, status: Busy, request: DebouncedRequest) -> bool:
+    """A check that ran out of time (a busy machine): say why on ``status`` and ask again by itself; False when
+    it is not worth asking again (another error, or CHECK_RETRIES tries already)."""
+    after = retry_after_ms(err, tries)
+    if after is None:
+        return False
+    status.start(f"{getattr(err, 'message', err)}. Checking again")
+    request.again_in(after)
+    return True
+
+
 def preparing_wait_ms(err: Any) -> int | None:
     """In how many ms to ask again when an answer waits on a built-in model being prepared; else None."""
     data = getattr(err, "data", None) or {}

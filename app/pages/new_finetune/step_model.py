@@ -32,8 +32,8 @@ from app.pages.new_finetune.parts import (
     Busy,
     DebouncedRequest,
     IssueList,
+    asked_again,
     preparing_text,
-    retry_after_ms,
 )
 from app.widgets.common import FactsView, card, label
 from app.widgets.hub_picker import HubPicker
@@ -421,11 +421,8 @@ class ModelStep(Step):
         self.changed.emit()  # Launch may now be allowed (or not)
 
     def _on_error(self, err: Any) -> None:
-        after = retry_after_ms(err, self._retries)
-        if after is not None:  # out of time on a busy machine: say why, and ask again by itself
+        if asked_again(err, self._retries, self.status, self.inspector):  # out of time on a busy machine
             self._retries += 1
-            self.status.start(f"{getattr(err, 'message', err)}. Checking again")
-            self.inspector.again_in(after)
             return
         self.status.stop()
         self._issues = [{"message": f"Could not check the model: {error_text(err)}", "hint": ""}]

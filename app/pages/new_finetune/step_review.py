@@ -35,8 +35,8 @@ from app.pages.new_finetune.parts import (
     Busy,
     DebouncedRequest,
     IssueList,
+    asked_again,
     preparing_text,
-    retry_after_ms,
 )
 from app.pages.new_finetune.sweep_box import SweepBox
 from app.style import set_role
@@ -260,11 +260,8 @@ class ReviewStep(Step):
         self.show_check(reply.get("issues") or [], self._spec)
 
     def _on_check_error(self, err: Any) -> None:
-        after = retry_after_ms(err, self._retries)
-        if after is not None:  # out of time on a busy machine: say why, and ask again by itself
+        if asked_again(err, self._retries, self.check_status, self.checker):  # out of time on a busy machine
             self._retries += 1
-            self.check_status.start(f"{getattr(err, 'message', err)}. Checking again")
-            self.checker.again_in(after)
             return
         self.check_status.stop()
         show_text(self.check_ok, f"Could not check the inputs: {error_text(err)}")
