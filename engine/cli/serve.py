@@ -49,7 +49,7 @@ def _waiting_line(client: Any, job_id: str) -> str:
     except Exception:  # noqa: BLE001 - the reason is a nicety; the state is said anyway
         entry = {}
     reason = entry.get("reason")
-    return f"queued: {reason}" if reason else "queued: waiting for its turn (ember queue says why)"
+    return f"queued: {reason}" if reason else "queued: waiting for its turn (see: ember queue)"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
