@@ -23,8 +23,13 @@ from engine.api.specs import (
     validate_spec,
 )
 
+NAME_MAX = 80  # characters, as templates.save and templates.delete take them
+
 
 def _file(root: Path, name: str) -> Path:
+    if len(name) > NAME_MAX:  # checked here too: the access check looks a name up before the params are read
+        raise RpcError(INVALID_PARAMS, f"A template name has at most {NAME_MAX} characters ({len(name)} given)",
+                       {"hint": "Use a short name like 'tickets-lora'."})
     slug = re.sub(r"[^\w.-]+", "-", name.strip()).strip("-.").lower()
     if not slug:
         raise RpcError(INVALID_PARAMS, f"Template name {name!r} has no letters or digits",
@@ -48,7 +53,7 @@ def owner_of(store: Any, name: str) -> tuple[str | None, str | None]:
 def exists(root: Path, name: str) -> bool:
     try:
         return _file(root, name).exists()
-    except RpcError:
+    except (RpcError, OSError):  # OSError: a name the filesystem refuses (too long for it, say)
         return False
 
 

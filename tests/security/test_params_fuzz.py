@@ -173,6 +173,11 @@ def test_targeted_bad_inputs(conn):
         err = call(conn, method, params)["error"]
         assert err["code"] == protocol.INVALID_PARAMS, (method, err)
         assert {f["field"] for f in err["data"]["fields"]} == fields, (method, err["data"]["fields"])
+    # A template name longer than a file name may be: refused by its length, not by the filesystem (the
+    # access check looks a template up before the params are read).
+    for method, params in (("templates.delete", {}), ("templates.save", {"spec": {}})):
+        err = call(conn, method, {"name": "x" * 5000, **params})["error"]
+        assert err["code"] == protocol.INVALID_PARAMS, err
     ok = call(conn, "jobs.start", {"kind": "system.probe", "spec": {}, "name": "ü $(touch PWNED) `id`"})
     assert ok["result"]["name"] == "ü $(touch PWNED) `id`"
     call(conn, "jobs.cancel", {"id": ok["result"]["id"]})
