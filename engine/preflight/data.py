@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from engine.api import prepared_models
 from engine.api.train_spec import TrainSpec
 
 THUMB_PX = 64
@@ -156,8 +157,8 @@ def _hub(spec: TrainSpec) -> dict[str, Any]:
 
 def _ready_model_folder(spec: TrainSpec) -> Path | None:
     """The causal LM's folder when it is at hand: nothing is downloaded or converted for a preview."""
-    from engine.tasks import builtin_models, hub_models
     from engine.tasks import causal_lm as lm
+    from engine.tasks import hub_models
 
     m = spec.model
     if m.hub:
@@ -165,7 +166,7 @@ def _ready_model_folder(spec: TrainSpec) -> Path | None:
     if m.path and not m.builtin:
         folder = Path(m.path).expanduser()
     else:  # a built-in model is written by its first use (the wizard's checks, a fine-tune), not by a preview
-        folder = builtin_models.folder_of(m.builtin or lm.BUILTIN_MODEL)
+        folder = prepared_models.folder(m.builtin or lm.BUILTIN_MODEL)
     return folder if (folder / "config.json").is_file() else None
 
 

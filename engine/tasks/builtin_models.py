@@ -30,10 +30,6 @@ def problems() -> list[Issue]:
     return [Issue(p["message"], p["hint"]) for p in prepared_models.problems(SMOLLM2)]
 
 
-def folder_of(name: str) -> Path:
-    return prepared_models.folder(name)
-
-
 @contextlib.contextmanager
 def _exclusive(folder: Path) -> Iterator[None]:
     """One conversion at a time per models folder: a second process waits, then finds it done."""
@@ -79,8 +75,8 @@ def convert_gguf(source: Path, gguf_file: str, out: Path, report: Report = _quie
 
 def ensure_smollm2(report: Report = _quiet) -> Path:
     """The SmolLM2 model folder, converted from the packaged GGUF on first use (or by a system.prepare_model job)."""
-    final = folder_of(SMOLLM2)
-    if (final / "config.json").is_file():
+    final = prepared_models.folder(SMOLLM2)
+    if prepared_models.is_ready(SMOLLM2):
         return final
     source = prepared_models.gguf_folder()
     if source is None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 CHECK_TIMEOUT_S = 120
 CHECK_TIMEOUT_ENV = "EMBER_CHECK_TIMEOUT_S"  # a slower machine (or a test) sets another limit
 RETRY_AFTER_S = 10  # what a timed-out check's answer tells a client to wait before asking again
+FACTS_CACHE = 32  # model facts kept per engine: a wizard revisits the same few models
 
 
 def check_timeout_s() -> float:
@@ -51,7 +52,7 @@ def _timed_out(limit: float) -> RpcError:
     return RpcError(INTERNAL_ERROR, f"Looking at the inputs took over {limit:.0f} s: {cause}",
                     {"hint": "It is checked again by itself in a few seconds, and the job checks its inputs again "
                              "when it starts.", "retry_after_s": RETRY_AFTER_S, "timeout": True})
-FACTS_CACHE = 32  # model facts kept per engine: a wizard revisits the same few models
+
 
 
 class DataPreview(Params):

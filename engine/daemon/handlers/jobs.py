@@ -35,13 +35,13 @@ class JobsStart(Params):
 
 
 class TemplateSave(Params):
-    name: str = Field(min_length=1, max_length=80)
+    name: str = Field(min_length=1, max_length=templates.NAME_MAX)
     kind: str = FINETUNE
     spec: dict[str, Any]
 
 
 class TemplateName(Params):
-    name: str = Field(min_length=1, max_length=80)
+    name: str = Field(min_length=1, max_length=templates.NAME_MAX)
 
 
 class JobsDelete(Params):
