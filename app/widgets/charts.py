@@ -419,6 +419,14 @@ class LiveChart(QWidget):
 
     # -- view ------------------------------------------------------------------------
 
+    def start_at_zero(self) -> None:
+        """For counts and rates, which are never negative: both y axes stop at 0 (pyqtgraph would centre a flat
+        line of zeros, or one first point, on 0 and show negative values)."""
+        for vb in (self.plot.getPlotItem().vb, self._right_vb):
+            if vb is not None:
+                vb.setLimits(yMin=0)
+                vb.setYRange(0, 1, padding=0)
+
     def set_log_y(self, on: bool) -> None:
         self._log_y = bool(on)
         if self.log_button.isChecked() != self._log_y:

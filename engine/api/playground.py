@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -121,6 +122,32 @@ class Conversation(_Part):
         first = next((m.content for side in self.sides for m in side.messages if m.role == "user"), "")
         line = " ".join(first.split())
         return (line[:77] + "…") if len(line) > 80 else (line or "Empty chat")
+
+
+def tokens_per_s(new_tokens: int, seconds: float) -> float | None:
+    """The one speed Ember shows for generation, wherever it is shown (the chat line, ``ember chat``, the serve
+    bar and its chart): tokens generated divided by the seconds from the request to the last token, time to
+    first token included. None when nothing was timed."""
+    return new_tokens / seconds if seconds > 0 else None
+
+
+@dataclass
+class Answer:
+    """One generated answer and its figures: what every runtime (transformers, llama.cpp, ONNX Runtime GenAI, a
+    served endpoint) hands back, and what a done event and a saved chat carry."""
+
+    text: str = ""
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    ttft_s: float | None = None
+    seconds: float = 0.0
+    stopped: str = "length"  # length | eos | stop_sequence | user
+    warnings: list[str] = field(default_factory=list)
+
+    def stats(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens, "ttft_s": self.ttft_s,
+                "seconds": self.seconds, "tokens_per_s": tokens_per_s(self.new_tokens, self.seconds) or 0.0,
+                "stopped": self.stopped, "warnings": self.warnings}
 
 
 def answer_figures(done: dict[str, Any]) -> dict[str, Any]:

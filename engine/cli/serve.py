@@ -103,8 +103,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 for f in events[shown:]:
                     if "requests" in f:
                         ttft = f.get("ttft_p50_s")
-                        print(f"{f['requests']} requests ({f['requests_per_s']:.2f}/s), {f['tokens_per_s']:.1f} "
-                              f"tokens/s, queue {f['queue']}, errors {f['errors']}"
+                        speed = f.get("tokens_per_s")  # None: no answer ended since the last line
+                        print(f"{f['requests']} requests ({f['requests_per_s']:.2f}/s)"
+                              + (f", {speed:.1f} tokens/s" if speed is not None else "")
+                              + f", queue {f['queue']}, errors {f['errors']}"
                               + (f", first token p50 {ttft:.3f} s" if ttft is not None else ""), file=sys.stderr)
                 shown = len(events)
                 if client.call("jobs.get", id=job_id)["state"] in FINAL_STATES:

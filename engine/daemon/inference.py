@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.api.playground import ModelRef
 from engine.api.protocol import INVALID_PARAMS, RpcError
+from engine.daemon.endpoints import Endpoints
 from engine.daemon.eventbus import EventBus
 from engine.launch.local import job_env
 
@@ -47,14 +48,8 @@ def model_folder(ref: dict[str, Any]) -> Path | None:
     return None
 
 
-ENDPOINT_KEY_ENV = "EMBER_ENDPOINT_API_KEY"  # an endpoint's key, given by value or by a secret's name
-ENDPOINT_BYTES = 300 * 2**20  # a worker that only streams from a served endpoint: the runtime, no weights
-
-
-def memory_needed(folder: Path | None, ref: dict[str, Any] | None = None) -> int:
+def memory_needed(folder: Path | None) -> int:
     """Bytes a worker needs for a model folder: its weights as float32 (16-bit files double) and the runtime."""
-    if ref is not None and ref.get("url"):
-        return ENDPOINT_BYTES
     if folder is None or not folder.is_dir():
         return RUNTIME_BYTES + 600 * 2**20  # a built-in or cached Hub model: about SmolLM2's size
     weights = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
@@ -111,6 +106,7 @@ class WorkerPool:
         self.workers: dict[str, Worker] = {}
         self._owner: dict[str, Worker] = {}  # rid -> its worker
         self._reaper: asyncio.Task | None = None
+        self.endpoints = Endpoints(bus, topic)  # served models: streamed by the engine, no worker
 
     # ---- references
     def worker_ref(self, ref: ModelRef) -> dict[str, Any]:
@@ -121,7 +117,6 @@ class WorkerPool:
                 raise RpcError(INVALID_PARAMS, f"Job {ref.run} has no finished model to try",
                                {"hint": "Pick a finished fine-tune or variant (Runs page)."})
             return {"run_dir": str(run_dir)}
-        # The key travels in the worker's environment, never on its command line (ps shows that to everyone).
         return ref.model_dump(exclude_none=True, exclude={"api_key", "api_key_secret"})
 
     # ---- workers
@@ -129,7 +124,7 @@ class WorkerPool:
         wref = self.worker_ref(ref)
         import psutil
 
-        if problem := memory_problem(memory_needed(model_folder(wref), wref), psutil.virtual_memory().available,
+        if problem := memory_problem(memory_needed(model_folder(wref)), psutil.virtual_memory().available,
                                      ref.label()):
             raise RpcError(INVALID_PARAMS, problem, {"hint": "Unload another model (Playground: Unload), stop a "
                                                              "job, or pick a smaller model."})
@@ -138,7 +133,7 @@ class WorkerPool:
         cmd = [sys.executable, "-m", "engine.inference.worker", "--ref", json.dumps(wref)]
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            env={**job_env(), **({ENDPOINT_KEY_ENV: ref.api_key} if ref.api_key else {})}, start_new_session=True,
+            env=job_env(), start_new_session=True,
             limit=16 * 2**20)
         worker = Worker(ref.key(), ref.label(), proc, asyncio.get_running_loop().create_future())
         worker.reader = asyncio.get_running_loop().create_task(self._read(worker))
@@ -239,6 +234,8 @@ class WorkerPool:
 
     async def chat(self, ref: ModelRef, messages: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
         """Start an answer; it streams on playground/<request>. Subscribing with ``since`` misses nothing."""
+        if ref.url:
+            return await self.endpoints.chat(ref, messages, settings)
         worker = await self.worker(ref)
         since = self.bus.next_seq() - 1
         rid, _done = self._open(worker)
@@ -265,6 +262,9 @@ class WorkerPool:
             worker.send(msg)
 
     async def predict(self, ref: ModelRef, text: str | None, image: str | None = None) -> dict[str, Any]:
+        if ref.url:
+            raise RpcError(INVALID_PARAMS, f"{ref.label()} is a served language model; it chats, it does not "
+                                           "classify", {"hint": "Send it a chat message."})
         worker = await self.worker(ref)
         await self._wait_ready(worker)
         rid, done = self._open(worker)
@@ -273,6 +273,8 @@ class WorkerPool:
         return {**result, "model": worker.label, "kind": worker.kind}
 
     def stop(self, rid: str) -> bool:
+        if self.endpoints.stop(rid):
+            return True
         worker = self._owner.get(rid)
         if worker is None or not worker.alive():
             return False
@@ -280,9 +282,11 @@ class WorkerPool:
         return True
 
     def list(self) -> list[dict[str, Any]]:
-        return [w.describe() for w in self.workers.values() if w.alive()]
+        return [w.describe() for w in self.workers.values() if w.alive()] + self.endpoints.list()
 
     async def unload(self, ref: ModelRef) -> bool:
+        if ref.url:
+            return self.endpoints.forget(ref)
         worker = self.workers.pop(ref.key(), None)
         if worker is None:
             return False
@@ -316,6 +320,7 @@ class WorkerPool:
                     await self._stop(worker)
 
     async def close(self) -> None:
+        self.endpoints.close()
         if self._reaper is not None:
             self._reaper.cancel()
         for worker in list(self.workers.values()):

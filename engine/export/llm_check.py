@@ -15,6 +15,9 @@ Every runtime answers through the same loop (``greedy``): the prompt in one call
 with the runtime's own key/value cache, the most likely token each step, up to an end-of-sequence id.
 The job runs the source model in PyTorch through the same loop for its reference.
 
+While it runs, each step is a JSON line on stdout (``{"progress": "answering prompt 3 of 8"}``), which the job
+shows as the stage's progress.
+
 ``batched``: B requests at once, as a server that batches them runs them: the first prompt B times, prefilled
 together, then B tokens a step (one forward pass each) for ``max_new_tokens`` steps, the end-of-sequence id
 not stopping any; tokens/s counts all B sequences' tokens over the whole time, prefill included.
@@ -27,6 +30,7 @@ import math
 import resource
 import sys
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
@@ -253,23 +257,28 @@ def nll(rt: Runtime, ids: list[int]) -> tuple[float, int]:
     return float(-logp[np.arange(len(target)), target].sum()), len(target)
 
 
-def measure(rt: Runtime, cases: dict[str, Any], load_s: float = 0.0) -> dict[str, Any]:
-    """Greedy answers to every prompt and the perplexity of every text, with the speed figures."""
+def measure(rt: Runtime, cases: dict[str, Any], load_s: float = 0.0,
+            say: Callable[[str], None] = lambda _text: None) -> dict[str, Any]:
+    """Greedy answers to every prompt and the perplexity of every text, with the speed figures; ``say`` hears
+    where it is ('prompt 3 of 8'), as a long check must show it is moving."""
     eos = {int(i) for i in cases.get("eos") or []}
     tokens, ttft, new, gen_s = [], [], 0, 0.0
-    for ids in cases["prompts"]:
+    for i, ids in enumerate(cases["prompts"]):
+        say(f"answering prompt {i + 1} of {len(cases['prompts'])}")
         out, first, seconds = greedy(rt, list(ids), int(cases["max_new_tokens"]), eos)
         tokens.append(out)
         ttft.append(first)
         new, gen_s = new + len(out), gen_s + seconds
     total, count = 0.0, 0
-    for ids in cases["texts"]:
+    for j, ids in enumerate(cases["texts"]):
+        say(f"scoring conversation {j + 1} of {len(cases['texts'])}")
         s, n = nll(rt, list(ids))
         total, count = total + s, count + n
     ttft.sort()
     batch = int(cases.get("batch") or 0)
     batch_tps = None
     if batch > 1 and cases["prompts"]:
+        say(f"timing {batch} requests at once")
         t0 = time.perf_counter()
         made = rt.batched(list(cases["prompts"][0]), batch, int(cases["max_new_tokens"]))
         batch_tps = made / (time.perf_counter() - t0)
@@ -321,7 +330,11 @@ def main(argv: list[str]) -> int:
     except ImportError as exc:
         sys.stderr.write(f"The {runtime} runtime is not installed here ({exc})\n")
         return 3
-    result = measure(rt, cases, time.perf_counter() - t0)
+    def say(text: str) -> None:  # the job reads stdout's JSON lines as the check's progress
+        sys.stdout.write(json.dumps({"progress": text}) + "\n")
+        sys.stdout.flush()
+
+    result = measure(rt, cases, time.perf_counter() - t0, say)
     out.write_text(json.dumps(result))
     return 0
 

@@ -10,27 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.playground import GenerateSettings
+from engine.api.playground import Answer, GenerateSettings
 from engine.tasks.chat_templates import render_prompt
-
-
-@dataclass
-class Answer:
-    text: str = ""
-    prompt_tokens: int = 0
-    new_tokens: int = 0
-    ttft_s: float | None = None
-    seconds: float = 0.0
-    stopped: str = "length"  # length | eos | stop_sequence | user
-    warnings: list[str] = field(default_factory=list)
-
-    def stats(self) -> dict[str, Any]:
-        return {"prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens, "ttft_s": self.ttft_s,
-                "seconds": self.seconds, "tokens_per_s": self.new_tokens / self.seconds if self.seconds else 0.0,
-                "stopped": self.stopped, "warnings": self.warnings}
 
 
 class _Streamer:

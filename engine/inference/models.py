@@ -3,7 +3,8 @@
 A reference (what the engine hands the worker) is one of:
 ``{"run_dir": path}`` a finished fine-tune or compression variant; ``{"builtin": name, "task": task}``;
 ``{"path": folder}`` a Hugging Face folder; ``{"hub": id, "revision": rev}`` a model in the Hugging Face
-cache (never downloaded here); ``{"url": base, "api_key_file": f}`` the model an OpenAI-compatible server serves. Errors are JobFailed with a message and a hint.
+cache (never downloaded here). Errors are JobFailed with a message and a hint. (A served endpoint's chat
+needs no worker: the engine streams it, engine/daemon/endpoints.py.)
 """
 
 from __future__ import annotations
@@ -199,13 +200,6 @@ def open_model(ref: dict[str, Any], device: str = "cpu") -> tuple[str, Any, dict
     try:
         if ref.get("run_dir"):
             return _from_run(Path(ref["run_dir"]), device)
-        if ref.get("url"):  # a served endpoint: nothing loads here
-            from engine.inference.endpoint import EndpointChat, read_key
-
-            # A key file (a client on the engine's machine), else the key the engine put in the environment.
-            key = read_key(ref.get("api_key_file")) or os.environ.get("EMBER_ENDPOINT_API_KEY") or None
-            chat = EndpointChat(ref["url"], key)
-            return "chat", chat, {"task": "causal_lm", "name": chat.model, "runtime": "endpoint", "url": chat.url}
         folder = model_folder(ref)
         name = str(ref.get("hub") or ref.get("path") or ref.get("builtin") or DEFAULT_CHAT_MODEL)
         from engine.inference.runtimes import open_file, runtime_of

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.api.playground import GenerateSettings
-from engine.inference.chat import Answer, ChatModel, _Streamer
+from engine.api.playground import Answer, GenerateSettings
+from engine.inference.chat import ChatModel, _Streamer
 from engine.training.context import JobFailed
 
 DEFAULT_CONTEXT = 4096  # the context a GGUF file is opened with when its own is longer (memory: the KV cache)

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,15 @@ class LlmExport:
         self.out = Path(ctx.run_dir) / "export"
         self.result: dict[str, Any] = {"source_run": spec.source_run, "task": "causal_lm", "formats": {}}
         self.staging: Path | None = None
+        self.fraction = 0.0  # the job's progress when its current stage began
+
+    def stage(self, stage: str, fraction: float, message: str) -> None:
+        self.fraction = fraction
+        progress(self.ctx, stage, fraction, message)
+
+    def say(self, stage: str, message: str) -> None:
+        """Where a stage is (a prompt n of N): shown as progress, not written to the log line by line."""
+        self.ctx.emit("progress", stage=stage, fraction=round(self.fraction, 3), message=message)
 
     def check_tools(self) -> None:
         if "jetson" in self.spec.formats:
@@ -151,7 +161,7 @@ class LlmExport:
                 raise JobFailed(f"Cannot export {fmt}: {why}", hint)
 
     def load(self, runs: Path) -> None:
-        progress(self.ctx, "load", 0.02, "loading the model")
+        self.stage("load", 0.02, "loading the model")
         self.src = open_source(self.spec, runs)
         if self.src.is_base:
             self.result["model"] = self.spec.model.model_dump(exclude_none=True) if self.spec.model else None
@@ -159,9 +169,10 @@ class LlmExport:
         self.cases_file = self.out / "check_cases.json"
         self.out.mkdir(parents=True, exist_ok=True)
         self.cases_file.write_text(json.dumps(self.cases))
-        progress(self.ctx, "reference", 0.05, f"reference: {self.src.label} in PyTorch, {len(self.cases['prompts'])} "
-                 f"prompts and {len(self.cases['texts'])} conversations from the {self.src.rows_from}")
-        self.reference = llm_check.measure(llm_check.TorchRuntime(self.src.model), self.cases)
+        self.stage("reference", 0.05, f"reference: {self.src.label} in PyTorch, {len(self.cases['prompts'])} "
+                   f"prompts and {len(self.cases['texts'])} conversations from the {self.src.rows_from}")
+        self.reference = llm_check.measure(llm_check.TorchRuntime(self.src.model), self.cases,
+                                           say=lambda text: self.say("reference", f"reference in PyTorch: {text}"))
         params = list(self.src.model.parameters())
         self.result["reference"] = {
             **{k: self.reference[k] for k in ("perplexity", "ttft_s", "tokens_per_s", "batch", "batch_tokens_per_s")},
@@ -187,8 +198,25 @@ class LlmExport:
         got_file = self.out / f".check-{name.replace('/', '-')}.json"
         log = self.out / f".check-{name.replace('/', '-')}.log"
         cmd = [sys.executable, "-m", "engine.export.llm_check", runtime, str(path), str(self.cases_file), str(got_file)]
-        with open(log, "wb") as err:
-            proc = subprocess.run(cmd, stdout=err, stderr=subprocess.STDOUT, timeout=CHECK_TIMEOUT_S, check=False)
+        self.say(name, f"checking {name} in {runtime}: loading it")
+        with open(log, "w") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            timer = threading.Timer(CHECK_TIMEOUT_S, proc.kill)
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:  # its progress lines, and whatever else a runtime prints (to the log)
+                    try:
+                        said = json.loads(line).get("progress")
+                    except (ValueError, AttributeError):
+                        said = None
+                    if said:
+                        self.say(name, f"checking {name} in {runtime}: {said}")
+                    else:
+                        err.write(line)
+                proc.wait()
+            finally:
+                timer.cancel()
         if proc.returncode != 0 or not got_file.is_file():
             tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-2:]
             raise JobFailed(f"{name} did not run in {runtime}: {' | '.join(tail)[-600:]}",
@@ -337,7 +365,7 @@ def run(ctx: JobContext, spec: ExportSpec) -> str | None:
         for i, fmt in enumerate(order):
             if ctx.stop_requested:
                 return "stopped"
-            progress(ctx, fmt, 0.1 + 0.85 * i / len(order), f"exporting {fmt}")
+            job.stage(fmt, 0.1 + 0.85 * i / len(order), f"exporting {fmt}")
             t0 = time.perf_counter()
             entry = getattr(job, fmt)()
             entry.setdefault("seconds", round(time.perf_counter() - t0, 2))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.api.playground import tokens_per_s
 from engine.api.specs import ServeSpec
 from engine.recipes.evaluate import open_ref
 from engine.training.context import JobContext, JobFailed, run_job
@@ -85,9 +86,13 @@ def report(ctx: JobContext, url: str, name: str, auth: dict[str, Any], snapshot:
         if not now:
             continue
         dt = max(now_t - last_t, 1e-6)
+        # tokens/s of the answers that ended since the last report (their tokens over their seconds, as the chat
+        # line under each answer counts it); None when none ended, so an idle server shows no made-up 0.
+        speed = tokens_per_s(now.get("done_tokens", 0) - last.get("done_tokens", 0),
+                             now.get("done_s", 0.0) - last.get("done_s", 0.0))
         ctx.emit("serving", url=url, model=name, **auth, **now,
                  requests_per_s=round((now["requests"] - last.get("requests", 0)) / dt, 3),
-                 tokens_per_s=round((now["tokens"] - last.get("tokens", 0)) / dt, 2))
+                 tokens_per_s=None if speed is None else round(speed, 2))
         last, last_t = now, now_t
 
 

@@ -51,17 +51,21 @@ class ApiError(Exception):
 
 @dataclass
 class Stats:
-    """What the job reports every few seconds: requests, tokens, time to first token, the queue."""
+    """What the job reports every few seconds: requests, tokens, time to first token, the queue. ``done_tokens``
+    and ``done_s`` add up the finished answers' tokens and seconds: their ratio is tokens/s as Ember defines it
+    everywhere (engine.api.playground.tokens_per_s)."""
 
     requests: int = 0
     errors: int = 0
     tokens: int = 0
+    done_tokens: int = 0
+    done_s: float = 0.0
     active: int = 0
     waiting: int = 0
     ttft: deque = field(default_factory=lambda: deque(maxlen=200))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, **delta: int) -> None:
+    def add(self, **delta: float) -> None:
         with self.lock:
             for name, value in delta.items():
                 setattr(self, name, getattr(self, name) + value)
@@ -70,7 +74,8 @@ class Stats:
         with self.lock:
             ttft = sorted(self.ttft)
             return {"requests": self.requests, "errors": self.errors, "tokens": self.tokens, "active": self.active,
-                    "queue": self.waiting, "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None}
+                    "queue": self.waiting, "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None,
+                    "done_tokens": self.done_tokens, "done_s": self.done_s}
 
 
 class Service:
@@ -166,7 +171,7 @@ class Service:
                     answer = self.model.answer(given, settings, on_text)
             finally:
                 self.stats.add(active=-1)
-        self.stats.add(tokens=answer.new_tokens)
+        self.stats.add(tokens=answer.new_tokens, done_tokens=answer.new_tokens, done_s=answer.seconds)
         if answer.ttft_s is not None:
             with self.stats.lock:
                 self.stats.ttft.append(answer.ttft_s)

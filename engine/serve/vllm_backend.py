@@ -143,6 +143,9 @@ def parse_metrics(text: str) -> dict[str, Any]:
         "active": int(sums.get("vllm:num_requests_running", 0)),
         "queue": int(sums.get("vllm:num_requests_waiting", 0)),
         "ttft_p50_s": None,
+        # Finished requests' generated tokens and end-to-end seconds: tokens/s as Ember defines it everywhere.
+        "done_tokens": int(sums.get("vllm:request_generation_tokens_sum", 0)),
+        "done_s": float(sums.get("vllm:e2e_request_latency_seconds_sum", 0.0)),
     }
     total = sums.get("vllm:time_to_first_token_seconds_count", 0)
     if total:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import events_file
+from engine.api.failures import JobFailed  # noqa: F401 - where a job's code has always found it
 from engine.api.specs import Spec, SpecError, validate_spec
 
 # Kept free in the run dir (``.reserve``) and given up when the disk fills, so the job can still
@@ -55,16 +56,6 @@ def json_safe(value: Any) -> Any:
 def to_json(value: Any, **kwargs: Any) -> str:
     """Strict JSON of ``value``: non-finite numbers as null, anything else unknown as its str()."""
     return json.dumps(json_safe(value), allow_nan=False, default=str, **kwargs)
-
-
-class JobFailed(Exception):
-    """Raise from a recipe to fail with a message and a hint for the user."""
-
-    reason = ""  # a subclass's word for the kind of failure, written beside the message (e.g. "diverged")
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
 
 
 def _free_text(path: Path) -> str:

@@ -520,13 +520,27 @@ def test_a_language_model_exports_to_its_own_formats_checked_by_generating(qtbot
     settle(qtbot, engine.client)
     step = page.formats_step
 
-    # An image classifier cannot become a GGUF file, and says why.
-    choose(page, qtbot, DIGITS["id"])
-    assert not page.format_checks["gguf"].isEnabled() and "for language models" in page.format_checks["gguf"].toolTip()
+    def shown() -> list[str]:
+        keys = step.check_list.shown()
+        assert all(step.check_list.blocks[k].isVisibleTo(page) == (k in keys) for k in step.check_list.blocks)
+        return keys
 
+    # An image classifier is offered the graph formats only, ONNX ticked; a language model's are not shown.
+    choose(page, qtbot, DIGITS["id"])
+    assert shown() == ["onnx", "ort", "torchscript", "pt2", "tensorrt", "triton", "jetson"]
+    assert page.spec()["formats"] == ["onnx"] and "for language models" in page.format_checks["gguf"].toolTip()
+
+    # A language model: its own formats, the merged checkpoint and GGUF ticked; the classifier ones hidden.
     choose(page, qtbot, SMOL["id"])
+    assert shown() == ["hf", "gguf", "onnx_genai", "jetson"]
     assert all(page.format_checks[f].isEnabled() for f in ("hf", "gguf", "onnx_genai"))
-    assert not step.llm_card.isVisibleTo(page)
+    assert page.spec()["formats"] == ["hf", "gguf"] and step.llm_card.isVisibleTo(page)
+    assert page.errors == {} and page.next_button.isEnabled()
+    # Back to the classifier and again: each kind of model gets its own defaults back.
+    choose(page, qtbot, DIGITS["id"])
+    assert page.spec()["formats"] == ["onnx"]
+    choose(page, qtbot, SMOL["id"])
+    assert page.spec()["formats"] == ["hf", "gguf"]
     tick(page, "hf", "gguf", "onnx_genai")
     assert step.llm_card.isVisibleTo(page) and not step.options_card.isVisibleTo(page)  # no opset for a GGUF
     step.fields["gguf_types"].set_value(["f16", "q8_0"])
@@ -541,9 +555,6 @@ def test_a_language_model_exports_to_its_own_formats_checked_by_generating(qtbot
     step.fields["gguf_types"].set_value([])
     assert "gguf_types" in page.errors and step.field_messages["gguf_types"].isVisibleTo(page)
     step.fields["gguf_types"].set_value(["f16", "q4_k_m"])
-    # The ONNX logits graph is a job of its own.
-    tick(page, "hf", "onnx")
-    assert "cannot share a job" in step.field_messages["formats"].text() and not page.next_button.isEnabled()
     # A Jetson bundle of the GGUF file: the Jetson and host, no TensorRT engine options.
     tick(page, "gguf", "jetson")
     spec = page.spec()

@@ -66,6 +66,14 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
     assert "b4 tok/s" in out.stdout and "first token" in out.stdout
     assert result["reference"]["batch"] == 4 and result["reference"]["batch_tokens_per_s"] > 0
     assert not any(p.name.startswith(".") for p in (Path(job["run_dir"]) / "export").iterdir())  # nothing left over
+    # Every stage says where it is: the reference and each file's check, prompt by prompt.
+    with engine_proc.client() as c:
+        said = [e["data"]["message"] for e in c.call("events.query", topics=[f"run/{job['id']}/progress"],
+                                                       limit=10_000)["events"]]
+    for line in ("reference in PyTorch: answering prompt 3 of 3", "reference in PyTorch: scoring conversation 6 of 6",
+                 "checking hf in transformers: answering prompt 1 of 3",
+                 "checking gguf/q4_k_m in llama.cpp: timing 4 requests at once"):
+        assert line in said, said
 
     # Each file by its path, as docs/serve.md shows: `ember serve FILE.gguf` serves the f16 GGUF in llama.cpp
     # behind Ember's OpenAI-compatible server, and `ember chat FOLDER` answers with the fp32 ONNX in ONNX Runtime
@@ -96,7 +104,11 @@ def test_builtin_smollm2_to_every_llm_format_through_ember_export(engine_proc):
                           capture_output=True, text=True, env=env, timeout=600)
     assert chat.returncode == 0, chat.stderr[-2000:]
     answers["onnx"] = json.loads(chat.stdout.strip().splitlines()[-1])["text"]
-    assert answers["onnx"] == answers["gguf"] and "Paris" in answers["onnx"], answers
+    chat = subprocess.run([*cli, "chat", hf["path"], question, "--temperature", "0", "--max-new-tokens", "12",
+                           "--json"], capture_output=True, text=True, env=env, timeout=600)
+    assert chat.returncode == 0, chat.stderr[-2000:]
+    answers["hf"] = json.loads(chat.stdout.strip().splitlines()[-1])["text"]
+    assert answers["onnx"] == answers["gguf"] == answers["hf"] and "Paris" in answers["onnx"], answers
 
 
 def test_the_modelfile_keeps_the_templates_own_system_prompt(tmp_path):

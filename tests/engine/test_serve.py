@@ -140,8 +140,9 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
         assert urllib.request.urlopen(served.removesuffix("/v1") + "/health", timeout=10).status == 200
         assert [m.id for m in openai.OpenAI(base_url=served, api_key=key).models.list().data] == ["tiny"]
 
-        # The Playground (here through `ember chat`) talks to a served endpoint: the engine's worker streams from
-        # it, and the answer is the served model's greedy answer. Without the key file it says what to give.
+        # The Playground (here through `ember chat`) talks to a served endpoint: the engine itself streams from
+        # it (no worker process), and the answer is the served model's greedy answer. Without the key file it
+        # says what to give.
         chat = [sys.executable, "-m", "engine.cli", "chat", served, QUESTION[0]["content"], "--temperature", "0",
                 "--max-new-tokens", "12", "--json"]
         refused = subprocess.run(chat, capture_output=True, text=True, env=env, timeout=120)
@@ -151,6 +152,14 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
         assert answered.returncode == 0, answered.stderr[-2000:]
         done = json.loads(answered.stdout.strip().splitlines()[-1])
         assert done["text"] == expected and done["new_tokens"] == 12 and done["ttft_s"] > 0, done
+        listed = [w for w in c.call("playground.workers")["workers"] if w["info"].get("url") == served]
+        assert [(w["pid"], w["info"]["runtime"]) for w in listed] == [(None, "endpoint")], listed
+        # The serve job's tokens/s is that of the answers that ended (tokens over their seconds), never a 0 for
+        # an idle server: a report after the answer carries it, the ones before carry None.
+        wait_for(lambda: any(e.get("tokens_per_s") for e in events_of(c, job["id"], "serving")), timeout=30,
+                 what="a serving report with the answer's tokens/s")
+        assert all(e.get("tokens_per_s") is None or e["tokens_per_s"] > 0
+                   for e in events_of(c, job["id"], "serving"))
         stop_serving(c, job["id"], served)
 
 

@@ -300,7 +300,7 @@ def _known(tmp_path: Path):
 
 
 def test_a_key_file_that_is_not_a_key_is_refused_without_its_contents(tmp_path):
-    from engine.inference.endpoint import read_key
+    from engine.daemon.endpoint_chat import read_key
     from engine.training.context import JobFailed
 
     shadow = tmp_path / "shadow"

@@ -89,6 +89,28 @@ def default_options() -> dict[str, Any]:
             "check_prompts": 8, "check_batch": 4}
 
 
+CLASSIFIER_FORMATS = tuple(f for f in EXPORT_FORMATS if f != "jetson")  # graph formats: a classifier's logits
+LLM_DEFAULT_FORMATS = ("hf", "gguf")  # what a language model's export ticks at first: Ollama, LM Studio, vLLM
+
+
+def shown_formats(task: str) -> tuple[str, ...]:
+    """The formats offered for a source of ``task``: a language model's (and a Jetson bundle of its GGUF file),
+    or a classifier's; every format before a source is chosen."""
+    if task == "causal_lm":
+        return (*LLM_FORMATS, "jetson")
+    if task:
+        return EXPORT_FORMATS
+    return EXPORT_FORMATS + LLM_FORMATS
+
+
+def default_formats(task: str, ticked: list[str]) -> list[str]:
+    """What stays ticked when the source's task becomes ``task``: the ticks that apply to it, else its defaults."""
+    kept = [f for f in ticked if f in shown_formats(task) and f != "jetson"]
+    if kept:
+        return [f for f in ticked if f in shown_formats(task)]
+    return list(LLM_DEFAULT_FORMATS) if task == "causal_lm" else list(default_options()["formats"])
+
+
 def onnx_only(record: dict[str, Any] | None) -> bool:
     return bool(record) and record.get("kind") in ONNX_ONLY_KINDS
 

@@ -13,9 +13,11 @@ from app.pages.export.plan import (
     GENAI_PRECISIONS,
     GGUF_TYPES,
     LLM_FORMATS,
+    default_formats,
     default_options,
     is_llm_choice,
     onnx_only,
+    shown_formats,
     source_task,
     unavailable_reason,
 )
@@ -131,11 +133,15 @@ class FormatsStep(FormStep):
         self._update_rows()
 
     def set_source(self, record: dict[str, Any] | None, task: str = "") -> None:
-        """Enable what applies to ``record``; say why the rest does not (and untick it)."""
+        """Show the formats of ``record``'s kind of model, ticking its defaults when none of the ticks apply;
+        enable what applies to ``record``; say why the rest does not (and untick it)."""
+        task = task or source_task(record)
+        ticked = [k for k, c in self.format_checks.items() if c.isChecked()]
+        self.check_list.show_only(shown_formats(task))
         for key in self.format_checks:
             self.check_list.set_reason(key, unavailable_reason(key, record),
                                        tip=option_tooltip(key, FORMAT_INFO[key][1]))
-        task = task or source_task(record)
+        self.set_formats(default_formats(task, ticked))
         text = task in ("", "text_classification", "causal_lm")
         variant = onnx_only(record)
         sequence = self.fields["dynamic_sequence"]

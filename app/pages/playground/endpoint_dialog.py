@@ -1,6 +1,6 @@
 """Browse › Served endpoint: the URL of an OpenAI-compatible server and, when it wants one, its API key file.
 
-The engine's worker streams from that server (engine/inference/endpoint.py), so a model served here, on an SSH
+The engine streams from that server itself (engine/daemon/endpoints.py), so a model served here, on an SSH
 host, or by vLLM or llama.cpp's server on another machine is tried in the Playground like a local one.
 """
 

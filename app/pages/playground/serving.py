@@ -24,11 +24,16 @@ from engine.api.job_terms import FINAL_STATES, RUNNING, SERVE
 from engine.api.load_test import load_test
 
 
-def figures_text(data: dict[str, Any]) -> str:
-    """'12 requests · 0.50/s · 31.2 tokens/s · first token p50 0.08 s · queue 0 · 0 errors'."""
+def figures_text(data: dict[str, Any], last_speed: float | None = None) -> str:
+    """'12 requests · 0.50/s · 31.2 tokens/s · first token p50 0.08 s · queue 0 · 0 errors'. tokens/s is that of
+    the answers that ended in the job's last report (engine.api.playground.tokens_per_s: the chat line's figure),
+    else ``last_speed``, the last one seen ('last answer'); never a 0 for an idle server."""
     n = int(data.get("requests") or 0)
-    parts = [f"{n:,} request{'' if n == 1 else 's'}", f"{float(data.get('requests_per_s') or 0):.2f}/s",
-             f"{float(data.get('tokens_per_s') or 0):.1f} tokens/s"]
+    parts = [f"{n:,} request{'' if n == 1 else 's'}", f"{float(data.get('requests_per_s') or 0):.2f}/s"]
+    if data.get("tokens_per_s") is not None:
+        parts.append(f"{float(data['tokens_per_s']):.1f} tokens/s")
+    elif last_speed is not None:
+        parts.append(f"{last_speed:.1f} tokens/s (last answer)")
     if data.get("ttft_p50_s") is not None:
         parts.append(f"first token p50 {float(data['ttft_p50_s']):.2f} s")
     parts.append(f"queue {int(data.get('queue') or 0)}")
@@ -63,6 +68,7 @@ class ServeBar(QWidget):
         self._sub: Any = None
         self._starting = False  # jobs.start sent, its reply not in yet
         self._t0: float | None = None  # when the first figures came: the chart's x is seconds since
+        self.last_speed: float | None = None  # tokens/s of the last answers that ended (the bar keeps showing it)
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
@@ -81,6 +87,7 @@ class ServeBar(QWidget):
         self.chart.plot.getPlotItem().setLabel("bottom", "seconds serving")
         self.chart.add_series("tokens/s")
         self.chart.add_series("requests/s", right=True)
+        self.chart.start_at_zero()
         self.chart.setFixedHeight(200)
         self.chart.hide()
         column.addWidget(self.chart)
@@ -181,12 +188,15 @@ class ServeBar(QWidget):
                 line += f", on {data['host']} ({data.get('remote_url')} there, forwarded here)"
             if self.key_file:
                 line += f", listening on {data.get('bind') or 'every address'}; clients send the API key in {self.key_file}"
-            self._set(line + (f"\n{figures_text(data)}" if "requests" in data else ""), busy=False)
+            if data.get("tokens_per_s") is not None:
+                self.last_speed = float(data["tokens_per_s"])
+            self._set(line + (f"\n{figures_text(data, self.last_speed)}" if "requests" in data else ""), busy=False)
         if "requests_per_s" in data:
             now = time.monotonic()
             self._t0 = self._t0 if self._t0 is not None else now
             x = int(round(now - self._t0))
-            self.chart.append("tokens/s", x, float(data.get("tokens_per_s") or 0))
+            if data.get("tokens_per_s") is not None:  # a point per report in which answers ended
+                self.chart.append("tokens/s", x, float(data["tokens_per_s"]))
             self.chart.append("requests/s", x, float(data.get("requests_per_s") or 0))
             self.chart.show()
 

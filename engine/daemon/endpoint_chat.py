@@ -5,6 +5,10 @@ host, vLLM, llama.cpp's server), so the Playground and ``ember chat`` try what i
 with the token counts and time to first token) by streaming ``/chat/completions`` and ``/completions``. The
 server applies its own chat template (``template`` other than ``model`` is noted, not applied); the sampling
 settings go as OpenAI's fields plus ``top_k`` and ``repetition_penalty``, which vLLM and Ember read.
+
+Standard library HTTP only: the engine itself streams from the endpoint (engine/daemon/endpoints.py), with no
+model worker between, so a chat is as fast as the server. Each answer may carry its own Stop event, so several
+chats with one endpoint run at once.
 """
 
 from __future__ import annotations
@@ -16,10 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.api.failures import JobFailed
 from engine.api.load_test import list_models, stream_events
-from engine.api.playground import GenerateSettings
-from engine.inference.chat import Answer
-from engine.training.context import JobFailed
+from engine.api.playground import Answer, GenerateSettings
 
 FINISHED = {"stop": "eos", "length": "length"}
 MAX_KEY_BYTES = 4096
@@ -84,25 +87,28 @@ class EndpointChat:
         return body
 
     def answer(self, messages: list[dict[str, str]], settings: GenerateSettings,
-               on_text: Callable[[str], None] = lambda _t: None) -> Answer:
+               on_text: Callable[[str], None] = lambda _t: None, stop: threading.Event | None = None) -> Answer:
         msgs = ([{"role": "system", "content": settings.system}] if settings.system else []) + [
             {"role": m["role"], "content": m["content"]} for m in messages]
         warnings = ([f"the server applies its own chat template; '{settings.template}' was not used"]
                     if settings.template != "model" else [])
-        return self._stream("chat/completions", {**self._body(settings), "messages": msgs}, on_text, warnings)
+        return self._stream("chat/completions", {**self._body(settings), "messages": msgs}, on_text, warnings,
+                            stop)
 
     def complete(self, text: str, settings: GenerateSettings,
-                 on_text: Callable[[str], None] = lambda _t: None) -> Answer:
-        return self._stream("completions", {**self._body(settings), "prompt": text}, on_text, [])
+                 on_text: Callable[[str], None] = lambda _t: None, stop: threading.Event | None = None) -> Answer:
+        return self._stream("completions", {**self._body(settings), "prompt": text}, on_text, [], stop)
 
     def _stream(self, route: str, body: dict[str, Any], on_text: Callable[[str], None],
-                warnings: list[str]) -> Answer:
-        self.stop_event.clear()
+                warnings: list[str], stop: threading.Event | None = None) -> Answer:
+        if stop is None:  # one answer at a time, stopped through the chat's own event (as ChatModel is)
+            stop = self.stop_event
+            stop.clear()
         answer = Answer(warnings=warnings)
         t0 = time.perf_counter()
         parts: list[str] = []
         try:
-            for doc in stream_events(self.url, route, body, self.api_key, self.timeout, self.stop_event):
+            for doc in stream_events(self.url, route, body, self.api_key, self.timeout, stop):
                 for choice in doc.get("choices") or []:
                     piece = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
                     if piece:
@@ -121,7 +127,7 @@ class EndpointChat:
         except RuntimeError as exc:
             raise JobFailed(f"{self.url} answered with an error: {self._safe(exc)}",
                             "Change what it names (a setting beyond the server's limits, say) and send again.") from exc
-        if self.stop_event.is_set():
+        if stop.is_set():
             answer.stopped = "user"
         answer.text = "".join(parts)
         answer.seconds = time.perf_counter() - t0

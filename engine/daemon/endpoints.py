@@ -1,0 +1,152 @@
+"""The Playground's chats with served endpoints, streamed by the engine itself: no model worker in between.
+
+A worker process for a URL would only relay HTTP: it cost a Python start and the torch import (tens of seconds
+on a busy laptop) before the first word, and a second process reading the stream slowed every token. Here the
+engine opens the endpoint once (``GET /models``, in a thread), then each answer streams in its own thread and
+its text goes to the event bus in chunks (at most every CHUNK_S seconds, as a worker sends them), ending with
+the same done or error event a worker's answer ends with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api.failures import JobFailed
+from engine.api.playground import GenerateSettings, Message, ModelRef
+from engine.api.protocol import INVALID_PARAMS, RpcError
+from engine.daemon.endpoint_chat import EndpointChat, read_key
+from engine.daemon.eventbus import EventBus
+
+CHUNK_S = 0.03
+
+
+@dataclass
+class Endpoint:
+    """One endpoint the Playground talks to; ``describe`` reads as a worker's entry (no process, no memory)."""
+
+    ref: ModelRef
+    chat: EndpointChat
+    started: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    open: dict[str, threading.Event] = field(default_factory=dict)  # rid -> its Stop
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.ref.shown(), "label": self.ref.label(), "pid": None, "state": "ready", "kind": "chat",
+                "info": {"task": "causal_lm", "name": self.chat.model, "runtime": "endpoint", "url": self.chat.url},
+                "rss": 0, "busy": len(self.open), "idle_s": round(time.monotonic() - self.last_used, 1)}
+
+
+class Chunks:
+    """Text pieces gathered and handed on at most every CHUNK_S seconds (and at ``flush``)."""
+
+    def __init__(self, send: Callable[[str], None]):
+        self.send, self.buf, self.last = send, "", 0.0
+
+    def __call__(self, text: str) -> None:
+        self.buf += text
+        now = time.perf_counter()
+        if now - self.last >= CHUNK_S:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.buf:
+            self.send(self.buf)
+            self.buf = ""
+
+
+def _failure(exc: JobFailed) -> RpcError:
+    return RpcError(INVALID_PARAMS, str(exc), {"hint": exc.hint})
+
+
+class Endpoints:
+    """Endpoints by their reference's key; answers by request id."""
+
+    def __init__(self, bus: EventBus, topic: Callable[[str], str]):
+        self.bus, self.topic = bus, topic
+        self.endpoints: dict[str, Endpoint] = {}
+        self._owner: dict[str, Endpoint] = {}
+
+    async def endpoint(self, ref: ModelRef) -> Endpoint:
+        found = self.endpoints.get(ref.key())
+        if found is None:
+            def connect() -> EndpointChat:
+                # A key file (a client on the engine's machine; resource_check allowed it), else the key sent.
+                return EndpointChat(str(ref.url), read_key(ref.api_key_file) or ref.api_key)
+
+            try:
+                chat = await asyncio.to_thread(connect)
+            except JobFailed as exc:
+                raise _failure(exc) from exc
+            found = self.endpoints.setdefault(ref.key(), Endpoint(ref, chat))
+        found.last_used = time.monotonic()
+        return found
+
+    async def chat(self, ref: ModelRef, messages: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+        """Start an answer streamed on the request's topic, as a worker's would be."""
+        try:
+            parsed = GenerateSettings.model_validate(settings)
+            turns = [Message.model_validate(m).model_dump() for m in messages]
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, str(exc).splitlines()[0][:500],
+                           {"hint": "Check the request's settings and messages."}) from exc
+        endpoint = await self.endpoint(ref)
+        since = self.bus.next_seq() - 1
+        rid = uuid.uuid4().hex[:16]
+        stop = endpoint.open[rid] = threading.Event()
+        self._owner[rid] = endpoint
+        loop = asyncio.get_running_loop()
+        loop.create_task(self._answer(endpoint, rid, turns, parsed, stop, loop))
+        return {"request": rid, "topic": self.topic(rid), "since": since, "model": ref.label()}
+
+    async def _answer(self, endpoint: Endpoint, rid: str, messages: list[dict[str, Any]],
+                      settings: GenerateSettings, stop: threading.Event, loop: asyncio.AbstractEventLoop) -> None:
+        topic = self.topic(rid)
+        chunks = Chunks(lambda text: loop.call_soon_threadsafe(self.bus.publish, topic, {"text": text}))
+
+        def answer() -> dict[str, Any]:
+            result = endpoint.chat.answer(messages, settings, chunks, stop)
+            chunks.flush()
+            return result.stats()
+
+        try:
+            stats = await asyncio.to_thread(answer)
+            self.bus.publish(topic, {"done": True, **stats})
+        except JobFailed as exc:
+            self.bus.publish(topic, {"error": str(exc), "hint": exc.hint})
+        except Exception as exc:  # noqa: BLE001 - the answer's subscriber must hear of any end
+            self.bus.publish(topic, {"error": f"{type(exc).__name__}: {exc}"[:500],
+                                     "hint": "See the engine log; send again."})
+            raise
+        finally:
+            endpoint.open.pop(rid, None)
+            self._owner.pop(rid, None)
+            endpoint.last_used = time.monotonic()
+
+    def stop(self, rid: str) -> bool:
+        endpoint = self._owner.get(rid)
+        if endpoint is None or rid not in endpoint.open:
+            return False
+        endpoint.open[rid].set()
+        return True
+
+    def list(self) -> list[dict[str, Any]]:
+        return [e.describe() for e in self.endpoints.values()]
+
+    def forget(self, ref: ModelRef) -> bool:
+        endpoint = self.endpoints.pop(ref.key(), None)
+        if endpoint is None:
+            return False
+        for stop in endpoint.open.values():
+            stop.set()
+        return True
+
+    def close(self) -> None:
+        for endpoint in list(self.endpoints.values()):
+            self.forget(endpoint.ref)
