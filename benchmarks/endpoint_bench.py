@@ -95,7 +95,7 @@ def main() -> int:
         rows = run_rounds({"playground": playground, "endpoint": endpoint}, args.rounds)
         print(f"model {args.model}, {rows['playground'][0][1]} new tokens, greedy, {args.rounds} rounds; "
               f"endpoint: serve job {job_id} at {url}")
-        there = report(rows, "playground", "endpoint")
+        there = report(rows, "playground", "endpoint", TARGET)
         back = 1 / there
         print(f"ratio playground/endpoint tokens/s: {back:.3f} (target >= {TARGET})")
         gaps = [abs(s / c - 1) for s, c in zip(served, chat_line, strict=True) if c]

@@ -150,8 +150,7 @@ def main(ctx: JobContext, spec: ServeSpec) -> str | None:
     finally:
         httpd.shutdown()  # no new requests; an answer in progress finishes on its own thread
         httpd.server_close()
-        with service.lock:  # wait for it
-            pass
+        service.close()  # waits for it
     ctx.log(f"stopped serving; {service.stats.snapshot()['requests']} requests in all")
     return "stopped"
 

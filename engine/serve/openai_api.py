@@ -9,8 +9,8 @@ Errors are OpenAI's ``{"error": {"message", "type", "param", "code"}}``.
 
 The HTTP plumbing is engine/serve/http_server.py: a large listen backlog, a bounded pool of workers that
 get a connection once its request head is in, read timeouts, a per-address connection cap and a body limit
-(``Limits``). The model answers one request at a time (a lock), the others queue, and the queue's length is
-in the figures. With an API key every route but ``/health`` wants ``Authorization: Bearer KEY`` (401
+(``Limits``). The model answers one request at a time, always on the same thread (``Service.call``), the others
+queue, and the queue's length is in the figures. With an API key every route but ``/health`` wants ``Authorization: Bearer KEY`` (401
 ``invalid_api_key`` otherwise), compared in constant time and checked from the headers before any body is
 read.
 """
@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,9 +86,21 @@ class Service:
     def __init__(self, kind: str, model: Any, name: str, max_new_tokens: int, api_key: str | None = None):
         self.kind, self.model, self.name, self.max_new_tokens = kind, model, name, max_new_tokens
         self.api_key = api_key
-        self.lock = threading.Lock()  # one generation at a time
+        # One thread runs every model call, one at a time. Not the HTTP worker that took the request: each
+        # thread that enters PyTorch's OpenMP parallel regions keeps a team of threads of its own, and once
+        # several teams exist generation on 2 cores ran a third slower (15 instead of 22 tokens/s for SmolLM2,
+        # measured here), which made a served model slower than the same model in the Playground's worker.
+        self.runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
         self.stats = Stats()
         self.created = int(time.time())
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the model's thread, after the calls before it; its result or its exception."""
+        return self.runner.submit(fn).result()
+
+    def close(self) -> None:
+        """No new calls; the one in progress (and those queued) end first."""
+        self.runner.shutdown(wait=True)
 
     def check_key(self, header: str | None) -> None:
         if self.api_key is None:
@@ -160,17 +174,19 @@ class Service:
         return settings, prompt
 
     def run(self, settings: GenerateSettings, given: list[dict[str, str]] | str, on_text: Any) -> Any:
-        """Generate under the lock (the queue is who waits for it); the figures are counted here."""
+        """Generate on the model's thread (the queue is who waits for it); the figures are counted here."""
         self.stats.add(waiting=1)
-        with self.lock:
+
+        def generate() -> Any:
             self.stats.add(waiting=-1, active=1)
             try:
                 if isinstance(given, str):
-                    answer = self.model.complete(given, settings, on_text)
-                else:
-                    answer = self.model.answer(given, settings, on_text)
+                    return self.model.complete(given, settings, on_text)
+                return self.model.answer(given, settings, on_text)
             finally:
                 self.stats.add(active=-1)
+
+        answer = self.call(generate)
         self.stats.add(tokens=answer.new_tokens, done_tokens=answer.new_tokens, done_s=answer.seconds)
         if answer.ttft_s is not None:
             with self.stats.lock:
@@ -288,8 +304,7 @@ class Handler(PooledHandler):
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             raise ApiError(400, "input must be a text or a list of texts", "input")
-        with svc.lock:
-            results = [svc.model.predict(text=t) for t in texts]
+        results = svc.call(lambda: [svc.model.predict(text=t) for t in texts])
         self._json(200, {"object": "list", "model": svc.name, "data": [
             {"index": i, "label": r["label"], "labels": r["labels"], "probs": r["probs"]}
             for i, r in enumerate(results)]})
@@ -308,11 +323,10 @@ class Handler(PooledHandler):
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise ApiError(400, "encoding_format must be float or base64", "encoding_format")
-        with svc.lock:
-            try:
-                vectors, tokens = svc.model.embed(texts)
-            except JobFailed as exc:
-                raise ApiError(400, f"{exc}", code="wrong_model_kind") from None
+        try:
+            vectors, tokens = svc.call(lambda: svc.model.embed(texts))
+        except JobFailed as exc:
+            raise ApiError(400, f"{exc}", code="wrong_model_kind") from None
         if encoding == "base64":  # little-endian float32, as OpenAI sends it (its Python client asks for this)
             vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
         self._json(200, {"object": "list", "model": svc.name,
