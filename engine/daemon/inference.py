@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,10 @@ class Worker:
 
 
 class WorkerPool:
-    def __init__(self, bus: EventBus, runs_dir: Path, idle_s: float = IDLE_S):
-        self.bus, self.runs_dir, self.idle_s = bus, runs_dir, idle_s
+    def __init__(self, bus: EventBus, runs_dir: Path, idle_s: float = IDLE_S,
+                 threads: Callable[[], int] | None = None):
+        """``threads``: how many CPU threads a new worker may use (the cores no running job asked for)."""
+        self.bus, self.runs_dir, self.idle_s, self.threads = bus, runs_dir, idle_s, threads
         self.workers: dict[str, Worker] = {}
         self._owner: dict[str, Worker] = {}  # rid -> its worker
         self._reaper: asyncio.Task | None = None
@@ -131,9 +134,12 @@ class WorkerPool:
         if len([w for w in self.workers.values() if w.alive()]) >= MAX_WORKERS:
             await self._stop(min(self.workers.values(), key=lambda w: w.last_used))
         cmd = [sys.executable, "-m", "engine.inference.worker", "--ref", json.dumps(wref)]
+        env = job_env()
+        if self.threads is not None and "OMP_NUM_THREADS" not in env:  # the user's own setting wins
+            env["OMP_NUM_THREADS"] = str(self.threads())
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            env=job_env(), start_new_session=True,
+            env=env, start_new_session=True,
             limit=16 * 2**20)
         worker = Worker(ref.key(), ref.label(), proc, asyncio.get_running_loop().create_future())
         worker.reader = asyncio.get_running_loop().create_task(self._read(worker))

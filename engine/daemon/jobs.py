@@ -32,6 +32,7 @@ from engine.daemon import job_queue, store_rebuild
 from engine.daemon.eventbus import EventBus
 from engine.daemon.follower import Follower
 from engine.daemon.job_records import measured_peak, record
+from engine.daemon.scheduler import LOCAL, threads_per_process
 from engine.daemon.store import Store
 from engine.launch import local
 
@@ -150,13 +151,21 @@ class JobManager:
         for kind in IN_ENGINE:
             for job in self.store.list_jobs(state=QUEUED, kind=kind, limit=10_000):
                 self._launch(job)  # a sweep or chain holds nothing: its jobs wait in the queue themselves
-        plan = job_queue.plan_now(self)[0]
+        plan, _running, _queued, facts = job_queue.plan_now(self)
+        used = int((plan.used.get(LOCAL) or {}).get("cores") or 0)  # after this round's starts
         for run_id, gpus in plan.start:
             job = self.store.get_job(run_id)
             if job is not None and job["state"] == "queued":
                 self.store.update_job(run_id, gpus=gpus)
-                self._launch(self.get(run_id))
+                cores = int(facts["needs"].get(run_id, ({}, {}))[0].get(LOCAL) or 0)
+                self._launch(self.get(run_id), (int(facts["cpu_limit"][LOCAL] or 1), cores, used))
         self._publish_queue()
+
+    def free_cores(self) -> int:
+        """Cores of this machine no running job asked for (at least one): a Playground worker's threads."""
+        plan, _running, _queued, facts = job_queue.plan_now(self)
+        used = int((plan.used.get(LOCAL) or {}).get("cores") or 0)
+        return max(1, int(facts["cpu_limit"][LOCAL] or 1) - used)
 
     def _publish_queue(self, publish: bool = True) -> None:
         snap = job_queue.snapshot(self)
@@ -166,7 +175,9 @@ class JobManager:
             if publish:
                 self.bus.publish("queue", snap)
 
-    def _launch(self, job: dict[str, Any]) -> None:
+    def _launch(self, job: dict[str, Any], share: tuple[int, int, int] | None = None) -> None:
+        """Start ``job``'s process; ``share``: (cores the engine may use here, the job's cores, every running
+        job's cores with it), from which its thread pools are sized (scheduler.threads_per_process)."""
         run_dir = Path(job["run_dir"])
         kind = JOB_KINDS[job["kind"]]
         spec = kind.spec_model.model_validate(job["spec"])
@@ -186,10 +197,12 @@ class JobManager:
             # Timing jobs: OpenMP threads that spin between calls distort interleaved latencies.
             for key, value in local.EVAL_ENV.items():
                 env.setdefault(key, value)
-        nproc = getattr(getattr(spec, "distributed", None), "nproc", 1)
-        if nproc > 1 and "OMP_NUM_THREADS" not in env:
-            # torchrun gives each worker one thread; on CPU, share the cores instead.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+        nproc = getattr(getattr(spec, "distributed", None), "nproc", 1) or 1
+        if "OMP_NUM_THREADS" not in env and (share is not None and share[1] or nproc > 1):
+            # The one cap PyTorch, ONNX Runtime and llama.cpp read (engine/threads.py), unless the user set it:
+            # the job's share of the cores (torchrun would give each of its workers one thread).
+            limit, cores, used = share or (os.cpu_count() or 1, nproc, nproc)
+            env["OMP_NUM_THREADS"] = str(threads_per_process(limit, cores, used, nproc))
         try:
             with open(run_dir / "stdout.log", "ab") as out:
                 proc = subprocess.Popen(

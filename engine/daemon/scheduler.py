@@ -98,6 +98,16 @@ def job_need(kind: str, spec: Mapping[str, Any], capacity: Mapping[str, Capacity
     return per_host, gpus
 
 
+def threads_per_process(cpu_limit: int, cores: int, used: int, nproc: int = 1) -> int:
+    """The CPU threads each of a job's ``nproc`` processes gets: its share of the ``cpu_limit`` cores the engine
+    may use on this machine, by the ``cores`` it asked for among the ``used`` cores of every job running with
+    it (itself included). Alone, a job gets every core; two one-core jobs get half each. PyTorch, ONNX Runtime
+    and llama.cpp all start one thread per core by default, and pools larger than the cores they get wait on
+    each other (engine/threads.py): two busy jobs on 2 cores ran 2 to 10 times slower."""
+    share = cpu_limit * max(1, cores) // max(1, used, cores)
+    return max(1, share // max(1, nproc))
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 

@@ -9,8 +9,8 @@ import pytest
 
 from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.cli import main as cli
-from engine.daemon.scheduler import Capacity, Job, Settings, job_need, plan
-from tests.conftest import wait_for
+from engine.daemon.scheduler import Capacity, Job, Settings, job_need, plan, threads_per_process
+from tests.conftest import RunningEngine, kill_job_groups, start_engine_process, wait_for
 
 CPU2 = {"local": Capacity(cores=2, gpus=0)}
 GPU2 = {"local": Capacity(cores=16, gpus=2)}
@@ -154,6 +154,40 @@ def test_order_priority_and_settings_survive_an_engine_restart(engine_proc, caps
         assert c.call("jobs.get", id=b)["state"] == "queued" and c.call("jobs.get", id=e)["state"] == "queued"
         for job_id in (b, e, d):
             c.call("jobs.cancel", id=job_id)
+
+
+def test_thread_pools_are_the_jobs_share_of_the_cores():
+    assert threads_per_process(2, 1, 1) == 2  # alone: every core
+    assert threads_per_process(2, 1, 2) == 1  # two one-core jobs: half each
+    assert threads_per_process(8, 1, 3) == 2
+    assert threads_per_process(8, 2, 2, nproc=2) == 4  # a two-process run alone: half each process
+    assert threads_per_process(2, 2, 2, nproc=2) == 1
+    assert threads_per_process(1, 1, 4) == 1  # never none
+    assert threads_per_process(4, 0, 0) == 4
+
+
+def test_a_job_gets_its_share_of_the_cores_unless_the_user_set_omp_num_threads(ember_home, monkeypatch):
+    import psutil
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    eng = RunningEngine(ember_home, start_engine_process(ember_home))
+    try:
+        with eng.client() as c:
+            c.call("queue.configure", max_concurrent=2, cpu_cores=4)
+            first = c.call("jobs.start", kind="train.finetune", spec=TINY_CPU, name="first")
+            second = c.call("jobs.start", kind="train.finetune", spec=TINY_CPU, name="second")
+
+            def threads(job_id: str) -> str | None:
+                pid = wait_for(lambda: c.call("jobs.get", id=job_id).get("pid"), what="the job's process")
+                return psutil.Process(pid).environ().get("OMP_NUM_THREADS")
+
+            # Started one after the other: the first alone (every core it may use), the second beside it.
+            assert (threads(first["id"]), threads(second["id"])) == ("4", "2")
+            for j in (first, second):
+                c.call("jobs.cancel", id=j["id"])
+    finally:
+        eng.stop()
+        kill_job_groups(ember_home.home)
 
 
 def test_two_cpu_heavy_jobs_do_not_start_together_when_cores_do_not_allow(engine_proc):
