@@ -161,3 +161,25 @@ def test_add_host_keeps_its_fields_whole_while_it_shows_errors(styled, qtbot):
     assert dialog.form_scroll.verticalScrollBar().maximum() == 0  # the dialog grew rather than scroll
     assert dialog.message.isVisible() and dialog.message.height() >= dialog.message.heightForWidth(
         dialog.message.width())
+
+
+def test_the_playground_serving_side_by_side_still_fits(styled, make_window, qtbot):
+    """Serving (its bar folded: the URL, the figures, Details) with two models side by side: still 1024 px wide,
+    and the conversation keeps most of a 1366 x 800 window's height."""
+    window = make_window(start=False, page="welcome")
+    page = window.show_page("playground")
+    bar = page.serve_bar
+    bar.job_id, bar.url = "r1", "http://127.0.0.1:41234/v1"
+    bar._on_event("t", 1, {"url": bar.url, "model": "smollm2-135m-instruct", "requests": 3, "requests_per_s": 0.5,
+                           "tokens_per_s": 20.3, "queue": 0, "errors": 0, "ttft_p50_s": 0.2})
+    page.side_check.setChecked(True)
+    window.resize(SMALL)
+    show(window)
+    assert bar.isVisible() and not bar.chart.isVisible()
+    assert not layout_problems(window, page, "playground serving, side by side")
+    window.resize(1366, 800)
+    show(window)
+    assert page.stack.height() >= 400 and bar.height() <= 60
+    bar.details_button.setChecked(True)  # the chart and the load test, on demand
+    show(window)
+    assert bar.chart.isVisible() and bar.load_button.isVisible()

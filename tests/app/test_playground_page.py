@@ -336,7 +336,28 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
         assert json.load(r)["usage"]["completion_tokens"] == 4
     # The figures line follows the server's serving events, and the chart draws them.
     qtbot.waitUntil(lambda: "1 request · " in bar.text.text() and "tokens/s" in bar.text.text(), timeout=15_000)
+    # The chart and the load test are folded under Details: the conversation keeps its room.
+    assert not bar.chart.isVisible() and not bar.load_button.isVisible() and bar.details_button.isVisible()
+    qtbot.mouseClick(bar.details_button, Qt.MouseButton.LeftButton)
     assert bar.chart.isVisible() and bar.chart.count("tokens/s") >= 1 and bar.chart.count("requests/s") >= 1
+    # Asked beside the model itself, with the endpoint in column B: the engine streams it (no worker loads for
+    # a URL), and the chat line's tokens/s is the serve job's for the same answer (one definition,
+    # engine.api.playground.tokens_per_s).
+    from app.pages.playground.choices import endpoint_choice
+
+    settings(page, **GREEDY)
+    page.side_check.setChecked(True)
+    page.picker_b.add(endpoint_choice(bar.url, "", ""))
+    seen = bar.chart.count("tokens/s")
+    ask(qtbot, page, QUESTION)
+    assert page.column_b.messages[-1]["content"] == page.column_a.messages[-1]["content"]  # greedy, same model
+    line = page.column_b.last_figures["tokens_per_s"]
+    qtbot.waitUntil(lambda: bar.chart.count("tokens/s") > seen, timeout=15_000)
+    served = bar.chart.series("tokens/s").last_y()
+    assert served and abs(served / line - 1) < 0.5, (served, line)  # tiny-llama's few ms: HTTP's share shows
+    with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
+        workers = c.call("playground.workers")["workers"]
+    assert [w["pid"] for w in workers if w["info"].get("url") == bar.url] == [None]
     # A load test from the page: 2 streaming clients for 2 s, no errors.
     bar.clients.setValue(2)
     bar.seconds.setValue(2)
@@ -355,11 +376,8 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
     qtbot.waitUntil(lambda: later.url == bar.url and "request" in later.text.text(), timeout=15_000)
     # Its endpoint picked in column B (Browse › Served endpoint starts from it), then the server stops: the
     # endpoint leaves the list and the column falls back to a model that is there.
-    from app.pages.playground.choices import endpoint_choice
-
     served_url = bar.url
     assert page._served() == [(served_url, "")]
-    page.picker_b.add(endpoint_choice(served_url, "", ""))
     assert page.picker_b.current().ref["url"] == served_url
     qtbot.mouseClick(bar.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not bar.serving and bar.isHidden() and not later.serving, timeout=60_000)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QPushButton, QWidget
+from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QMenu, QToolButton, QWidget
 
 from app.pages.playground.choices import GROUPS, Choice, folder_choice, ref_key
 
@@ -34,14 +34,17 @@ class ModelPicker(QWidget):
         self.combo = QComboBox()
         self.combo.setModel(QStandardItemModel(self.combo))
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.combo.setMinimumContentsLength(14)
+        self.combo.setMinimumContentsLength(9)  # two pickers side by side and the settings fit 1024 px
         self.combo.setAccessibleName(f"Model {name}")
         self.combo.setToolTip("The model to try: a finished fine-tune or variant, a built-in model, a model "
                               "in the Hugging Face cache, or a folder (Browse…)")
         self.combo.currentIndexChanged.connect(self._on_index)
         self.combo.activated.connect(lambda _index: self.chosen.emit(self.current()))
         row.addWidget(self.combo, 1)
-        self.browse_button = QPushButton("Browse…")
+        # A tool button, its menu at once: narrower than a push button with a menu (side by side at 1024 px).
+        self.browse_button = QToolButton(text="Browse…")
+        self.browse_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.browse_button.setStyleSheet("QToolButton::menu-indicator { image: none; }")
         self.browse_button.setToolTip("Pick a local Hugging Face model folder (config.json, weights, tokenizer), an "
                                       "ONNX-GenAI folder, or a GGUF file (run by llama.cpp)")
         self.browse_button.setAccessibleName(f"Browse for a model folder or file ({name})")

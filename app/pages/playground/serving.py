@@ -1,6 +1,7 @@
 """Serve the Playground's model: a serve.model job (docs/serve.md) started from the page, and a bar with its URL,
-its live figures (a line of text and a small chart of tokens/s and requests/s), Copy URL, Stop, and a load test
-(N streaming clients for T seconds, engine/api/load_test.py, what ``ember bench-serve`` runs).
+its live figures (a line of text), Copy URL, Stop, and under Details (folded at first, so the conversation keeps
+its room) a small chart of tokens/s and requests/s and a load test (N streaming clients for T seconds,
+engine/api/load_test.py, what ``ember bench-serve`` runs).
 
 The job's ``serving`` events (``run/<id>/serving``) bring the URL (the first) and the figures (every 2 s);
 the window's JobsState says when the job ends (stopped, or failed with its message). One served model at a
@@ -80,6 +81,11 @@ class ServeBar(QWidget):
         self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.url))
         self.stop_button = QPushButton("Stop serving")
         self.stop_button.clicked.connect(self.stop)
+        self.details_button = QPushButton("Details")
+        self.details_button.setCheckable(True)
+        self.details_button.setToolTip("The chart of tokens/s and requests/s, and the load test")
+        self.details_button.toggled.connect(self._show_details)
+        row.addWidget(self.details_button)
         row.addWidget(self.copy_button)
         row.addWidget(self.stop_button)
 
@@ -198,7 +204,7 @@ class ServeBar(QWidget):
             if data.get("tokens_per_s") is not None:  # a point per report in which answers ended
                 self.chart.append("tokens/s", x, float(data["tokens_per_s"]))
             self.chart.append("requests/s", x, float(data.get("requests_per_s") or 0))
-            self.chart.show()
+            self.chart.setVisible(self.details_button.isChecked())
 
     def _job_changed(self, job: dict[str, Any]) -> None:
         if job.get("id") != self.job_id or job.get("state") not in FINAL_STATES:
@@ -225,6 +231,7 @@ class ServeBar(QWidget):
         self._sub, self.job_id, self._t0, self.key_file = None, None, None, ""
         self.chart.clear()
         self.chart.hide()
+        self.details_button.setChecked(False)
 
     def _set(self, text: str, busy: bool = False) -> None:
         show_text(self.text, text)
@@ -232,6 +239,12 @@ class ServeBar(QWidget):
         self.copy_button.setVisible(bool(self.url) and self.serving)
         self.stop_button.setVisible(self.serving)
         self.stop_button.setEnabled(self.serving and (not busy or bool(self.url)))
+        self.details_button.setVisible(self.serving and bool(self.url))
+        self._show_details(self.details_button.isChecked())
+
+    def _show_details(self, on: bool) -> None:
+        shown = on and self.serving and bool(self.url)
         for w in self._test_row:
-            w.setVisible(self.serving and bool(self.url))
+            w.setVisible(shown)
+        self.chart.setVisible(shown and self.chart.count("requests/s") > 0)
         self.changed.emit()
