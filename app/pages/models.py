@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLineEdit,
+    QMenu,
     QMessageBox,
     QPushButton,
     QTableWidgetItem,
@@ -27,11 +28,15 @@ from app.engine_process import EngineProcess
 from app.models.navigation import Navigator
 from app.widgets.common import card, label, row_table, scrolling_body, show_text
 from app.widgets.hub_picker import HubPicker
-from engine.api.job_terms import MODEL_PREPARE
+from engine.api.job_terms import EXPORT, MODEL_PREPARE, SERVE
 from engine.api.prepared_models import PREPARED
 
 COLUMNS = ("Model", "Size", "Last used", "Revisions", "Folder")
 BUILTIN_COLUMNS = ("Model", "Task", "State", "Size", "What it is")
+# The Export button's menu: a language model's files, each checked by generating (docs/export.md).
+EXPORT_CHOICES = (("Merged checkpoint and GGUF (transformers, vLLM, llama.cpp, Ollama)…", ["hf", "gguf"]),
+                  ("GGUF only (llama.cpp, Ollama, LM Studio)…", ["gguf"]),
+                  ("ONNX for generation (ONNX Runtime GenAI)…", ["onnx_genai"]))
 STATE_WORDS = {"ready": "ready", "first-use": "prepared on first use", "missing": "not installed"}
 TASK_WORDS = {"causal_lm": "language model", "text_classification": "text classifier",
               "image_classification": "image classifier"}
@@ -81,10 +86,22 @@ class ModelsPage(QWidget):
         self.chat_button = QPushButton("Chat")
         self.chat_button.setToolTip("The Playground with this model")
         self.chat_button.clicked.connect(self.chat_builtin)
+        self.export_button = QPushButton("Export")
+        self.export_button.setToolTip("An export job of the model as it is, each file checked against it (Runs "
+                                      "shows its progress; docs/export.md)")
+        menu = QMenu(self.export_button)
+        for text, formats in EXPORT_CHOICES:
+            menu.addAction(text, lambda formats=formats: self.export_builtin(formats))
+        self.export_button.setMenu(menu)
+        self.serve_button = QPushButton("Serve")
+        self.serve_button.setToolTip("An OpenAI-compatible endpoint for this model on a free local port; the "
+                                     "Playground shows its URL and live figures (docs/serve.md)")
+        self.serve_button.clicked.connect(self.serve_builtin)
         self.prepare_button = QPushButton("Prepare now")
         self.prepare_button.setToolTip("Write the model's folder now rather than when it is first picked")
         self.prepare_button.clicked.connect(self.prepare_builtin)
-        for button in (self.prepare_button, self.finetune_button, self.chat_button):
+        for button in (self.prepare_button, self.finetune_button, self.chat_button, self.export_button,
+                       self.serve_button):
             button.setEnabled(False)
             row.addWidget(button)
         box.addLayout(row)
@@ -169,6 +186,8 @@ class ModelsPage(QWidget):
         usable = m is not None and m["state"] != "missing"
         self.finetune_button.setEnabled(usable and "fine-tune" in uses)
         self.chat_button.setEnabled(usable and "chat" in uses)
+        for button in (self.export_button, self.serve_button):  # language models: as they are, no run needed
+            button.setEnabled(usable and "chat" in uses)
         self.prepare_button.setEnabled(m is not None and m["state"] == "first-use" and m["name"] in PREPARED)
         show_text(self.builtin_note, (m.get("note") or "") if m else "")
 
@@ -181,6 +200,25 @@ class ModelsPage(QWidget):
         m = self.selected_builtin()
         if m is not None:
             self.nav.try_in_playground(model={"builtin": m["name"]})
+
+    def export_builtin(self, formats: list[str]) -> None:
+        m = self.selected_builtin()
+        if m is None:
+            return
+        name = f"{m['name']}-export"
+        show_text(self.builtin_note, f"Exporting {m['name']} ({', '.join(formats)}): Runs shows the job.")
+        self._client.request("jobs.start", {"kind": EXPORT, "spec": {"model": {"builtin": m["name"]},
+                                                                     "formats": formats}, "name": name},
+                             lambda job: self.nav.show("runs", job_id=job["id"]), self._show_error)
+
+    def serve_builtin(self) -> None:
+        m = self.selected_builtin()
+        if m is None:
+            return
+        ref = {"builtin": m["name"]}
+        # The Playground's serve bar finds the running serve job and shows its URL and figures.
+        self._client.request("jobs.start", {"kind": SERVE, "spec": {"model": ref, "port": 0}, "name": m["name"]},
+                             lambda _job: self.nav.try_in_playground(model=ref), self._show_error)
 
     def prepare_builtin(self) -> None:
         m = self.selected_builtin()

@@ -67,6 +67,7 @@ class RunsPage(QWidget):
         self.proxy = JobsFilter(self)
         self.proxy.setSourceModel(self.model)
         self._selected_id: str | None = None  # the current row, shown in the details
+        self._wanted: str | None = None  # a job another page started, selected once it is listed
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(28, 24, 28, 20)
@@ -292,6 +293,9 @@ class RunsPage(QWidget):
     def _on_job_record(self, job: dict[str, Any]) -> None:
         job = {k: v for k, v in job.items() if k != "result"}
         row = self.model.upsert(job)
+        if job.get("id") == self._wanted:
+            self._wanted = None
+            self.select_run(job["id"])
         if job.get("id") == self._selected_id:
             self.details.show_job(self.model.job(row))
         self._update_buttons()
@@ -327,6 +331,12 @@ class RunsPage(QWidget):
         """Every selected row's job, top to bottom as shown."""
         rows = sorted(self.table.selectionModel().selectedRows(), key=lambda i: i.row())
         return [job for job in (self._job_at(index) for index in rows) if job]
+
+    def navigate(self, job_id: str) -> None:
+        """Opened from another page on a job it started (Navigator.show("runs", job_id=...)): selected once it is
+        listed."""
+        if not self.select_run(job_id):
+            self._wanted = job_id
 
     def select_run(self, job_id: str) -> bool:
         """Make ``job_id`` the only selected row (clearing filters that hide it)."""

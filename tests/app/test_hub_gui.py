@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 from tests.hub_standin import HubStandin, point_huggingface_hub_at
 
@@ -39,7 +40,7 @@ def cells(table, row: int) -> list[str]:
     return [table.item(row, c).text() for c in range(table.columnCount())]
 
 
-def test_models_page_searches_downloads_lists_deletes_and_saves_the_token(qtbot, make_window, hub):
+def test_models_page_searches_downloads_lists_deletes_and_saves_the_token(qtbot, make_window, hub, gui_home):
     from huggingface_hub import constants
 
     window = make_window(page="models")
@@ -60,6 +61,29 @@ def test_models_page_searches_downloads_lists_deletes_and_saves_the_token(qtbot,
     qtbot.mouseClick(page.finetune_button, Qt.MouseButton.LeftButton)
     wizard = window.page("new_finetune")
     assert window.stack.currentWidget() is wizard and wizard.spec_for_launch()["model"] == {"builtin": "minilm"}
+    window.show_page("models")
+
+    # A built-in language model, exported and served as it is, from here: the export job is shown on Runs, the
+    # served endpoint in the Playground (its URL and figures).
+    page.builtin_table.selectRow([m["name"] for m in page.builtins].index("tiny-llama"))
+    assert page.export_button.isEnabled() and page.serve_button.isEnabled()
+    assert [a.text() for a in page.export_button.menu().actions()][0].startswith("Merged checkpoint and GGUF")
+    page.export_button.menu().actions()[2].trigger()  # ONNX for generation
+    runs = window.page("runs")
+    qtbot.waitUntil(lambda: window.stack.currentWidget() is runs
+                    and (runs.selected_job() or {}).get("kind") == "export.model", timeout=30_000)
+    with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
+        job = c.call("jobs.get", id=runs.selected_job()["id"])
+        assert job["spec"]["model"]["builtin"] == "tiny-llama" and job["spec"]["formats"] == ["onnx_genai"]
+        c.call("jobs.cancel", id=job["id"])
+    window.show_page("models")
+    qtbot.mouseClick(page.serve_button, Qt.MouseButton.LeftButton)
+    playground = window.page("playground")
+    qtbot.waitUntil(lambda: window.stack.currentWidget() is playground and bool(playground.serve_bar.url),
+                    timeout=120_000)
+    assert "Serving tiny-llama at http://127.0.0.1:" in playground.serve_bar.text.text()
+    qtbot.mouseClick(playground.serve_bar.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not playground.serve_bar.serving, timeout=60_000)
     window.show_page("models")
 
     # Search as you type: one request after the typing stops, results with downloads, licence, gated.
