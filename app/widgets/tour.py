@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QPoint, QRect, Qt, QTimer
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractButton, QFrame, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
 
 from app.prefs import prefs
 from app.style import colour, set_role
@@ -54,9 +54,17 @@ STEPS = (
     TourStep("compare", "Compare",
              "Overlay the curves and settings of several runs, and weigh compressed variants against the "
              "original."),
+    TourStep("playground", "Playground",
+             "Chat with any model (built-in, your fine-tune, a served endpoint) or classify with it; put a tuned "
+             "model beside the one it started from, and serve it at a local URL.",
+             keep_clear=("side_check", "new_button", "serve_button", "picker_a", "picker_b_box")),
     TourStep("export", "Export",
-             "Package a model as ONNX, an ONNX Runtime package, TorchScript, TensorRT or a Jetson bundle, "
-             "checked to load and predict before you ship it."),
+             "Package a model as ONNX, TorchScript, TensorRT or a Jetson bundle, or a language model as a merged "
+             "checkpoint, GGUF or ONNX for generation, each checked against the model before you ship it."),
+    TourStep("models", "Models",
+             "The built-in models and those downloaded from the Hugging Face Hub: fine-tune, chat with, export or "
+             "serve each one from its row.",
+             keep_clear=("builtin_table", "finetune_button", "chat_button", "export_button", "serve_button")),
     TourStep("hosts", "Hosts",
              "Add a GPU server or a Jetson over SSH, checked before anything runs, to train a model there "
              "or deploy one to it."),
@@ -219,18 +227,20 @@ class Tour(QObject):
         top_left = sidebar.viewport().mapTo(self.window, rect.topLeft())
         return QRect(top_left, rect.size()).adjusted(-2, -2, 2, 2)
 
-    def keep_clear_rects(self) -> list[QRect]:
-        """Window rectangles of the step's page controls the bubble leaves visible."""
+    def keep_clear_rects(self, named_only: bool = False) -> list[QRect]:
+        """Window rectangles of the step's page controls the bubble leaves visible: the ones the step names
+        (a control in a card keeps its whole card clear) and, unless ``named_only``, every button shown."""
         step = self.steps[self.step_index]
         page = self.window.page(step.page)
+        named = [getattr(page, name, None) for name in step.keep_clear]
+        buttons = [] if named_only else [b for b in page.findChildren(QAbstractButton) if b.window() is self.window]
         rects = []
-        for name in step.keep_clear:
-            widget = getattr(page, name, None)
+        for widget in [*named, *buttons]:
             if widget is None or not widget.isVisible():
                 continue
             holder = widget.parentWidget()
-            if holder is not None and holder.property("role") == "card":
-                widget = holder  # the button's card, its description included
+            if widget in named and holder is not None and holder.property("role") == "card":
+                widget = holder  # a named control's card, its description included
             rects.append(QRect(widget.mapTo(self.window, QPoint(0, 0)), widget.size()))
         return rects
 
@@ -240,19 +250,25 @@ class Tour(QObject):
         target = self._target_rect()
         self.highlight.setGeometry(target)
         self.bubble.adjustSize()
-        size = self.bubble.sizeHint()
-        x = target.right() + GAP
+        size = self.bubble.size()  # its fixed width (sizeHint says less) and the height for it
         clear = [target, *self.keep_clear_rects()]
         bottom = self.window.height() - size.height() - 12
-        # Level with the item; else just below one of the controls to keep clear; else at the bottom.
-        tries = [target.top(), *(rect.bottom() + GAP for rect in sorted(clear[1:], key=QRect.bottom)), bottom]
-        for y in tries:
-            spot = QRect(QPoint(x, y), size)
-            if 8 <= y <= bottom and not any(spot.intersects(rect) for rect in clear):
-                break
-        else:
-            y = min(target.top(), bottom)  # a window too small for both: at least beside the item
-        self.bubble.move(QPoint(x, max(8, y)))
+        right = self.window.width() - size.width() - 12
+        # Beside the item, level with it; else just below a control to keep clear; else at the bottom; first
+        # beside the sidebar, then at the window's right edge. The first spot that covers nothing wins; in a
+        # window too small for that, the one that covers least.
+        ys = [target.top(), *(rect.bottom() + GAP for rect in sorted(clear[1:], key=QRect.bottom)), bottom]
+        xs = [x for x in (target.right() + GAP, right) if target.right() < x <= right] or [target.right() + GAP]
+        spots = [QRect(QPoint(x, y), size) for x in xs for y in ys if 8 <= y <= bottom]
+
+        named = [target, *self.keep_clear_rects(named_only=True)]
+
+        def covered(spot: QRect) -> int:  # what the step points at counts far more than another button
+            return sum((1000 if rect in named else 1) * spot.intersected(rect).width() * spot.intersected(rect).height()
+                       for rect in clear if spot.intersects(rect))
+
+        best = min(spots, key=covered, default=QRect(QPoint(target.right() + GAP, min(target.top(), bottom)), size))
+        self.bubble.move(QPoint(best.x(), max(8, best.y())))
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
         if (self.active and event.type() in (QEvent.Type.Resize, QEvent.Type.Move)

@@ -17,6 +17,7 @@ import pytest
 from PySide6.QtCore import QPoint, QRect, Qt, QUrl, qVersion
 from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QAbstractButton
 
 from app import help as app_help
 from app import manual
@@ -274,7 +275,7 @@ def test_tour_outlines_what_it_talks_about_and_covers_nothing_of_it(qtbot, make_
     window.banner.show()
     tour = tour_for(window)
     tour.start()
-    assert [step.page for step in tour.steps][-2:] == ["hosts", "settings"]
+    assert [step.page for step in tour.steps][-5:] == ["playground", "export", "models", "hosts", "settings"]
     assert item_rect(window, "welcome").intersects(tour.highlight.geometry())
     before = item_rect(window, "welcome")
     window.banner.hide()
@@ -294,6 +295,13 @@ def test_tour_outlines_what_it_talks_about_and_covers_nothing_of_it(qtbot, make_
         if step.page == "welcome":
             for card in welcome_cards(window):
                 assert not bubble.intersects(card), "the bubble covers a Welcome card"
+        # Nor what the step names on its page; nor, in a window of 760 px or more, any button of the page.
+        assert not any(bubble.intersects(rect) for rect in tour.keep_clear_rects(named_only=True)), step.page
+        page = window.page(step.page)
+        for button in page.findChildren(QAbstractButton) if height >= 760 else ():
+            if button.isVisible() and button.window() is window:
+                rect = QRect(button.mapTo(window, QPoint(0, 0)), button.size())
+                assert not bubble.intersects(rect), f"{step.page}: the bubble covers {button.text()!r}"
         if step.page == "hosts":
             assert "SSH" in tour.bubble.text.text()
         tour.next()
