@@ -35,7 +35,10 @@ PLAIN_EVERY_S = 10.0  # without a terminal: at most one progress line this often
 BAR_CELLS = 20
 ERASE = "\x1b[K"  # clear from the cursor to the end of the line
 # Evaluation metrics worth a line; the rest (per-class figures) stay in the events and the GUI.
-HEADLINE_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "f1", "perplexity", "loss")
+# What an eval line shows, in this order where present: a classifier's scores, a language model's answers
+# (generated at each evaluation), a preference run's rewards, then perplexity and loss.
+HEADLINE_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "f1", "exact_match", "token_f1", "reward_accuracy",
+                    "reward_margin", "perplexity", "loss")
 
 
 class Display(Protocol):
@@ -63,7 +66,7 @@ def rate(value: float, unit: str) -> str:
 def metric(name: str, value: Any) -> str:
     if not isinstance(value, (int, float)):
         return f"{name} {value}"
-    if "accuracy" in name and 0 <= value <= 1:
+    if ("accuracy" in name or name in ("exact_match", "token_f1")) and 0 <= value <= 1:
         return f"{name} {value:.1%}"
     return f"{name} {value:.4g}"
 

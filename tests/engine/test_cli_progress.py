@@ -4,7 +4,7 @@ import io
 import json
 import re
 
-from engine.cli.progress import JsonLines, ProgressBar, display_for, duration
+from engine.cli.progress import JsonLines, ProgressBar, display_for, duration, headline
 
 RUN = "r20261203-234304-687533"
 RUN_DIR = f"/home/u/.local/share/ember/runs/{RUN}"
@@ -298,6 +298,13 @@ def test_an_evaluation_in_progress_says_what_it_does_until_its_result():
     assert "step 20/40" in bar.line() and "evaluating: generating answers 5/30" in bar.line()
     bar.event({"topic": f"run/{RUN}/eval", "data": {"t": T0, "step": 20, "metrics": {"exact_match": 0.5}}})
     assert "evaluating" not in bar.line()
+
+
+def test_eval_lines_lead_with_the_tasks_own_scores():
+    assert headline({"perplexity": 5.2, "loss": 1.65, "exact_match": 0.5, "token_f1": 0.61, "rouge_l": 0.6}) == \
+        "exact_match 50.0%, token_f1 61.0%, perplexity 5.2, loss 1.65"
+    assert headline({"loss": 0.6, "reward_accuracy": 0.75, "reward_margin": 0.42, "reward_chosen": 0.1}) == \
+        "reward_accuracy 75.0%, reward_margin 0.42, loss 0.6"
 
 
 def test_a_serve_job_started_with_ember_run_says_its_address_once():
