@@ -88,8 +88,10 @@ class Endpoints:
         found.last_used = time.monotonic()
         return found
 
-    async def chat(self, ref: ModelRef, messages: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
-        """Start an answer streamed on the request's topic, as a worker's would be."""
+    async def chat(self, ref: ModelRef, messages: list[dict[str, Any]], settings: dict[str, Any],
+                   label: str = "") -> dict[str, Any]:
+        """Start an answer streamed on the request's topic, as a worker's would be; ``label``: the model's name
+        where the endpoint serves a model the user picked by another name (a run a serve job serves)."""
         try:
             parsed = GenerateSettings.model_validate(settings)
             turns = [Message.model_validate(m).model_dump() for m in messages]
@@ -103,7 +105,7 @@ class Endpoints:
         self._owner[rid] = endpoint
         loop = asyncio.get_running_loop()
         loop.create_task(self._answer(endpoint, rid, turns, parsed, stop, loop))
-        return {"request": rid, "topic": self.topic(rid), "since": since, "model": ref.label()}
+        return {"request": rid, "topic": self.topic(rid), "since": since, "model": label or ref.label()}
 
     async def _answer(self, endpoint: Endpoint, rid: str, messages: list[dict[str, Any]],
                       settings: GenerateSettings, stop: threading.Event, loop: asyncio.AbstractEventLoop) -> None:

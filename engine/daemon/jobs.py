@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from engine.api import events_file
-from engine.api.job_terms import CHAIN, FINETUNE, IN_ENGINE, LIVE_STATES, QUEUED
+from engine.api.job_terms import CHAIN, FINETUNE, IN_ENGINE, LIVE_STATES, QUEUED, RUNNING, SERVE
 from engine.api.paths import Paths
 from engine.api.protocol import INVALID_STATE, NOT_FOUND, RpcError
 from engine.api.specs import JOB_KINDS, ServeSpec, dump_job_yaml
@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # stopped: ended gracefully on request (checkpoint written, resumable); cancelled: killed, or never started.
 POLL_S = 0.1
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
 
 def new_job_id() -> str:
     return time.strftime("r%Y%m%d-%H%M%S-", time.localtime()) + secrets.token_hex(3)
@@ -160,6 +163,22 @@ class JobManager:
                 cores = int(facts["needs"].get(run_id, ({}, {}))[0].get(LOCAL) or 0)
                 self._launch(self.get(run_id), (int(facts["cpu_limit"][LOCAL] or 1), cores, used))
         self._publish_queue()
+
+    def serving(self, model: dict[str, Any], max_new_tokens: int) -> str | None:
+        """The URL of a running serve job of ``model`` (a ModelRef's dict) on this machine that answers without
+        a key and allows ``max_new_tokens``, or None: the Playground then chats with that job rather than load
+        the model a second time."""
+        for job in self.store.list_jobs(state=RUNNING, kind=SERVE, limit=50):
+            spec = job.get("spec") or {}
+            shown = {k: v for k, v in (spec.get("model") or {}).items() if v is not None}
+            if (shown != model or spec.get("host") or spec.get("api_key_file") or spec.get("bind", "127.0.0.1")
+                    not in LOOPBACK or int(spec.get("max_new_tokens") or 512) < max_new_tokens):
+                continue
+            for _seq, _topic, _t, data in self.store.query_events([f"run/{job['id']}/serving"], 0, limit=1):
+                url = json.loads(data).get("url")
+                if url:
+                    return str(url)
+        return None
 
     def free_cores(self) -> int:
         """Cores of this machine no running job asked for (at least one): a Playground worker's threads."""

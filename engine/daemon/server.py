@@ -159,7 +159,7 @@ class Engine:
         self.bus = EventBus(self.store)
         self.hosts = Hosts(p, self.store, self.bus)
         self.jobs = JobManager(p, self.store, self.bus, max_concurrent=max_concurrent, hosts=self.hosts)
-        self.inference = WorkerPool(self.bus, p.runs, threads=self.jobs.free_cores)
+        self.inference = WorkerPool(self.bus, p.runs, threads=self.jobs.free_cores, served=self.jobs.serving)
         self.sessions: set[Session] = set()
         self.token = ""
         self.stopping = asyncio.Event()

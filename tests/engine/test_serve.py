@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine.cli.chat import stream_answer
 from tests.conftest import ROOT, alive, wait_for
 from tests.engine.test_finetune import events_of, wait_final
 from tests.engine.test_playground import QUESTION, direct_greedy
@@ -117,6 +118,12 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
         assert bench.returncode == 0 and result["errors"] == 0 and result["requests"] >= 4, bench.stderr
         # Sampled answers (temperature 1): one may end early at the end-of-text token.
         assert 0 < result["tokens"] <= 4 * result["requests"] and result["ttft_p50_s"] > 0
+
+        # The Playground asked for the model this job serves: it chats with the job (no second copy loaded).
+        done = stream_answer(c, {"builtin": "tiny-llama"}, QUESTION, {"temperature": 0, "max_new_tokens": 12})
+        assert done["text"] == expected and done["new_tokens"] == 12, done
+        listed = c.call("playground.workers")["workers"]
+        assert [(w["pid"], w["info"]["url"]) for w in listed] == [(None, url)], listed
         stop_serving(c, job_id, url)
 
         # ember serve: the URL once it listens; --detach leaves it serving as a job. Bound to every address, it
