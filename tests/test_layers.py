@@ -1,4 +1,5 @@
-"""The import rules no linter contract can state: no cycle at all, and each job term written once.
+"""The import rules no linter contract can state: no cycle at all, no upward import by name, and each job term
+written once.
 
 import-linter (pyproject, run by scripts/test.sh) checks the layers. A layers contract still lets two
 modules of one layer import each other, and a cycle hidden in a function-local import is one a reader
@@ -97,3 +98,37 @@ def test_job_kinds_and_states_are_written_once():
         found += [f"{rel}: a tuple of states" for _ in finals.finditer(text)]
         found += [f"{rel}: a tuple of states" for _ in live.finditer(text)]
     assert found == [], "use engine.api.job_terms instead of writing these out:\n" + "\n".join(found)
+
+
+# A module named at run time (importlib.import_module) is an import no graph shows: allowed only where the
+# name stays inside a package the importer may import (a dispatcher to its members, or the window building its
+# pages) or names a third-party module.
+DYNAMIC_IMPORTS = {
+    "engine/tasks/__init__.py": "engine.tasks.",  # get_task(name): one of the tasks
+    "engine/strategies/__init__.py": "engine.strategies.",  # get_strategy(name): one of the strategies
+    "app/main_window.py": "app.pages.",  # the pages of the registry (app/models/pages.py), a layer below
+    "engine/evaluate/memory.py": "",  # the modules a user's pickled model names, before it is loaded
+}
+
+
+def dynamic_import_problems(root: Path) -> list[str]:
+    """Each importlib.import_module call under engine/ and app/ that DYNAMIC_IMPORTS does not allow."""
+    problems = []
+    for path in sorted([*root.glob("engine/**/*.py"), *root.glob("app/**/*.py")]):
+        file = path.relative_to(root).as_posix()
+        for m in re.finditer(r"import_module\(\s*([^)\n]*)", path.read_text(encoding="utf-8")):
+            arg, prefix = m.group(1).strip(), DYNAMIC_IMPORTS.get(file)
+            if prefix is None or (prefix and not arg.startswith((f'f"{prefix}', f"f'{prefix}"))):
+                problems.append(f"{file}: import_module({arg})")
+    return problems
+
+
+def test_modules_imported_by_name_stay_where_the_layers_allow():
+    assert dynamic_import_problems(ROOT) == []
+
+
+def test_an_upward_import_by_name_is_found(tmp_path):
+    (tmp_path / "engine" / "training").mkdir(parents=True)
+    (tmp_path / "engine" / "training" / "flops.py").write_text(
+        'import importlib\n\ndef forward(task):\n    return importlib.import_module(f"engine.tasks.{task}")\n')
+    assert dynamic_import_problems(tmp_path) == ['engine/training/flops.py: import_module(f"engine.tasks.{task}")']

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.api.train_spec import TrainSpec
 from engine.strategies import get_strategy
-from engine.tasks import task_for
+from engine.tasks import get_task, task_for
 from engine.tasks.base import InputError
 from engine.trainer import divergence
 from engine.training import checkpoint, dist, mesh, methods, speed
@@ -266,7 +266,8 @@ class Trainer:
         try:
             sample = _to_device(self.data.collate([self.data.train[i] for i in range(min(2, len(self.data.train)))]),
                                 world.device)
-            self.flops = mfu.flop_model(model, spec.task, sample)
+            # The task's own forward (a preference run's model is still a causal LM's).
+            self.flops = mfu.flop_model(model, spec.task, sample, get_task(spec.task).forward)
         except Exception as exc:  # noqa: BLE001 - an architecture the counter does not know
             self.rc.log(f"no FLOP count for this model ({type(exc).__name__}: {exc}); MFU is not reported")
         peak, self.peak_source = None, "unknown"

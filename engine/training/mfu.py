@@ -30,11 +30,11 @@ inside the functions (the estimator imports the GPU table without it).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -375,8 +375,10 @@ def _is_moe(config: Any) -> bool:
     return experts > 1 and bool(getattr(config, "num_experts_per_tok", 0))
 
 
-def flop_model(model: Any, task: str, sample_batch: dict) -> FlopModel:
+def flop_model(model: Any, task: str, sample_batch: dict, forward: Callable[[Any, dict], Any]) -> FlopModel:
     """Training FLOPs of ``model`` for ``task``: analytic for Hugging Face transformers, counted otherwise.
+    ``forward(model, batch)`` is the task's own forward pass (what is counted): the trainer hands it down, as
+    this module sits below the tasks.
 
     Transformers (a config with num_hidden_layers and hidden_size, through peft, DDP, FSDP,
     DeepSpeed and torch.compile wrappers) use ``transformer_flops_per_token`` with the matmul
@@ -391,7 +393,7 @@ def flop_model(model: Any, task: str, sample_batch: dict) -> FlopModel:
         analytic = _analytic(inner, config, sample_batch)
         if analytic is not None:
             return analytic
-    return _counted(inner, task, sample_batch)
+    return _counted(inner, task, sample_batch, forward)
 
 
 def _analytic(model: Any, config: Any, batch: dict) -> FlopModel | None:
@@ -422,7 +424,7 @@ def _analytic(model: Any, config: Any, batch: dict) -> FlopModel | None:
     return FlopModel(basis=basis, token_fixed=fixed, token_per_position=per_position, sample=sample)
 
 
-def _counted(model: Any, task: str, batch: dict) -> FlopModel:
+def _counted(model: Any, task: str, batch: dict, forward: Callable[[Any, dict], Any]) -> FlopModel:
     """One forward of the batch under FlopCounterMode, in eval mode and without gradients.
 
     Eval mode: dropout draws no random numbers and batch norm keeps its running statistics, so
@@ -455,9 +457,7 @@ def _counted(model: Any, task: str, batch: dict) -> FlopModel:
     try:
         model.eval()
         with torch.no_grad(), counter:
-            # engine.tasks.get_task(task), spelt out: the fit estimator imports this module for its GPU
-            # table, and the task modules import torch.
-            importlib.import_module(f"engine.tasks.{task}").forward(model, batch)
+            forward(model, batch)
     finally:
         for h in handles:
             h.remove()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.tasks.causal_lm import forward as causal_forward
 from engine.training import mfu
 
 # A tiny Llama: 3 layers, width 64, 4 query heads of 16, MLP 160, vocabulary 128.
@@ -55,7 +56,7 @@ def test_formula_matches_a_hand_counted_tiny_llama_with_and_without_grouped_quer
                                            attn_width=h, seq_len=seq) == 4 * 149_504 + 2_000 + 36_864
 
     # The same counts read from real modules: flop_model must find every matmul and nothing else.
-    fm = mfu.flop_model(llama(num_key_value_heads=4), "causal_lm", token_batch())
+    fm = mfu.flop_model(llama(num_key_value_heads=4), "causal_lm", token_batch(), causal_forward)
     assert fm.per_token(seq) == 933_888
     assert fm.per_sample() == 933_888 * seq  # one row of the sample batch's width
     assert "analytic" in fm.basis
@@ -63,12 +64,12 @@ def test_formula_matches_a_hand_counted_tiny_llama_with_and_without_grouped_quer
     # Grouped-query attention, 2 key/value heads: k and v shrink to h x 32; the scores still span all 4 query heads.
     per_layer_gqa = 2 * h * h + 2 * h * 32 + 3 * h * ffn  # 8,192 + 4,096 + 30,720 = 43,008
     n_gqa = layers * per_layer_gqa + h * vocab  # 129,024 + 8,192 = 137,216
-    fm = mfu.flop_model(llama(num_key_value_heads=2), "causal_lm", token_batch())
+    fm = mfu.flop_model(llama(num_key_value_heads=2), "causal_lm", token_batch(), causal_forward)
     assert fm.per_token(seq) == 6 * n_gqa + attention == 860_160
     assert fm.per_token(2 * seq) == 6 * n_gqa + 2 * attention  # attention grows with the sequence, the rest does not
 
     # Tied embeddings: the input lookup is no matmul, but the LM head still multiplies by the same matrix.
-    fm_tied = mfu.flop_model(llama(num_key_value_heads=2, tie_word_embeddings=True), "causal_lm", token_batch())
+    fm_tied = mfu.flop_model(llama(num_key_value_heads=2, tie_word_embeddings=True), "causal_lm", token_batch(), causal_forward)
     assert fm_tied.per_token(seq) == 860_160
 
 
@@ -79,7 +80,7 @@ def test_full_fine_tune_formula_equals_the_flops_torch_counts_over_forward_and_b
     # head_dim 24 makes the attention width (96) differ from the hidden size (64): the formula must use the former.
     model = llama(num_key_value_heads=2, head_dim=24)
     batch = token_batch()
-    fm = mfu.flop_model(model, "causal_lm", batch)
+    fm = mfu.flop_model(model, "causal_lm", batch, causal_forward)
     real = counted_training_flops(model, batch)
     predicted = fm.per_token(SEQ) * BATCH * SEQ
     assert real == pytest.approx(predicted, rel=0.03), (real, predicted)
@@ -90,7 +91,7 @@ def test_lora_formula_is_near_4n_plus_2n_trainable_and_the_gap_is_the_first_laye
 
     model = get_peft_model(llama(num_key_value_heads=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     batch = token_batch()
-    fm = mfu.flop_model(model, "causal_lm", batch)
+    fm = mfu.flop_model(model, "causal_lm", batch, causal_forward)
     h, r, tokens = 64, 4, BATCH * SEQ
     n = 137_216 + 3 * (h * r + r * h + h * r + r * 32)  # base weights + LoRA A/B of q (64->4->64) and v (64->4->32)
     trainable = 3 * (h * r + r * h + h * r + r * 32)  # 3 x 896 = 2,688
@@ -109,12 +110,12 @@ def test_wrappers_are_looked_through_and_the_analytic_path_runs_no_forward():
     import torch
 
     model = llama()
-    plain = mfu.flop_model(model, "causal_lm", token_batch())
+    plain = mfu.flop_model(model, "causal_lm", token_batch(), causal_forward)
     compiled = torch.compile(model)  # compiles lazily, on the first call; flop_model must not make that call
     calls = []
     model.register_forward_hook(lambda *a: calls.append(1))
     assert mfu.unwrap(compiled) is model
-    assert mfu.flop_model(compiled, "causal_lm", token_batch()).per_token(SEQ) == plain.per_token(SEQ)
+    assert mfu.flop_model(compiled, "causal_lm", token_batch(), causal_forward).per_token(SEQ) == plain.per_token(SEQ)
     assert calls == []
 
 
@@ -151,7 +152,9 @@ def test_cnn_full_fine_tune_is_three_forwards_and_the_run_state_is_untouched():
     model.train()
     stats = model[1].running_mean.clone()
     rng = torch.get_rng_state()
-    fm = mfu.flop_model(model, "image_classification", batch)
+    from engine.tasks import image_classification
+
+    fm = mfu.flop_model(model, "image_classification", batch, image_classification.forward)
     assert fm.per_sample() == 3 * per_image
     assert fm.per_token(16) is None  # images have no tokens
     assert "counted" in fm.basis
@@ -170,7 +173,9 @@ def test_frozen_backbone_adds_weight_gradients_only_for_the_layers_that_train():
         p.requires_grad_(False)
     model[9].weight.requires_grad_(True)
     per_image = 2 * 256 * 8 * 27 + 2 * 64 * 16 * 72 + 2 * 16 * 5
-    fm = mfu.flop_model(model, "image_classification", batch)
+    from engine.tasks import image_classification
+
+    fm = mfu.flop_model(model, "image_classification", batch, image_classification.forward)
     assert fm.per_sample() == pytest.approx(2 * per_image + 2 * 16 * 5)
 
 
@@ -190,7 +195,9 @@ def test_custom_text_model_is_counted_per_position():
 
     batch = token_batch()
     batch["labels"] = torch.zeros(BATCH, dtype=torch.long)
-    fm = mfu.flop_model(BagOfWords(), "text_classification", batch)
+    from engine.tasks import text_classification
+
+    fm = mfu.flop_model(BagOfWords(), "text_classification", batch, text_classification.forward)
     forward = BATCH * SEQ * 2 * 32 * 32 + BATCH * 2 * 32 * 3  # mix on every position, out once per row
     assert fm.per_sample() == 3 * forward / BATCH
     assert fm.per_token(SEQ) == fm.per_token(4 * SEQ) == 3 * forward / (BATCH * SEQ)
@@ -333,7 +340,7 @@ def test_cuda_peak_comes_from_the_table_and_the_formula_holds_on_the_gpu():
     assert peak is None or peak > 10, source
     model = llama(num_key_value_heads=2).cuda()
     batch = {k: v.cuda() for k, v in token_batch().items()}
-    fm = mfu.flop_model(model, "causal_lm", batch)
+    fm = mfu.flop_model(model, "causal_lm", batch, causal_forward)
     assert counted_training_flops(model, batch) == pytest.approx(fm.per_token(SEQ) * BATCH * SEQ, rel=0.03)
 
 
