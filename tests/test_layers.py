@@ -132,3 +132,39 @@ def test_an_upward_import_by_name_is_found(tmp_path):
     (tmp_path / "engine" / "training" / "flops.py").write_text(
         'import importlib\n\ndef forward(task):\n    return importlib.import_module(f"engine.tasks.{task}")\n')
     assert dynamic_import_problems(tmp_path) == ['engine/training/flops.py: import_module(f"engine.tasks.{task}")']
+
+
+def contracts() -> dict[str, dict]:
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return {c["name"]: c for c in doc["tool"]["importlinter"]["contracts"]}
+
+
+def children(package: str) -> set[str]:
+    """The modules and packages directly in ``package``'s folder, as import-linter's exhaustive check sees them."""
+    folder = ROOT / package
+    return ({p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+            | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()})
+
+
+def test_every_engine_folder_and_gui_module_has_its_place_in_the_contracts():
+    """The layers contracts are exhaustive (import-linter fails on a module they do not place); the two lists
+    layers cannot state (which job code the engine's processes and the GUI may not reach) name every folder
+    they must, so a new one cannot slip past them."""
+    found = contracts()
+    for package in ("engine", "app"):
+        (layers,) = [c for c in found.values() if c["type"] == "layers" and c.get("containers") == [package]]
+        assert layers.get("exhaustive") is True
+        placed = {name.strip() for layer in layers["layers"] for name in re.split(r"[|:]", layer)}
+        assert placed == children(package), f"{package}: {placed ^ children(package)}"
+    engine = {f"engine.{name}" for name in children("engine")}
+    processes = next(c for c in found.values() if c.get("source_modules") == ["engine.cli", "engine.daemon",
+                                                                              "engine.launch"])
+    # The fit estimate (engine.estimate) and what it reads of engine.training (the GPU table, pure Python).
+    reachable = {"engine.__main__", "engine.cli", "engine.daemon", "engine.launch", "engine.api", "engine.estimate",
+                 "engine.training", "engine.threads"}
+    assert set(processes["forbidden_modules"]) == engine - reachable
+    gui = next(c for c in found.values() if c.get("source_modules") == ["app"]
+               and any(m.startswith("engine.") for m in c["forbidden_modules"]))
+    assert set(gui["forbidden_modules"]) == engine - {"engine.__main__", "engine.api", "engine.threads"}
