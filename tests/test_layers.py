@@ -168,3 +168,41 @@ def test_every_engine_folder_and_gui_module_has_its_place_in_the_contracts():
     gui = next(c for c in found.values() if c.get("source_modules") == ["app"]
                and any(m.startswith("engine.") for m in c["forbidden_modules"]))
     assert set(gui["forbidden_modules"]) == engine - {"engine.__main__", "engine.api", "engine.threads"}
+
+
+def test_a_module_in_no_layer_fails_lint_imports(tmp_path):
+    """The real layers lists, on a stand-in tree with the same folders and modules (empty, under other names, so
+    the installed packages are not the ones read): kept as they are, broken by one folder more."""
+    import json
+    import os
+    import subprocess
+
+    found = contracts()
+    lines = ["[tool.importlinter]", 'root_packages = ["probe_engine", "probe_app"]']
+    for package in ("engine", "app"):
+        (layers,) = [c for c in found.values() if c["type"] == "layers" and c.get("containers") == [package]]
+        lines += ["[[tool.importlinter.contracts]]", f"name = {json.dumps(package)}", 'type = "layers"',
+                  f'containers = ["probe_{package}"]', "exhaustive = true", f"layers = {json.dumps(layers['layers'])}"]
+        root = tmp_path / f"probe_{package}"
+        root.mkdir()
+        (root / "__init__.py").write_text("")
+        for child in children(package):
+            if (ROOT / package / child).is_dir():
+                (root / child).mkdir()
+                (root / child / "__init__.py").write_text("")
+            else:
+                (root / f"{child}.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    lint = [str(Path(sys.executable).parent / "lint-imports"), "--config", str(tmp_path / "pyproject.toml"),
+            "--no-cache"]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+
+    def run():
+        return subprocess.run(lint, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    kept = run()
+    assert kept.returncode == 0, kept.stdout[-2000:] + kept.stderr[-2000:]
+    (tmp_path / "probe_engine" / "newfolder").mkdir()
+    (tmp_path / "probe_engine" / "newfolder" / "__init__.py").write_text("")
+    broken = run()
+    assert broken.returncode != 0 and "probe_engine.newfolder" in broken.stdout, broken.stdout[-2000:]
