@@ -16,9 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.tasks import get_task
 from engine.trainer import kd
-from engine.trainer.source import Source, load_data, open_source
+from engine.trainer.source import Source, load_data, load_model, open_source
 from engine.training import methods
 from engine.training.context import JobFailed
 
@@ -64,30 +63,17 @@ def merge(source_dir: Path, out_dir: Path, parity_samples: int, log: Callable[[s
     spec = source.spec
 
     import torch
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
     torch.manual_seed(spec.seed)
-    task = get_task(spec.task)
     data = load_data(source)
 
     log(f"rebuilding {spec.task} / {spec.model_name()} with LoRA r={spec.method.lora_r}")
-    model = methods.apply(task.build_model(spec, data), spec, task)
+    model = load_model(source, data, merge=False)  # the peft model, its adapters still apart
     weights_in = source_dir / "model" / "weights.safetensors"
-    try:
-        state = load_file(str(weights_in))
-    except (OSError, SafetensorError) as exc:
-        raise JobFailed(f"Cannot read {weights_in}: {exc}", "The run's weights are damaged; train it again.") from exc
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        raise JobFailed(f"The run's weights do not match the rebuilt LoRA model: {' '.join(first[:3])[:500]}",
-                        "The base model or LoRA settings changed since the run trained; "
-                        "merge with the same model folder, or fine-tune again.") from exc
     _, params_before = methods.count_parameters(model)
-    lora_params = sum(v.numel() for k, v in state.items() if "lora_" in k)
+    lora_params = sum(p.numel() for name, p in model.named_parameters() if "lora_" in name)
 
     n = min(parity_samples, len(data.val))
     if n == 0:

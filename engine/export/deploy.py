@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import re
 import shlex
 import time
@@ -137,19 +136,10 @@ class JetsonLink:
     async def _python(self, source: str, op: str, args: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
         """Run a stdlib script on the host's Python (source on stdin) and read its one JSON line."""
         try:
-            rc, out, err = await ssh.run(self.conn, self.host, [self.host.python, "-", op, json.dumps(args)],
-                                         stdin=source, timeout=timeout)
+            rc, out, err = await ssh.run_python(self.conn, self.host, source, op, args, timeout)
         except RemoteError as exc:  # the link dropped or the host hung: running it again goes on from there
             raise LinkLost(str(exc), exc.hint) from None
-        if rc == 127 or (rc != 0 and "No such file" in err):
-            raise RemoteError(f"{self.host.python} was not found on {where(self.host)}",
-                              "Set the host's Python to a Python 3.8+ that exists there (a venv's bin/python).")
-        try:
-            return json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            tail = (err.strip().splitlines() or ["no output"])[-1]
-            raise RemoteError(f"{op} on {where(self.host)} failed (exit {rc}): {tail}",
-                              "Check that the host's Python is 3.8 or newer.") from None
+        return ssh.python_reply(self.host, op, rc, out, err)
 
     # ---- facts
     async def probe(self, trtexec: bool = True) -> dict[str, Any]:

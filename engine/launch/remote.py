@@ -9,7 +9,6 @@ with progress, ``get_tree`` copies a folder back.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Protocol
 
 from engine.api.host_spec import HostSpec
 from engine.launch import node_ctl, slurm_ctl
-from engine.launch.ssh import RemoteError, run, where
+from engine.launch.ssh import RemoteError, python_reply, run_python, where
 
 NODE_CTL_SOURCE = Path(node_ctl.__file__).read_text(encoding="utf-8")
 SLURM_CTL_SOURCE = Path(slurm_ctl.__file__).read_text(encoding="utf-8")
@@ -97,17 +96,8 @@ class SshNode:
     async def ctl(self, op: str, args: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
         conn = await self.hosts.connection(self.name)
         source = SLURM_CTL_SOURCE if op in slurm_ctl.OPS else NODE_CTL_SOURCE
-        rc, out, err = await run(conn, self.spec, [self.python, "-", op, json.dumps(args)], stdin=source,
-                                 timeout=timeout)
-        if rc == 127 or (rc != 0 and "No such file" in err):
-            raise RemoteError(f"{self.spec.python} was not found on {where(self.spec)}",
-                              "Set the host's Python to a Python 3.8+ that exists there (a venv's bin/python).")
-        try:
-            return json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            tail = (err.strip().splitlines() or ["no output"])[-1]
-            raise RemoteError(f"{op} on {where(self.spec)} failed (exit {rc}): {tail}",
-                              "Check that the host's Python is 3.8 or newer.") from None
+        rc, out, err = await run_python(conn, self.spec, source, op, args, timeout)
+        return python_reply(self.spec, op, rc, out, err)
 
     async def sftp(self) -> Any:
         return await self.hosts.sftp(self.name)

@@ -11,6 +11,7 @@ be forgotten explicitly first, as with OpenSSH.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import socket
@@ -250,3 +251,23 @@ async def run(conn: Any, host: HostSpec, argv: list[str], stdin: str | None = No
                           "The host may be overloaded; try again.") from None
     rc = result.exit_status if result.exit_status is not None else -1
     return rc, str(result.stdout or ""), str(result.stderr or "")
+
+
+async def run_python(conn: Any, host: HostSpec, source: str, op: str, args: dict[str, Any],
+                     timeout: float = 180) -> tuple[int, str, str]:
+    """Run the stdlib script ``source`` on the host's Python (the script on stdin, ``op`` and ``args`` as JSON on
+    its command line): (rc, out, err), RemoteError when the link fails. ``python_reply`` reads what it said."""
+    return await run(conn, host, [host.python, "-", op, json.dumps(args)], stdin=source, timeout=timeout)
+
+
+def python_reply(host: HostSpec, op: str, rc: int, out: str, err: str) -> dict[str, Any]:
+    """The one JSON line a ``run_python`` script ends with, or RemoteError saying what went wrong there."""
+    if rc == 127 or (rc != 0 and "No such file" in err):
+        raise RemoteError(f"{host.python} was not found on {where(host)}",
+                          "Set the host's Python to a Python 3.8+ that exists there (a venv's bin/python).")
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (err.strip().splitlines() or ["no output"])[-1]
+        raise RemoteError(f"{op} on {where(host)} failed (exit {rc}): {tail}",
+                          "Check that the host's Python is 3.8 or newer.") from None

@@ -49,6 +49,22 @@ class InputError(Exception):
         return self.issues[0].hint if self.issues else ""
 
 
+def entry_points(prepare: Callable[[TrainSpec], tuple[TaskData | None, list[Issue]]]
+                 ) -> tuple[Callable[[TrainSpec], list[Issue]], Callable[[TrainSpec], TaskData]]:
+    """A task's ``validate`` (every issue, nothing raised) and ``load_data`` (the data, or InputError with every
+    issue) from its one ``prepare(spec) -> (data or None, issues)``, so both read the input the same way."""
+    def validate(spec: TrainSpec) -> list[Issue]:
+        return prepare(spec)[1]
+
+    def load_data(spec: TrainSpec) -> TaskData:
+        data, issues = prepare(spec)
+        if issues or data is None:
+            raise InputError(issues)
+        return data
+
+    return validate, load_data
+
+
 @dataclass
 class TaskData:
     train: Dataset

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.tasks import builtin_models, chat_templates, packing
-from engine.tasks.base import InputError, Issue, TaskData, build_once
+from engine.tasks.base import InputError, Issue, TaskData, build_once, entry_points
 from engine.tasks.chat_templates import CHAT_TEMPLATE as CHAT_TEMPLATE  # re-exported
 from engine.training.speed import attention_kwargs
 
@@ -463,7 +463,8 @@ def _packing_issues(spec: TrainSpec) -> list[Issue]:
     return issues
 
 
-def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
+def model_and_tokenizer(spec: TrainSpec) -> tuple[Path | None, Any, list[Issue]]:
+    """(the model folder, its tokenizer, the issues found): what every language-model task reads first."""
     folder, issues = resolve_model_dir(spec)
     tokenizer = None
     if folder is not None:
@@ -474,6 +475,11 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
                 tokenizer = load_tokenizer(folder, spec.data.chat_template)
             except InputError as exc:
                 issues += exc.issues
+    return folder, tokenizer, issues
+
+
+def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
+    folder, tokenizer, issues = model_and_tokenizer(spec)
     train_path, val_path, data_issues = resolve_data_files(spec)
     issues += data_issues + _packing_issues(spec)
     if train_path is None:
@@ -529,16 +535,8 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
                     val_collate=val_collate, val_messages=[msgs for _, msgs in val_rows]), []
 
 
-def validate(spec: TrainSpec) -> list[Issue]:
-    """Model folder, tokenizer, and every data row (parse, fields, roles, response kept after cutting)."""
-    return _prepare(spec)[1]
-
-
-def load_data(spec: TrainSpec) -> TaskData:
-    data, issues = _prepare(spec)
-    if issues or data is None:
-        raise InputError(issues)
-    return data
+# Model folder, tokenizer, and every data row (parse, fields, roles, response kept after cutting).
+validate, load_data = entry_points(_prepare)
 
 
 def build_model(spec: TrainSpec, data: TaskData) -> torch.nn.Module:

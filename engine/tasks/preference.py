@@ -27,7 +27,7 @@ from engine.tasks import causal_lm as lm
 from engine.tasks import chat_templates
 from engine.tasks import preference_data as pdata
 from engine.tasks import preference_loss as ploss
-from engine.tasks.base import InputError, Issue, TaskData
+from engine.tasks.base import Issue, TaskData, entry_points
 
 if TYPE_CHECKING:
     import torch
@@ -56,16 +56,7 @@ def _split(spec: TrainSpec, path: Path, rows: list) -> tuple[list, list, list[Is
 
 
 def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
-    folder, issues = lm.resolve_model_dir(spec)
-    tokenizer = None
-    if folder is not None:
-        folder_issues = lm.check_model_folder(folder)
-        issues += folder_issues
-        if not folder_issues:
-            try:
-                tokenizer = lm.load_tokenizer(folder, spec.data.chat_template)
-            except InputError as exc:
-                issues += exc.issues
+    folder, tokenizer, issues = lm.model_and_tokenizer(spec)
     train_path, val_path, found = pdata.resolve_files(spec)
     issues += found
     if train_path is None:
@@ -129,16 +120,8 @@ def _prepare(spec: TrainSpec) -> tuple[TaskData | None, list[Issue]]:
                     lengths=lengths, val_messages=good), []
 
 
-def validate(spec: TrainSpec) -> list[Issue]:
-    """Model folder, tokenizer, and every data row (fields, message roles, answer kept after cutting)."""
-    return _prepare(spec)[1]
-
-
-def load_data(spec: TrainSpec) -> TaskData:
-    data, issues = _prepare(spec)
-    if issues or data is None:
-        raise InputError(issues)
-    return data
+# Model folder, tokenizer, and every data row (fields, message roles, answer kept after cutting).
+validate, load_data = entry_points(_prepare)
 
 
 def prepare_reference(model: torch.nn.Module, data: TaskData, spec: TrainSpec, world: Any, autocast: Any) -> None:

@@ -144,8 +144,10 @@ def test_lora_reference_equals_the_policy_with_its_adapters_disabled(tmp_path):
     model = pref.build_model(spec, data)
     pref.prepare_reference(model, data, spec, WORLD, contextlib.nullcontext)
     assert all("ref" in r for r in data.train.rows) and all("ref" in r for r in data.val.rows)
-    model = methods.apply(model, spec, pref)
     import torch
+
+    torch.manual_seed(0)  # LoRA's A matrices: random; how far the policy moves below must not hang on what ran before
+    model = methods.apply(model, spec, pref)
 
     with torch.no_grad():
         for p in model.parameters():  # move the adapters away from zero: the policy now differs from the base
