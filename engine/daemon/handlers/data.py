@@ -167,6 +167,16 @@ class DataHandlers:
             spec = validate_spec(FINETUNE, raw)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
+        return spec, await self._facts(raw, user)
+
+    async def fit_estimate(self, spec: Any, raw: dict[str, Any], user: User | None = None) -> dict[str, Any]:
+        """The fit estimate of a spec validated already (``raw``: as sent, for the model's inspection)."""
+        from engine.estimate.memory import estimate
+
+        return estimate(spec, await self._facts(raw, user), machine.info(self.engine.paths.home))
+
+    async def _facts(self, raw: dict[str, Any], user: User | None) -> dict[str, Any]:
+        """The model's facts for the estimate, or RpcError: preparing (ask again later) or why it cannot be read."""
         looked = await self._model_facts(raw, user)
         if looked.get("preparing"):
             preparing = looked["preparing"]
@@ -179,16 +189,16 @@ class DataHandlers:
             first = issues[0] if issues else {"message": "the model could not be inspected", "hint": ""}
             raise RpcError(INVALID_PARAMS, f"Cannot estimate: {first['message']}",
                            {"hint": first.get("hint", ""), "issues": issues})
-        return spec, looked["facts"]
+        return looked["facts"]
 
-    async def estimate_fit(self, s: Client | None, p: SpecOnly) -> Any:
-        spec, facts = await self._spec_and_facts(p.spec, s.user if s is not None else None)
+    async def estimate_fit(self, s: Client, p: SpecOnly) -> Any:
+        spec, facts = await self._spec_and_facts(p.spec, s.user)
         from engine.estimate.memory import estimate
 
         return estimate(spec, facts, machine.info(self.engine.paths.home))
 
-    async def estimate_plan(self, s: Client | None, p: PlanParams) -> Any:
-        spec, facts = await self._spec_and_facts(p.spec, s.user if s is not None else None)
+    async def estimate_plan(self, s: Client, p: PlanParams) -> Any:
+        spec, facts = await self._spec_and_facts(p.spec, s.user)
         from engine.estimate.planner import plan
 
         gpus, memory, name = p.gpus, p.gpu_memory_gb, ""

@@ -18,7 +18,7 @@ from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.api.specs import JOB_KINDS, SpecError, validate_spec
 from engine.daemon import data_policy, model_prep, projects, templates
 from engine.daemon.access import DEFAULT_PROJECT
-from engine.daemon.handlers.data import DataHandlers, SpecOnly, inspect_in_subprocess
+from engine.daemon.handlers.data import DataHandlers, inspect_in_subprocess
 from engine.daemon.handlers.params import JobId, NoParams, Params
 from engine.daemon.job_records import artifacts, delete_files, read_json, record, variants
 
@@ -111,7 +111,7 @@ class JobHandlers:
         job = self.engine.jobs.submit(p.kind, spec, p.name, owner=s.user.name, project=project)
         if p.kind == FINETUNE:
             # The estimate is stored with the run, so its error shows once the run has measured its peak.
-            asyncio.ensure_future(self._store_estimate(job["id"], p.spec))
+            asyncio.ensure_future(self._store_estimate(job["id"], spec, p.spec))
         return record(self.engine.store, job)
 
     async def jobs_check(self, s: Client, p: JobsStart) -> Any:
@@ -128,9 +128,10 @@ class JobHandlers:
                 answer.setdefault("issues", []).append(issue)
         return answer
 
-    async def _store_estimate(self, run_id: str, spec: dict[str, Any]) -> None:
+    async def _store_estimate(self, run_id: str, spec: Any, raw: dict[str, Any]) -> None:
+        """The fit estimate of the spec validated above (the function, not the estimate.fit handler)."""
         try:
-            est = await self.data.estimate_fit(None, SpecOnly(spec=spec))
+            est = await self.data.fit_estimate(spec, raw)
         except Exception:  # noqa: BLE001 - an estimate is a nicety; the run goes on without one
             logging.getLogger(__name__).info("no estimate for %s", run_id, exc_info=True)
             return
