@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -148,6 +150,26 @@ class Answer:
         return {"prompt_tokens": self.prompt_tokens, "new_tokens": self.new_tokens, "ttft_s": self.ttft_s,
                 "seconds": self.seconds, "tokens_per_s": tokens_per_s(self.new_tokens, self.seconds) or 0.0,
                 "stopped": self.stopped, "warnings": self.warnings}
+
+
+class Chunks:
+    """Streamed text gathered and handed to ``send`` at most every ``every`` seconds (and at ``flush``), so a fast
+    model's tokens do not each cost a message: the Playground's worker and the engine's endpoint chats."""
+
+    def __init__(self, send: Callable[[str], None], every: float = 0.03):
+        self.send, self.every, self.buf, self.last = send, every, "", 0.0
+
+    def __call__(self, text: str) -> None:
+        self.buf += text
+        now = time.perf_counter()
+        if now - self.last >= self.every:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.buf:
+            self.send(self.buf)
+            self.buf = ""
 
 
 def answer_figures(done: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 A worker process for a URL would only relay HTTP: it cost a Python start and the torch import (tens of seconds
 on a busy laptop) before the first word, and a second process reading the stream slowed every token. Here the
 engine opens the endpoint once (``GET /models``, in a thread), then each answer streams in its own thread and
-its text goes to the event bus in chunks (at most every CHUNK_S seconds, as a worker sends them), ending with
+its text goes to the event bus in chunks (at most every CHUNK_S seconds, as a worker sends them: Chunks), ending with
 the same done or error event a worker's answer ends with.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.failures import JobFailed
-from engine.api.playground import GenerateSettings, Message, ModelRef
+from engine.api.playground import Chunks, GenerateSettings, Message, ModelRef
 from engine.api.protocol import INVALID_PARAMS, RpcError
 from engine.daemon.endpoint_chat import EndpointChat, read_key
 from engine.daemon.eventbus import EventBus
@@ -40,25 +40,6 @@ class Endpoint:
         return {"model": self.ref.shown(), "label": self.ref.label(), "pid": None, "state": "ready", "kind": "chat",
                 "info": {"task": "causal_lm", "name": self.chat.model, "runtime": "endpoint", "url": self.chat.url},
                 "rss": 0, "busy": len(self.open), "idle_s": round(time.monotonic() - self.last_used, 1)}
-
-
-class Chunks:
-    """Text pieces gathered and handed on at most every CHUNK_S seconds (and at ``flush``)."""
-
-    def __init__(self, send: Callable[[str], None]):
-        self.send, self.buf, self.last = send, "", 0.0
-
-    def __call__(self, text: str) -> None:
-        self.buf += text
-        now = time.perf_counter()
-        if now - self.last >= CHUNK_S:
-            self.flush()
-            self.last = now
-
-    def flush(self) -> None:
-        if self.buf:
-            self.send(self.buf)
-            self.buf = ""
 
 
 def _failure(exc: JobFailed) -> RpcError:
@@ -110,7 +91,7 @@ class Endpoints:
     async def _answer(self, endpoint: Endpoint, rid: str, messages: list[dict[str, Any]],
                       settings: GenerateSettings, stop: threading.Event, loop: asyncio.AbstractEventLoop) -> None:
         topic = self.topic(rid)
-        chunks = Chunks(lambda text: loop.call_soon_threadsafe(self.bus.publish, topic, {"text": text}))
+        chunks = Chunks(lambda text: loop.call_soon_threadsafe(self.bus.publish, topic, {"text": text}), CHUNK_S)
 
         def answer() -> dict[str, Any]:
             result = endpoint.chat.answer(messages, settings, chunks, stop)

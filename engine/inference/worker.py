@@ -36,23 +36,6 @@ def send(obj: dict[str, Any]) -> None:
         sys.stdout.flush()
 
 
-class _Chunker:
-    def __init__(self, rid: str):
-        self.rid, self.buf, self.last = rid, "", 0.0
-
-    def __call__(self, text: str) -> None:
-        self.buf += text
-        now = time.perf_counter()
-        if now - self.last >= CHUNK_S:
-            self.flush()
-            self.last = now
-
-    def flush(self) -> None:
-        if self.buf:
-            send({"event": "text", "rid": self.rid, "text": self.buf})
-            self.buf = ""
-
-
 def _reader(requests: queue.Queue, stops: set[str], current: dict[str, Any]) -> None:
     """stdin in a thread, so a stop arrives while an answer is being generated."""
     for line in sys.stdin:
@@ -87,10 +70,10 @@ def _serve_one(kind: str, model: Any, msg: dict[str, Any], stops: set[str], curr
             return
         if kind != "chat":
             raise JobFailed("This model is a classifier; it does not chat", "Send it text to classify.")
-        from engine.api.playground import GenerateSettings, Message
+        from engine.api.playground import Chunks, GenerateSettings, Message
 
         settings = GenerateSettings.model_validate(msg.get("settings") or {})
-        chunker = _Chunker(rid)
+        chunker = Chunks(lambda text: send({"event": "text", "rid": rid, "text": text}), CHUNK_S)
         current.update(rid=rid, model=model)
         try:
             messages = [Message.model_validate(m).model_dump() for m in msg.get("messages") or []]
