@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from app.models.spec_tools import launch_spec
 from app.pages.new_finetune.sweep_box import parse_values
 from app.pages.sweep_view import axis_position
 from tests.app.conftest import wait_connected
@@ -48,7 +49,7 @@ def test_review_launches_a_sweep_and_compare_draws_it(qtbot, make_window):
     assert box.body.isVisible()
     box.add_row("method.lora_r", "4, 8")
     spec = page.current_spec()
-    params = review.launch_params(spec)
+    params = review.launch_params(launch_spec(spec))
     assert params["kind"] == "train.sweep" and params["spec"]["trials"] == 6  # 3 learning rates x 2 ranks
     assert params["spec"]["params"][1] == {"path": "method.lora_r", "values": [4, 8]}
     shown = yaml.safe_load(review.yaml_view.toPlainText())

@@ -268,17 +268,18 @@ class NewFinetunePage(QWidget):
     def launch(self) -> None:
         if not self.launch_button.isEnabled():
             return
-        spec, name = self.current_spec(), self.review_step.run_name()
+        spec = self.current_spec()
+        launched = launch_spec(spec)  # validated once here: what the check and jobs.start receive
         self._launching = True
         self._update_buttons()
-        if self.review_step.passed(spec):  # Review checked this very spec: the engine checks it again at start
-            self._checked({"issues": []}, spec, name)
+        if self.review_step.passed(launched):  # Review checked this very spec: the engine checks it again at start
+            self._checked({"issues": []}, spec, launched)
             return
         self._set_status("Checking the inputs before launch…")
-        self._client.request("jobs.check", {"kind": KIND, "spec": launch_spec(spec)},
-                             lambda reply: self._checked(reply, spec, name), self._launch_failed)
+        self._client.request("jobs.check", {"kind": KIND, "spec": launched},
+                             lambda reply: self._checked(reply, spec, launched), self._launch_failed)
 
-    def _checked(self, reply: dict[str, Any], spec: dict[str, Any], name: str) -> None:
+    def _checked(self, reply: dict[str, Any], spec: dict[str, Any], launched: dict[str, Any]) -> None:
         # model.code awaiting confirmation is not a problem to fix: jobs.start asks the user (code_confirm.py).
         issues = [i for i in reply.get("issues") or [] if not i.get("confirmation")]
         if issues:
@@ -293,7 +294,7 @@ class NewFinetunePage(QWidget):
         from app.pages.new_finetune.code_confirm import start_job
 
         try:
-            params = self.review_step.launch_params(spec)
+            params = self.review_step.launch_params(launched)
         except ValueError as exc:
             self._launch_failed(exc)
             return

@@ -191,11 +191,11 @@ class ReviewStep(Step):
             return f"# Not a valid sweep yet: {exc}\n"
         return yaml.safe_dump({"kind": SWEEP, "name": name, "spec": doc}, sort_keys=False)
 
-    def launch_params(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """jobs.start's params for Launch."""
+    def launch_params(self, launched: dict[str, Any]) -> dict[str, Any]:
+        """jobs.start's params for Launch; ``launched``: the spec as launch_spec made it (validated once)."""
         if self.sweep_box.enabled():
-            return {"kind": SWEEP, "spec": self.sweep_box.document(launch_spec(spec)), "name": self.run_name()}
-        return {"kind": KIND, "spec": launch_spec(spec), "name": self.run_name()}
+            return {"kind": SWEEP, "spec": self.sweep_box.document(launched), "name": self.run_name()}
+        return {"kind": KIND, "spec": launched, "name": self.run_name()}
 
     def _on_sweep_changed(self) -> None:
         if self._spec:
@@ -213,7 +213,7 @@ class ReviewStep(Step):
         self.blockers.setText("Fix before launch:\n" + "\n".join(f"• {p}" for p in problems[:12])
                               if problems else "")
         self.blockers.setVisible(bool(problems))
-        if self._spec and self.passed(self._spec) and self.check_ok.text():
+        if self._spec and self.passed(launch_spec(self._spec)) and self.check_ok.text():
             show_text(self.check_ok, self._passed_text())
         verdict = fit.get("verdict")
         set_role(self.fit_note, "error" if verdict == "will_not_fit" else "muted")
@@ -266,9 +266,10 @@ class ReviewStep(Step):
         self.check_status.stop()
         show_text(self.check_ok, f"Could not check the inputs: {error_text(err)}")
 
-    def passed(self, spec: dict[str, Any]) -> bool:
-        """Whether this very spec was checked and found fine (Launch then need not ask again)."""
-        return self._checked_key == repr(launch_spec(spec)) and not self.check_issues
+    def passed(self, launched: dict[str, Any]) -> bool:
+        """Whether this very spec (as launch_spec made it) was checked and found fine (Launch need not ask
+        again)."""
+        return self._checked_key == repr(launched) and not self.check_issues
 
     def checking(self) -> bool:
         return self.checker.pending

@@ -167,15 +167,15 @@ class DataHandlers:
             spec = validate_spec(FINETUNE, raw)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
-        return spec, await self._facts(raw, user)
+        return spec, await self._estimate_facts(raw, user)
 
     async def fit_estimate(self, spec: Any, raw: dict[str, Any], user: User | None = None) -> dict[str, Any]:
         """The fit estimate of a spec validated already (``raw``: as sent, for the model's inspection)."""
         from engine.estimate.memory import estimate
 
-        return estimate(spec, await self._facts(raw, user), machine.info(self.engine.paths.home))
+        return estimate(spec, await self._estimate_facts(raw, user), machine.info(self.engine.paths.home))
 
-    async def _facts(self, raw: dict[str, Any], user: User | None) -> dict[str, Any]:
+    async def _estimate_facts(self, raw: dict[str, Any], user: User | None) -> dict[str, Any]:
         """The model's facts for the estimate, or RpcError: preparing (ask again later) or why it cannot be read."""
         looked = await self._model_facts(raw, user)
         if looked.get("preparing"):
