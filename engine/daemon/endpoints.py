@@ -32,7 +32,6 @@ class Endpoint:
 
     ref: ModelRef
     chat: EndpointChat
-    started: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     open: dict[str, threading.Event] = field(default_factory=dict)  # rid -> its Stop
 

@@ -103,9 +103,11 @@ class Worker:
 
 class WorkerPool:
     def __init__(self, bus: EventBus, runs_dir: Path, idle_s: float = IDLE_S,
-                 threads: Callable[[], int] | None = None, served: Callable[[dict, int], str | None] | None = None):
+                 threads: Callable[[], int] | None = None,
+                 served: Callable[[dict, int, Callable[[str], bool]], str | None] | None = None):
         """``threads``: how many CPU threads a new worker may use (the cores no running job asked for);
-        ``served``: the URL of a running serve job of a model (and max_new_tokens), or None."""
+        ``served``: the URL of a running serve job of a model (max_new_tokens, which jobs the caller may use),
+        or None."""
         self.bus, self.runs_dir, self.idle_s, self.threads, self.served = bus, runs_dir, idle_s, threads, served
         self.workers: dict[str, Worker] = {}
         self._owner: dict[str, Worker] = {}  # rid -> its worker
@@ -239,14 +241,16 @@ class WorkerPool:
         self._owner[rid] = worker
         return rid, done
 
-    async def chat(self, ref: ModelRef, messages: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
-        """Start an answer; it streams on playground/<request>. Subscribing with ``since`` misses nothing."""
+    async def chat(self, ref: ModelRef, messages: list[dict[str, Any]], settings: dict[str, Any],
+                   visible: Callable[[str], bool] = lambda _job_id: False) -> dict[str, Any]:
+        """Start an answer; it streams on playground/<request>. Subscribing with ``since`` misses nothing.
+        ``visible``: which serve jobs (by id) the caller may chat through (their projects' own)."""
         if ref.url:
             return await self.endpoints.chat(ref, messages, settings)
         # A model a serve job here serves already: chat with that server rather than load it a second time (the
         # same runtime and settings; its own chat template, so only with the template "model").
         if self.served is not None and ref.key() not in self.workers and settings.get("template", "model") == "model":
-            url = self.served(ref.shown(), int(settings.get("max_new_tokens") or 0))
+            url = self.served(ref.shown(), int(settings.get("max_new_tokens") or 0), visible)
             if url:
                 return await self.endpoints.chat(ModelRef(url=url), messages, settings, label=ref.label())
         worker = await self.worker(ref)

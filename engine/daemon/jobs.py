@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,11 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _local_cores(plan: Any, facts: dict[str, Any]) -> tuple[int, int]:
+    """(the cores the engine may use on this machine, those the running jobs asked for) of a queue plan."""
+    return int(facts["cpu_limit"][LOCAL] or 1), int((plan.used.get(LOCAL) or {}).get("cores") or 0)
 
 
 def new_job_id() -> str:
@@ -155,20 +161,22 @@ class JobManager:
             for job in self.store.list_jobs(state=QUEUED, kind=kind, limit=10_000):
                 self._launch(job)  # a sweep or chain holds nothing: its jobs wait in the queue themselves
         plan, _running, _queued, facts = job_queue.plan_now(self)
-        used = int((plan.used.get(LOCAL) or {}).get("cores") or 0)  # after this round's starts
+        limit, used = _local_cores(plan, facts)  # used: after this round's starts
         for run_id, gpus in plan.start:
             job = self.store.get_job(run_id)
             if job is not None and job["state"] == "queued":
                 self.store.update_job(run_id, gpus=gpus)
                 cores = int(facts["needs"].get(run_id, ({}, {}))[0].get(LOCAL) or 0)
-                self._launch(self.get(run_id), (int(facts["cpu_limit"][LOCAL] or 1), cores, used))
+                self._launch(self.get(run_id), (limit, cores, used))
         self._publish_queue()
 
-    def serving(self, model: dict[str, Any], max_new_tokens: int) -> str | None:
+    def serving(self, model: dict[str, Any], max_new_tokens: int, visible: Callable[[str], bool]) -> str | None:
         """The URL of a running serve job of ``model`` (a ModelRef's dict) on this machine that answers without
-        a key and allows ``max_new_tokens``, or None: the Playground then chats with that job rather than load
-        the model a second time."""
+        a key, allows ``max_new_tokens`` and is ``visible`` to the caller (its job id: one of their projects), or
+        None: the Playground then chats with that job rather than load the model a second time."""
         for job in self.store.list_jobs(state=RUNNING, kind=SERVE, limit=50):
+            if not visible(job["id"]):
+                continue
             spec = job.get("spec") or {}
             shown = {k: v for k, v in (spec.get("model") or {}).items() if v is not None}
             if (shown != model or spec.get("host") or spec.get("api_key_file") or spec.get("bind", "127.0.0.1")
@@ -183,8 +191,8 @@ class JobManager:
     def free_cores(self) -> int:
         """Cores of this machine no running job asked for (at least one): a Playground worker's threads."""
         plan, _running, _queued, facts = job_queue.plan_now(self)
-        used = int((plan.used.get(LOCAL) or {}).get("cores") or 0)
-        return max(1, int(facts["cpu_limit"][LOCAL] or 1) - used)
+        limit, used = _local_cores(plan, facts)
+        return max(1, limit - used)
 
     def _publish_queue(self, publish: bool = True) -> None:
         snap = job_queue.snapshot(self)

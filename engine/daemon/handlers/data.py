@@ -54,7 +54,6 @@ def _timed_out(limit: float) -> RpcError:
                              "when it starts.", "retry_after_s": RETRY_AFTER_S, "timeout": True})
 
 
-
 class DataPreview(Params):
     spec: dict[str, Any]
     n: int = Field(8, ge=1, le=64)
@@ -162,12 +161,12 @@ class DataHandlers:
     async def models_inspect(self, s: Client, p: SpecOnly) -> Any:
         return await self._model_facts(p.spec, s.user)
 
-    async def _spec_and_facts(self, raw: dict[str, Any], user: User | None) -> tuple[Any, dict[str, Any]]:
+    @staticmethod
+    def _validated(raw: dict[str, Any]) -> Any:
         try:
-            spec = validate_spec(FINETUNE, raw)
+            return validate_spec(FINETUNE, raw)
         except SpecError as exc:
             raise RpcError(INVALID_PARAMS, str(exc.args[0]), {"fields": exc.fields, "hint": exc.hint}) from None
-        return spec, await self._estimate_facts(raw, user)
 
     async def fit_estimate(self, spec: Any, raw: dict[str, Any], user: User | None = None) -> dict[str, Any]:
         """The fit estimate of a spec validated already (``raw``: as sent, for the model's inspection)."""
@@ -192,13 +191,11 @@ class DataHandlers:
         return looked["facts"]
 
     async def estimate_fit(self, s: Client, p: SpecOnly) -> Any:
-        spec, facts = await self._spec_and_facts(p.spec, s.user)
-        from engine.estimate.memory import estimate
-
-        return estimate(spec, facts, machine.info(self.engine.paths.home))
+        return await self.fit_estimate(self._validated(p.spec), p.spec, s.user)
 
     async def estimate_plan(self, s: Client, p: PlanParams) -> Any:
-        spec, facts = await self._spec_and_facts(p.spec, s.user)
+        spec = self._validated(p.spec)
+        facts = await self._estimate_facts(p.spec, s.user)
         from engine.estimate.planner import plan
 
         gpus, memory, name = p.gpus, p.gpu_memory_gb, ""

@@ -69,8 +69,10 @@ class PlaygroundHandlers:
         return ref.model_copy(update={"api_key": value, "api_key_secret": None})
 
     async def chat(self, s: Client, p: Chat) -> Any:
+        access = self.engine.access
         reply = await self.engine.inference.chat(self._ref(s, p.model), [m.model_dump() for m in p.messages],
-                                                 p.settings.model_dump())
+                                                 p.settings.model_dump(),
+                                                 lambda job_id: access.visible_existing(s.user, job_id))
         # Before any await: the answer's events go to this user only (Access.topic_visible).
         self.engine.access.note_request(reply["request"], s.user)
         return reply
