@@ -25,7 +25,7 @@ CLI_COMMANDS = frozenset({"engine", "run", "jobs", "logs", "stop", "cancel", "re
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "install-desktop-entry":
-        from app.desktop_entry import main as desktop_entry_main
+        from app.desktop.desktop_entry import main as desktop_entry_main
 
         return desktop_entry_main(argv[1:])
     if argv and argv[0] in CLI_COMMANDS:
@@ -58,7 +58,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def run_gui(page: str | None = None, measure_startup: bool = False, exit_after_paint: bool = False,
             qt_args: list[str] | None = None) -> int:
-    from app.display_check import ensure_display
+    from app.desktop.display_check import ensure_display
 
     # Before anything loads Qt's display plugin: choose X11 or Wayland, and install (or name) the
     # system libraries the plugin needs, which Qt would otherwise report one at a time.
@@ -72,7 +72,7 @@ def run_gui(page: str | None = None, measure_startup: bool = False, exit_after_p
 
     from app.main_window import MainWindow
     from app.models.pages import PAGE_KEYS
-    from app.style import apply_stylesheet, icon
+    from app.state.style import apply_stylesheet, icon
 
     if page is not None and page not in PAGE_KEYS:
         print(f"ember: no page {page!r}; choose one of {', '.join(PAGE_KEYS)}", file=sys.stderr)
@@ -90,15 +90,15 @@ def run_gui(page: str | None = None, measure_startup: bool = False, exit_after_p
     qapp.setWindowIcon(icon("ember"))
     apply_stylesheet(qapp)  # in the theme of the preferences (light, dark or the system's)
     window = MainWindow()
-    from app.prefs import restore_window
+    from app.state.prefs import restore_window
 
     restore_window(window, page)  # geometry, and `page` or else the last page (else welcome)
-    from app.notifications import excepthook
+    from app.state.notifications import excepthook
 
     # An exception in a Qt handler: logged, and an entry with the traceback under the bell; the app goes on.
     sys.excepthook = excepthook(window.notifications)
     if measure_startup:
-        from app.startup import FirstPaintReporter
+        from app.desktop.startup import FirstPaintReporter
 
         window.installEventFilter(FirstPaintReporter(exit_after_paint, window))
     window.show()

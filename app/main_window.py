@@ -3,8 +3,8 @@
 It only assembles. The pages are listed in app/models/pages.py (the page registry); each is its own
 module, built the first time it is shown, so a page that needs something heavy
 (pyqtgraph, numpy) costs nothing until it is opened. The window owns the
-EngineProcess (with its JobsState, app/models/jobs_state.py) and a Navigator
-(app/models/navigation.py), and hands both to every page: pages read the jobs from
+EngineProcess (with its JobsState, app/state/job_list.py) and a Navigator
+(app/state/navigation.py), and hands both to every page: pages read the jobs from
 the one and move to another page through the other, never through this class.
 """
 
@@ -26,12 +26,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import notifications
-from app.accessibility import install_accessibility, make_accessible
-from app.engine_process import EngineProcess
-from app.models.navigation import Navigator
+from app.connection.engine_process import EngineProcess
 from app.models.pages import PAGES, PageEntry, row_of
-from app.style import icon
+from app.shell.accessibility import install_accessibility, make_accessible
+from app.state import notifications
+from app.state.navigation import Navigator
+from app.state.style import icon
 from app.widgets.activity import ActivityIndicator
 from app.widgets.connection import ConnectionBanner, EngineStatus
 from app.widgets.notification_panel import NotificationBell
@@ -90,7 +90,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.engine_status)
         self.statusBar().setSizeGripEnabled(False)
         self.engine.client.error.connect(lambda text: self.statusBar().showMessage(text, 8000))
-        # Job endings and errors from anywhere become entries under the bell (app/notifications.py).
+        # Job endings and errors from anywhere become entries under the bell (app/state/notifications.py).
         self.notifications = notifications.NotificationCentre(self)
         self.notifications.watch(self.engine)
         notifications.install(self.notifications)
@@ -101,9 +101,9 @@ class MainWindow(QMainWindow):
 
         self.sidebar.currentRowChanged.connect(self._show_row)
         self.sidebar.setCurrentRow(0)
-        # Keys for the main actions, names for screen readers (app/shortcuts.py, app/accessibility.py).
-        from app.help import install_help_menu
-        from app.shortcuts import install_shortcuts
+        # Keys for the main actions, names for screen readers (app/shell/shortcuts.py, app/shell/accessibility.py).
+        from app.shell.help import install_help_menu
+        from app.shell.shortcuts import install_shortcuts
 
         install_shortcuts(self)
         engine_menu = self.menuBar().addMenu("&Engine")
@@ -111,7 +111,7 @@ class MainWindow(QMainWindow):
         self.connect_action.triggered.connect(self.show_connect_dialog)
         self.local_action = engine_menu.addAction("Use this machine's engine")
         self.local_action.triggered.connect(self.engine.use_local)
-        install_help_menu(self)  # the menu bar's Help menu (app/help.py)
+        install_help_menu(self)  # the menu bar's Help menu (app/shell/help.py)
         install_accessibility(self)
 
     def page(self, key: str) -> QWidget:
@@ -149,7 +149,7 @@ class MainWindow(QMainWindow):
         self.connect_dialog.show()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
-        from app.prefs import save_window
+        from app.state.prefs import save_window
 
         save_window(self)  # geometry and page, restored at the next start
         # Only the connection closes; the engine and its jobs go on.

@@ -41,7 +41,7 @@ out=$(timeout 120 "$BIN" -u -m engine --version) || fail "ember -u -m engine --v
 [[ $out == "ember-studio "* ]] || fail "ember -u -m engine --version printed '$out'"
 
 step "the manual for Help ships in the build"
-out=$(timeout 60 "$BIN" -c 'from app.manual import docs_dir; print(docs_dir())') || fail "app.manual.docs_dir()"
+out=$(timeout 60 "$BIN" -c 'from app.text.manual import docs_dir; print(docs_dir())') || fail "app.text.manual.docs_dir()"
 [[ -f $out/first-run.md && -f $out/troubleshooting.md ]] || fail "no docs in the build (docs_dir() = '$out')"
 
 step "engine start / status"

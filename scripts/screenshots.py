@@ -19,7 +19,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QApplication
 
 from app.main_window import MainWindow
-from app.style import apply_stylesheet, icon
+from app.state.style import apply_stylesheet, icon
 from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
 from engine.cli.client import BlockingClient

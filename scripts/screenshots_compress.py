@@ -77,7 +77,7 @@ def main() -> int:
     pump(app, 3)
     shoot(app, window, "variants.png")
     # The latency columns: a TensorRT-form or fp16 variant timed on this CPU is marked as not on its target.
-    from app.pages.variants.table import COLUMN
+    from app.pages.compare.variants.table import COLUMN
 
     view.table.horizontalScrollBar().setValue(view.table.columnViewportPosition(COLUMN["metric"]))
     pump(app, 2)

@@ -19,8 +19,8 @@ from pathlib import Path
 from PySide6.QtWidgets import QApplication
 
 from app.main_window import MainWindow
-from app.prefs import prefs
-from app.style import apply_theme, icon
+from app.state.prefs import prefs
+from app.state.style import apply_theme, icon
 from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
 from engine.cli.client import BlockingClient

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from app.help import open_doc, show_about
+from app.shell.help import open_doc, show_about
 from engine.api.job_terms import FINAL_STATES
 from engine.api.paths import resolve
 from engine.cli.client import BlockingClient

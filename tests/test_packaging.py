@@ -69,7 +69,7 @@ def test_install_desktop_entry_writes_the_entry_and_icons_then_uninstall_removes
 
 
 def test_exec_line_quotes_a_launcher_path_with_spaces(tmp_path):
-    from app.desktop_entry import _quote, entry_text
+    from app.desktop.desktop_entry import _quote, entry_text
 
     command = _quote("/opt/My Apps/ember")
     assert command == '"/opt/My Apps/ember"'

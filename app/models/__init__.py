@@ -1,4 +1,3 @@
-"""What the GUI knows, without widgets: Qt objects that hold state and signal its changes.
-
-Pages and widgets read these instead of each asking the engine for the same thing.
+"""What the GUI knows, in plain Python (no Qt): the page registry, a job record in words, a spec's fields,
+the variants of a run. Everything above reads these; they read only app.text and engine.api.
 """

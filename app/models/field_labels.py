@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from app.field_text import plain_message
+from app.text.field_text import plain_message
 
 # Spec key -> the label the wizard shows next to its field.
 FIELD_LABELS: dict[str, str] = {

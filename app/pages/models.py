@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.engine_process import EngineProcess
-from app.models.navigation import Navigator
+from app.connection.engine_process import EngineProcess
+from app.state.navigation import Navigator
+from app.text import format as fmt
 from app.widgets.common import card, label, row_table, scrolling_body, show_text
 from app.widgets.hub_picker import HubPicker
 from engine.api.job_terms import EXPORT, MODEL_PREPARE, SERVE

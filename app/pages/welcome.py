@@ -22,14 +22,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.engine_process import EngineProcess
-from app.jobs_model import Lookup, is_system, run_title, state_dot
-from app.models.navigation import Navigator
+from app.connection.engine_process import EngineProcess
+from app.models.jobs import Lookup, is_system, run_title
 from app.models.spec_tools import FIRST_CHAT
-from app.style import icon, set_role
+from app.state.navigation import Navigator
+from app.state.style import icon, set_role
+from app.text import format as fmt
 from app.widgets.common import card, label, scrolling_body
 from app.widgets.empty_state import empty_state
+from app.widgets.jobs_table import state_dot
 from engine.api.job_terms import kind_noun
 
 RECENT_LIMIT = 8
@@ -48,7 +49,7 @@ class WelcomePage(QWidget):
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
-        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/state/navigation.py)
         self._client = engine.client
 
         outer = scrolling_body(self, spacing=14)

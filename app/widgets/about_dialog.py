@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.probe_facts import probe_rows
+from app.text.probe_facts import probe_rows
 from app.widgets.common import label
 from engine import __version__ as EMBER_VERSION  # the package's version (pyproject reads it there)
 from engine.api.job_terms import SYSTEM_PROBE
@@ -107,7 +107,7 @@ class AboutDialog(QDialog):
         engine = getattr(self._window, "engine", None)
         paths = getattr(engine, "paths", None)
         if paths is None:  # the engine was never started: where it would keep its data
-            from app.prefs import engine_paths_from_prefs
+            from app.state.prefs import engine_paths_from_prefs
 
             paths = engine_paths_from_prefs()[0]
         return str(paths.home)

@@ -10,7 +10,7 @@ job. It covers every kind of job, since each reports progress its own way:
 - a machine probe that samples: ``run/<id>/sample`` ``{step}`` of ``spec.samples``,
   one every ``spec.interval_s``.
 
-Which jobs are active comes from the window's JobsState (app/models/jobs_state.py). Stop and Cancel send ``jobs.stop`` / ``jobs.cancel`` without
+Which jobs are active comes from the window's JobsState (app/state/job_list.py). Stop and Cancel send ``jobs.stop`` / ``jobs.cancel`` without
 an error callback, so a refusal reaches the notification centre.
 """
 
@@ -34,9 +34,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.jobs_model import display_name, state_dot
-from app.style import set_role
+from app.models.jobs import display_name
+from app.state.style import set_role
+from app.text import format as fmt
+from app.widgets.jobs_table import state_dot
 from engine.api.job_terms import ACTIVE_STATES, LIVE_STATES, kind_noun
 
 MIN_FRACTION_FOR_ETA = 0.05  # before this, an extrapolated ETA is mostly noise

@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.style import colour, set_role, theme_tokens
+from app.state.style import colour, set_role, theme_tokens
 from app.widgets.common import label
 from app.widgets.series_buffer import SeriesBuffer
 

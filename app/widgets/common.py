@@ -18,7 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.style import set_role
+from app.state.style import set_role
+from app.text.glossary import OPTION_TERMS, option_tooltip
 
 
 def label(text: str, role: str = "", wrap: bool = False) -> QLabel:
@@ -130,3 +131,12 @@ def row_table(columns: Sequence[str], name: str, stretch: int = 0) -> QTableWidg
         head.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col == wide
                                   else QHeaderView.ResizeMode.ResizeToContents)
     return table
+
+
+def tip_combo_items(combo, keys: dict[object, str] | None = None) -> None:
+    """Give each item of ``combo`` the tooltip of its option key: ``keys[data]``, or its data itself."""
+    for index in range(combo.count()):
+        data = combo.itemData(index)
+        key = (keys or {}).get(data, data)
+        if key in OPTION_TERMS:
+            combo.setItemData(index, option_tooltip(key), Qt.ItemDataRole.ToolTipRole)

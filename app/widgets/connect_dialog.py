@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.prefs import prefs
+from app.state.prefs import prefs
 from app.widgets.common import label, say
 from engine.api import paths as engine_paths
 from engine.api.remote import KnownEngines, SavedLogins, parse_address

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from app import engine_process as ep
-from app.style import set_role, set_state
+from app.connection import engine_process as ep
+from app.state.style import set_role, set_state
 
 
 def banner_text(engine: ep.EngineProcess) -> str:

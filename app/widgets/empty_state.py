@@ -12,7 +12,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.style import icon, set_role
+from app.state.style import icon, set_role
 from app.widgets.common import label
 
 ICON_SIZE = 40

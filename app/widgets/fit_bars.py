@@ -13,7 +13,7 @@ from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from app import format as fmt
+from app.text import format as fmt
 from app.widgets.common import label
 
 PARTS = (  # (key, legend, colour): the order they stack in, from the left

@@ -1,4 +1,4 @@
-"""The manual inside the window: the shipped Markdown (app/help.py) in a QTextBrowser.
+"""The manual inside the window: the shipped Markdown (app/shell/help.py) in a QTextBrowser.
 
 Links between the docs ("settings.md#what-you-can-set") open here, with Back and
 Forward; headings get GitHub's anchors so such links land on their heading; web links
@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.manual import HOME_DOC, docs_dir, heading_slug, missing_docs_message
-from app.style import set_role
+from app.state.style import set_role
+from app.text.manual import HOME_DOC, docs_dir, heading_slug, missing_docs_message
 
 # The contents list, in reading order; docs not named here follow by title.
 READING_ORDER = ("first-run.md", "gui.md", "recipes.md", "custom-models.md", "settings.md",

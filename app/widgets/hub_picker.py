@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
+from app.text import format as fmt
 from app.widgets.common import label, row_table, show_text
 from engine.api.job_terms import FINAL_STATES, MODEL_DOWNLOAD, SUCCEEDED
 from engine.api.train_spec import HUB_ID, HUB_REVISION

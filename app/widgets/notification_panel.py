@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.jobs_model import state_dot
-from app.notifications import Notification, NotificationCentre
-from app.style import icon, set_role
+from app.state.notifications import Notification, NotificationCentre
+from app.state.style import icon, set_role
+from app.text import format as fmt
+from app.widgets.jobs_table import state_dot
 
 # An entry's level drawn with the job state colour that means the same thing.
 LEVEL_STATES = {"info": "queued", "success": "succeeded", "warning": "stopping", "error": "failed"}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.style import colour as theme_colour
+from app.state.style import colour as theme_colour
 from app.widgets.charts import ChartLegend, use_theme_colours
 from app.widgets.common import label
 

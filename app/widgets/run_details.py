@@ -29,9 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.engine_client import EngineClient, Subscription
-from app.jobs_model import (
+from app.connection.engine_client import EngineClient, Subscription
+from app.models.jobs import (
     Lookup,
     best_text,
     metrics_text,
@@ -41,6 +40,7 @@ from app.jobs_model import (
     run_title,
     strategy_text,
 )
+from app.text import format as fmt
 from app.widgets.common import FactsView, label
 from app.widgets.run_outputs import RunOutputs
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.engine_client import EngineClient
+from app.connection.engine_client import EngineClient
+from app.text import format as fmt
 from app.widgets.common import label
 
 FILES_DEBOUNCE_MS = 500

@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.prefs import prefs
-from app.style import colour, set_role
+from app.state.prefs import prefs
+from app.state.style import colour, set_role
 from app.widgets.common import label
 
 BUBBLE_WIDTH = 340

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.style import set_role
+from app.state.style import set_role
 from app.widgets.common import label
 
 

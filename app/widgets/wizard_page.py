@@ -12,8 +12,8 @@ from typing import Any
 
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.engine_client import EngineClient
-from app.style import set_role
+from app.connection.engine_client import EngineClient
+from app.state.style import set_role
 from app.widgets.common import label
 from app.widgets.run_picker import RunPicker
 from app.widgets.wizard_frame import build_wizard_frame, show_status

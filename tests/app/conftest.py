@@ -111,7 +111,7 @@ def no_gui_errors(caplog) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def isolated_settings(tmp_path, monkeypatch) -> Iterator[None]:
     """Every test gets its own settings file: none reads or writes the user's preferences."""
-    from app.prefs import reset_prefs
+    from app.state.prefs import reset_prefs
 
     monkeypatch.setenv("EMBER_SETTINGS_FILE", str(tmp_path / "settings.ini"))
     reset_prefs()
@@ -133,7 +133,7 @@ def gui_home(ember_home: paths_mod.Paths) -> Iterator[paths_mod.Paths]:
 
 def serve_over_tls(paths: paths_mod.Paths, folder, monkeypatch) -> subprocess.Popen | None:
     """Start the test's engine on TLS as well, and point the GUI's preferences at it with a user's token."""
-    from app.prefs import prefs
+    from app.state.prefs import prefs
     from engine.api.remote import KnownEngines, SavedLogins
     from tests.conftest import start_engine_process
 

@@ -11,8 +11,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QRadioButton
 
-from app.accessibility import accessible_name, control_of, controls, name_controls, reachable
 from app.models.pages import PAGES
+from app.shell.accessibility import accessible_name, control_of, controls, name_controls, reachable
 from tests.app.conftest import wait_connected
 
 MAX_TABS = 400  # more presses than any page has controls: a trap never comes back round

@@ -231,7 +231,7 @@ def test_an_exported_image_carries_the_legend(tmp_path, qtbot):
 
 def test_comparison_and_variant_charts_name_their_lines_outside_the_plot(qtbot):
     from app.models.variants import Row
-    from app.pages.variants.scatter import FRONT_COLOUR, VariantsScatter
+    from app.pages.compare.variants.scatter import FRONT_COLOUR, VariantsScatter
     from app.widgets.overlay_chart import OverlayChart
 
     overlay = OverlayChart("Eval loss", "loss")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app.jobs_model import STATE_COLUMN
+from app.widgets.jobs_table import STATE_COLUMN
 from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 from tests.app.test_runs_page import FINAL_STATES, RUN_TIMEOUT_MS, cell, start_two_runs

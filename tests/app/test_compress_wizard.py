@@ -1,7 +1,7 @@
 """The Compress wizard on canned engine replies: source list, techniques, settings, review, run.
 
 These are widget tests: a FakeEngineClient answers with records shaped like the
-engine's (docs/compression.md, app/engine_client.py) on the next turn of the
+engine's (docs/compression.md, app/connection/engine_client.py) on the next turn of the
 event loop, as the real client does. The real engine is exercised by the
 end-to-end test written elsewhere.
 """
@@ -18,7 +18,7 @@ import pytest
 import yaml
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.engine_client import Subscription
+from app.connection.engine_client import Subscription
 from engine.api.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 from engine.api.specs import validate_spec
 from engine.api.train_spec import TrainSpec
@@ -92,7 +92,7 @@ class FakeEngineClient(QObject):
 
 def fake_engine(replies: dict[str, Any]) -> SimpleNamespace:
     """What a page is built from: an object with ``client`` and the ``jobs`` state fed by it."""
-    from app.models.jobs_state import JobsState
+    from app.state.job_list import JobsState
 
     client = FakeEngineClient(replies)
     return SimpleNamespace(client=client, jobs=JobsState(client, client))

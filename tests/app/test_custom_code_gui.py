@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from app.engine_client import EngineClient as GuiClient
+from app.connection.engine_client import EngineClient as GuiClient
 from app.pages.new_finetune.code_confirm import RUN_TEXT, CodeConfirmDialog, start_job
 from app.pages.new_finetune.step_model import ModelStep
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtGui import QTextCursor
 
 from app.pages.new_finetune.chat_template_box import NO_TEMPLATE_NOTE
-from app.style import colour
+from app.state.style import colour
 from engine.api.train_spec import TrainSpec
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app import display_check
-from app.display_check import (
+from app.desktop import display_check
+from app.desktop.display_check import (
     Choice,
     choose_platform,
     ensure_display,

@@ -477,7 +477,7 @@ def test_export_a_digits_finetune_to_onnx_and_a_jetson_bundle(qtbot, make_window
     if shot:  # a look at the layout, with the app's stylesheet (tests run without it)
         from PySide6.QtWidgets import QApplication
 
-        from app.style import apply_stylesheet
+        from app.state.style import apply_stylesheet
 
         apply_stylesheet(QApplication.instance())
         window.resize(1280, 1000)

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from app.engine_client import NOT_CONNECTED, EngineClient
+from app.connection.engine_client import NOT_CONNECTED, EngineClient
 from engine.api.protocol import METHOD_NOT_FOUND
 from engine.cli.client import BlockingClient
 from tests.app.conftest import CONNECT_TIMEOUT_MS, wait_connected

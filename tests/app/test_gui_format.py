@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from app import format as fmt
-from app.probe_facts import probe_rows
+from app.text import format as fmt
+from app.text.probe_facts import probe_rows
 from app.widgets.run_details import event_line
 
 

@@ -9,8 +9,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
-from app.jobs_model import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
 from app.models.pages import PAGES
+from app.widgets.jobs_table import DURATION_COLUMN, NAME_COLUMN, TASK_COLUMN
 from engine.api.job_terms import FINAL_STATES
 from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected

@@ -62,7 +62,7 @@ def test_the_first_window_imports_nothing_heavy(gui_home):
         import sys
         from PySide6.QtWidgets import QApplication
         from app.main_window import MainWindow
-        from app.style import apply_stylesheet
+        from app.state.style import apply_stylesheet
         app = QApplication([])
         apply_stylesheet(app)
         window = MainWindow()

@@ -19,11 +19,11 @@ from PySide6.QtGui import QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractButton
 
-from app import help as app_help
-from app import manual
-from app.help import PAGE_DOCS, doc_label, linkify, page_doc
-from app.manual import docs_dir, heading_slug
 from app.models.pages import PAGE_KEYS, PAGES
+from app.shell import help as app_help
+from app.shell.help import PAGE_DOCS, doc_label, linkify, page_doc
+from app.text import manual
+from app.text.manual import docs_dir, heading_slug
 from tests.app.conftest import wait_connected
 
 ROOT = Path(__file__).resolve().parents[2]

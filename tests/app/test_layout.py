@@ -13,8 +13,8 @@ from PySide6.QtCore import QSize
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
-from app import style
 from app.models.pages import PAGE_KEYS
+from app.state import style
 
 SMALL = QSize(1024, 700)
 

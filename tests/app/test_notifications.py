@@ -8,8 +8,8 @@ import sys
 import pytest
 from PySide6.QtCore import QTimer
 
-from app import notifications
-from app.notifications import MAX_ENTRIES, NotificationCentre, excepthook, report_error
+from app.state import notifications
+from app.state.notifications import MAX_ENTRIES, NotificationCentre, excepthook, report_error
 from engine.cli.client import BlockingClient
 from tests.app.conftest import wait_connected
 
@@ -51,7 +51,7 @@ def test_centre_keeps_the_newest_entries_and_reports_without_a_centre(qtbot, cap
         centre.add("fatal", "x", "y")
 
     notifications.install(None)
-    with caplog.at_level(logging.WARNING, logger="app.notifications"):
+    with caplog.at_level(logging.WARNING, logger="app.state.notifications"):
         assert report_error("No centre", "only logged") is None
     assert any("No centre: only logged" in r.getMessage() for r in caplog.records)
     notifications.install(centre)

@@ -405,7 +405,7 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
 def test_with_a_team_engine_the_endpoint_key_is_read_here_and_sent_itself(qtbot, tmp_path):
     """A team engine reads no file a client names: the dialog reads the key file on this machine."""
     from app.pages.playground.endpoint_dialog import EndpointDialog
-    from app.prefs import prefs
+    from app.state.prefs import prefs
 
     prefs().set("remote_engine", "gpu-server:7443")
     try:

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 from PySide6.QtWidgets import QApplication, QMainWindow
 
-from app import format as fmt
-from app import prefs as prefs_mod
-from app import style
-from app.engine_process import EngineProcess
-from app.prefs import KEYS, PREFS_VERSION, prefs, reset_prefs, restore_window, save_window
+from app.connection.engine_process import EngineProcess
+from app.state import prefs as prefs_mod
+from app.state import style
+from app.state.prefs import KEYS, PREFS_VERSION, prefs, reset_prefs, restore_window, save_window
+from app.text import format as fmt
 from engine.api import paths as paths_mod
 
 VALUES = {
@@ -73,7 +73,7 @@ def test_garbage_values_fall_back_to_the_defaults_with_a_warning(tmp_path, caplo
     (tmp_path / "settings.ini").write_text(
         f"[General]\nversion={PREFS_VERSION}\ntheme=plaid\ntour_done=maybe\nunits=1, 2\n"
         "desktop_notifications=off\n")
-    caplog.set_level(logging.WARNING, logger="app.prefs")
+    caplog.set_level(logging.WARNING, logger="app.state.prefs")
     p = prefs()
     assert p.get("theme") == "system"
     assert p.get("tour_done") is False
@@ -208,7 +208,7 @@ def test_data_dir_preference_is_the_engines_home(tmp_path, monkeypatch, qtbot):
 def test_ember_home_wins_over_the_preference(gui_home, tmp_path):
     prefs().set("data_dir", str(tmp_path / "ignored"))
     engine = EngineProcess()
-    from app.prefs import engine_paths_from_prefs
+    from app.state.prefs import engine_paths_from_prefs
 
     paths, from_prefs = engine_paths_from_prefs()
     assert paths.home == gui_home.home and not from_prefs
@@ -262,7 +262,7 @@ def test_a_geometry_that_does_not_fit_the_screen_is_ignored_silently(qtbot, capl
     big.show()
     save_window(big)
     assert not prefs_mod.fits_a_screen(prefs().window_geometry("/data/ember-a"))
-    caplog.set_level(logging.INFO, logger="app.prefs")
+    caplog.set_level(logging.INFO, logger="app.state.prefs")
     window = HomeWindow("/data/ember-a")
     qtbot.addWidget(window)
     window.resize(320, 240)

@@ -105,7 +105,7 @@ def test_a_wrong_token_and_a_changed_certificate_are_refused_with_the_reason(qtb
 
 
 def test_settings_users_card_adds_a_user_shows_the_token_once_and_revokes(qtbot, make_window, tmp_path):
-    from app.pages.users_card import token_state
+    from app.pages.settings.users_card import token_state
 
     window = make_window(page="settings")
     qtbot.waitUntil(lambda: window.engine.state == "connected", timeout=CONNECT_MS)

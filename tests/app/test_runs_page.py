@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QMessageBox
 
-from app.jobs_model import (
+from app.widgets.jobs_table import (
     BEST_COLUMN,
     CREATED_COLUMN,
     DURATION_COLUMN,

@@ -11,10 +11,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from app.glossary import OPTION_TERMS, TERMS, explain, term_tooltip
-from app.help import page_doc
 from app.models.pages import PAGES
-from app.shortcuts import BOUND, SHORTCUTS, selected_run, show_shortcuts
+from app.shell.help import page_doc
+from app.shell.shortcuts import BOUND, SHORTCUTS, selected_run, show_shortcuts
+from app.text.glossary import OPTION_TERMS, TERMS, explain, term_tooltip
 from tests.app.conftest import engine_pid, wait_connected
 
 CTRL = Qt.KeyboardModifier.ControlModifier

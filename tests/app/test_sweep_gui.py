@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from app.models.spec_tools import launch_spec
+from app.pages.compare.sweep_view import axis_position
 from app.pages.new_finetune.sweep_box import parse_values
-from app.pages.sweep_view import axis_position
 from tests.app.conftest import wait_connected
 
 pytestmark = [pytest.mark.timeout(240)]

@@ -14,7 +14,7 @@ from PySide6.QtCore import QSize
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
-from app import style
+from app.state import style
 
 MIN_CONTRAST = 4.5  # WCAG AA for normal-size text
 
@@ -105,7 +105,7 @@ def test_every_text_colour_is_readable_on_its_background(theme):
 
 @pytest.mark.parametrize("theme", style.THEMES)
 def test_state_colours_are_readable_in_tables(theme):
-    """Job states are coloured text in the Runs table (app.jobs_model.STATE_COLOURS), on plain and alternate rows."""
+    """Job states are coloured text in the Runs table (app.widgets.jobs_table.STATE_COLOURS), on plain and alternate rows."""
     tokens = style.theme_tokens(theme)
     states = [name for name in tokens if name.startswith("state-")]
     assert len(states) >= 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.jobs_model import STATE_COLUMN
+from app.widgets.jobs_table import STATE_COLUMN
 from tests.app.conftest import wait_connected
 
 pytestmark = [pytest.mark.timeout(300)]

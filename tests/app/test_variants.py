@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 
 from app.models.variants import build_rows, pareto_front, recommend
-from app.pages.variants.table import COLUMN
+from app.pages.compare.variants.table import COLUMN
 from engine.api.protocol import METHOD_NOT_FOUND, RpcError
 from tests.app.test_compress_wizard import LORA, fake_engine, settle
 
@@ -96,7 +96,7 @@ def variants_reply(*variants: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def view(qtbot):
-    from app.pages.variants import VariantsView
+    from app.pages.compare.variants import VariantsView
 
     state = {"reply": variants_reply(DYNAMIC, PRUNED, STATIC)}
     engine = fake_engine({"compress.variants": lambda p: copy.deepcopy(state["reply"]),
@@ -362,7 +362,7 @@ def test_a_variant_finishing_shows_up_without_a_refresh(view, qtbot):
 
 
 def test_an_engine_without_compress_variants_says_so(qtbot):
-    from app.pages.variants import VariantsView
+    from app.pages.compare.variants import VariantsView
 
     engine = fake_engine({"compress.variants": RpcError(METHOD_NOT_FOUND, "Unknown method"),
                           "jobs.list": {"jobs": []}})
@@ -419,7 +419,7 @@ SMOL_EXPORT = {  # a language-model export's deployment as engine/daemon/job_rec
 
 
 def test_a_language_models_exported_files_are_compared_in_their_own_runtimes(qtbot):
-    from app.pages.variants import VariantsView
+    from app.pages.compare.variants import VariantsView
 
     smol = {**copy.deepcopy(LORA), "id": "r-smol", "name": "smol-short",
             "summary": {**LORA["summary"], "task": "causal_lm"}, "spec": {**LORA["spec"], "task": "causal_lm"}}

@@ -90,7 +90,7 @@ def test_welcome_buttons_and_recent_runs(qtbot, make_window, gui_home):
 
 
 def test_tour_walks_every_step_and_remembers_it(qtbot, make_window):
-    from app.prefs import prefs
+    from app.state.prefs import prefs
     from app.widgets.tour import tour_for
 
     window = make_window(start=False, page="runs")
@@ -141,7 +141,7 @@ def test_tour_walks_every_step_and_remembers_it(qtbot, make_window):
 
 
 def test_first_run_tour_only_when_not_done(qtbot, make_window):
-    from app.prefs import prefs
+    from app.state.prefs import prefs
     from app.widgets.tour import start_first_run_tour, tour_for
 
     window = make_window(start=False, page="welcome")

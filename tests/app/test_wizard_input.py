@@ -241,7 +241,7 @@ def test_a_docs_mention_in_an_issue_opens_the_manual(qtbot, monkeypatch):
     from app.pages.new_finetune import parts
 
     opened = []
-    monkeypatch.setattr("app.help.open_doc", lambda widget, target="": opened.append(target))
+    monkeypatch.setattr("app.shell.help.open_doc", lambda widget, target="": opened.append(target))
     issues = parts.IssueList()
     qtbot.addWidget(issues)
     issues.set_issues([{"message": "build_model returned no module", "file": "my_model.py", "line": 3,

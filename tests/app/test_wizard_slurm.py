@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.jobs_model import cluster_text, state_text
+from app.models.jobs import cluster_text, state_text
 from app.pages.new_finetune.slurm_box import partition_text
 from engine.api.train_spec import TrainSpec
 from tests.app.conftest import wait_connected

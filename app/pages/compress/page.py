@@ -14,9 +14,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
-from app.engine_process import EngineProcess
-from app.field_text import plain_message
-from app.models.navigation import Navigator
+from app.connection.engine_process import EngineProcess
 from app.pages.compress.step_review import ReviewStep
 from app.pages.compress.step_run import JobRow, RunStep
 from app.pages.compress.step_settings import SettingsStep
@@ -30,6 +28,8 @@ from app.pages.compress.techniques import (
     preset,
     source_facts,
 )
+from app.state.navigation import Navigator
+from app.text.field_text import plain_message
 from app.widgets.wizard_page import WizardPage
 from app.widgets.wizard_parts import Step, error_text
 from engine.api.job_terms import FINAL_STATES, FINETUNE
@@ -48,7 +48,7 @@ class CompressPage(WizardPage):
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
-        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/state/navigation.py)
         self._client = engine.client
         self._wanted_source: str | None = None  # set_source before the list arrived
         self._source_id: str | None = None

@@ -13,8 +13,8 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from app.jobs_model import STATE_COLOURS
 from app.widgets.common import card, label
+from app.widgets.jobs_table import STATE_COLOURS
 from app.widgets.wizard_frame import step_column
 from app.widgets.wizard_parts import Step, show_text, step_header
 from engine.api.job_terms import ACTIVE_STATES, FINAL_STATES

@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.field_text import plain_message
 from app.pages.compress.techniques import CALIBRATION_METHODS, FLOAT_OP_TYPES, default_settings
+from app.text.field_text import plain_message
 from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column
 from app.widgets.wizard_parts import Step, step_header, with_message

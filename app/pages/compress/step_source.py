@@ -7,9 +7,9 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
-from app import format as fmt
-from app.jobs_model import best_text, display_name
+from app.models.jobs import best_text, display_name
 from app.pages.compress.techniques import source_facts
+from app.text import format as fmt
 from app.widgets.common import card
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column

@@ -7,7 +7,6 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QPushButton, QWidget
 
-from app.glossary import option_tooltip
 from app.models.variants import DEPLOY_TARGETS
 from app.pages.compress.techniques import (
     BY_KEY,
@@ -17,6 +16,7 @@ from app.pages.compress.techniques import (
     deploy_advice,
     unavailable_reason,
 )
+from app.text.glossary import option_tooltip
 from app.widgets.check_list import CheckList
 from app.widgets.common import card, label
 from app.widgets.wizard_frame import step_column

@@ -14,9 +14,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QWidget
 
-from app.engine_process import EngineProcess
-from app.field_text import plain_message
-from app.models.navigation import Navigator
+from app.connection.engine_process import EngineProcess
 from app.pages.export.plan import (
     FORMATS,
     KIND,
@@ -37,6 +35,8 @@ from app.pages.export.step_review import ReviewStep
 from app.pages.export.step_run import RunStep
 from app.pages.export.step_source import SourceStep
 from app.pages.export.step_target import TargetStep
+from app.state.navigation import Navigator
+from app.text.field_text import plain_message
 from app.widgets.wizard_page import WizardPage
 from app.widgets.wizard_parts import Step, error_text
 from engine.api.job_terms import FINAL_STATES
@@ -58,7 +58,7 @@ class ExportPage(WizardPage):
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
-        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/state/navigation.py)
         self._client = engine.client
         self._wanted_source: str | None = None  # set_variant before the list had it
         self._source_id: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from app import format as fmt
+from app.text import format as fmt
 
 NONE = "—"
 PASSED, FAILED, REPORTED = "passed", "failed", "reported"

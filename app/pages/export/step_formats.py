@@ -6,7 +6,6 @@ from typing import Any
 
 from PySide6.QtWidgets import QCheckBox, QFormLayout, QLineEdit, QWidget
 
-from app.glossary import option_tooltip
 from app.pages.export.form import ChoiceRow, FormStep, combo, spin
 from app.pages.export.plan import (
     FORMAT_INFO,
@@ -21,6 +20,7 @@ from app.pages.export.plan import (
     source_task,
     unavailable_reason,
 )
+from app.text.glossary import option_tooltip
 from app.widgets.check_list import CheckList
 from app.widgets.common import card, label, show_text
 from app.widgets.wizard_frame import step_column

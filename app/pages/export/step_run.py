@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs_model import STATE_COLOURS
 from app.pages.export.plan import export_folder, format_folder
 from app.pages.export.results import (
     FINDING_COLUMNS,
@@ -43,6 +42,7 @@ from app.pages.export.results import (
     parity_note,
 )
 from app.widgets.common import FactsView, card, label
+from app.widgets.jobs_table import STATE_COLOURS
 from app.widgets.open_folder import FolderFallback, open_folder
 from app.widgets.wizard_frame import step_column
 from app.widgets.wizard_parts import Step, show_text, step_header

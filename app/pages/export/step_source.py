@@ -7,10 +7,10 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget
 
-from app import format as fmt
-from app.jobs_model import display_name, metric_value
+from app.models.jobs import display_name, metric_value
 from app.models.variants import technique_label
 from app.pages.export.plan import FINETUNE, model_file, onnx_only, source_task
+from app.text import format as fmt
 from app.widgets.common import FactsView, card, label
 from app.widgets.run_picker import RunPicker, RunRow
 from app.widgets.wizard_frame import step_column

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.pages.hosts.facts import address_line, ago, ember_warning, hardware_rows, software_rows
-from app.style import set_role
+from app.state.style import set_role
 from app.widgets.common import FactsView, label
 
 ACTIONS = ("probe", "prepare", "edit", "remove", "forget_key")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app import format as fmt
+from app.text import format as fmt
 
 PACKAGES_SHOWN = ("transformers", "peft", "onnx", "onnxruntime")  # torch has its own row
 

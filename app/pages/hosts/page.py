@@ -29,12 +29,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine_client import CONNECTION_LOST, NOT_CONNECTED
-from app.engine_process import EngineProcess
-from app.models.navigation import Navigator
+from app.connection.engine_client import CONNECTION_LOST, NOT_CONNECTED
+from app.connection.engine_process import EngineProcess
 from app.pages.hosts.card import HostCard
 from app.pages.hosts.host_dialog import HostDialog
 from app.pages.hosts.key_dialog import KeyDialog
+from app.state.navigation import Navigator
 from app.widgets.common import card, label, scrolling_body
 from app.widgets.empty_state import empty_state
 from engine.api.protocol import INVALID_PARAMS, RpcError
@@ -51,7 +51,7 @@ class HostsPage(QWidget):
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
-        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/state/navigation.py)
         self._client = engine.client
         self.cards: dict[str, HostCard] = {}
         self.host_dialog: HostDialog | None = None

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
+from app.text import format as fmt
 from app.widgets.common import label, show_text
 
 COLUMNS = ("Prompt", "Reference", "Generated")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QVBoxLayout
 
-from app.engine_client import CONNECTION_LOST, NOT_CONNECTED
-from app.style import set_state
+from app.connection.engine_client import CONNECTION_LOST, NOT_CONNECTED
+from app.state.style import set_state
 from app.widgets.common import label
 from engine.api.protocol import RpcError
 

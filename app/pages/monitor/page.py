@@ -4,7 +4,7 @@ The run's events come from a ``run/<id>/*`` subscription made with ``since=0``:
 the engine replays the stored history first and then carries on live, so a
 window opened in the middle of a run (or after closing the last one) shows the
 whole run. The job record (state, error) comes from the window's JobsState
-(app/models/jobs_state.py) and ``jobs.get`` for the result. The log has no events: it is re-read every second
+(app/state/job_list.py) and ``jobs.get`` for the result. The log has no events: it is re-read every second
 while the run is active and once more when it ends.
 """
 
@@ -26,18 +26,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
-from app.engine_client import Subscription
-from app.engine_process import EngineProcess
-from app.glossary import term_tooltip
-from app.jobs_model import STATE_COLOURS, metrics_text
-from app.models.navigation import Navigator, playground_can_open
+from app.connection.engine_client import Subscription
+from app.connection.engine_process import EngineProcess
+from app.models.jobs import metrics_text
 from app.pages.monitor.answer_samples import AnswerSamples
 from app.pages.monitor.banner import EventBanner
 from app.pages.monitor.run_charts import RunCharts
 from app.pages.monitor.speed_line import layout_summary, perf_summary, speed_summary
+from app.state.navigation import Navigator, playground_can_open
+from app.text import format as fmt
+from app.text.glossary import term_tooltip
 from app.widgets.common import label, show_text
 from app.widgets.empty_state import empty_state
+from app.widgets.jobs_table import STATE_COLOURS
 from app.widgets.log_pane import LogPane
 from engine.api.job_terms import ACTIVE_STATES, FINETUNE, LIVE_STATES
 
@@ -80,7 +81,7 @@ class MonitorPage(QWidget):
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
-        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/state/navigation.py)
         self._client = engine.client
         self._jobs: dict[str, dict[str, Any]] = {}
         self._job_id: str | None = None

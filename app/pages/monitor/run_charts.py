@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QGridLayout, QWidget
 
-from app.glossary import term_tooltip
+from app.text.glossary import term_tooltip
 from app.widgets.charts import LiveChart
 
 # Weight of the newest loss in the smoothed line (an exponential moving average).

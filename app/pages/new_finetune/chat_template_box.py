@@ -11,8 +11,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QFontDatabase, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QComboBox, QFormLayout, QPlainTextEdit, QVBoxLayout, QWidget
 
-from app.glossary import field_tooltip
-from app.style import colour
+from app.state.style import colour
+from app.text.glossary import field_tooltip
 from app.widgets.common import card, label
 from app.widgets.wizard_parts import show_text
 

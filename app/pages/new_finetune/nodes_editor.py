@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.style import set_role
+from app.state.style import set_role
 from app.widgets.common import label
 from engine.api.host_spec import LOCAL
 

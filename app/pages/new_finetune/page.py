@@ -17,9 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine_process import EngineProcess
+from app.connection.engine_process import EngineProcess
 from app.models.field_labels import on_screen
-from app.models.navigation import Navigator
 from app.models.spec_tools import (
     KIND,
     deep_merge,
@@ -36,7 +35,8 @@ from app.pages.new_finetune.step_model import ModelStep
 from app.pages.new_finetune.step_review import ReviewStep
 from app.pages.new_finetune.step_task import TaskStep
 from app.pages.new_finetune.step_training import TrainingStep
-from app.style import set_role
+from app.state.navigation import Navigator
+from app.state.style import set_role
 from app.widgets.common import label
 from app.widgets.wizard_frame import build_wizard_frame, show_status
 from app.widgets.wizard_parts import Step, error_text
@@ -49,7 +49,7 @@ class NewFinetunePage(QWidget):
 
     def __init__(self, engine: EngineProcess, parent: QWidget | None = None, nav: Navigator | None = None):
         super().__init__(parent)
-        self.nav = nav or Navigator(self)  # how this page opens another (app/models/navigation.py)
+        self.nav = nav or Navigator(self)  # how this page opens another (app/state/navigation.py)
         self._client = engine.client
         self._task = "text_classification"
         self._base = defaults_for(self._task)  # fields no step edits survive (load_spec)

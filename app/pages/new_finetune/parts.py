@@ -10,9 +10,9 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from app.help import DOC_MENTION, doc_label
 from app.models.field_labels import field_message, label_for, on_screen
 from app.models.spec_tools import issue_where
+from app.shell.help import DOC_MENTION, doc_label
 from app.widgets.common import label
 from engine.api.protocol import METHOD_NOT_FOUND, RpcError
 

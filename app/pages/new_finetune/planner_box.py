@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import field_tooltip
 from app.pages.new_finetune.parts import preparing_text, preparing_wait_ms
+from app.text.glossary import field_tooltip
 from app.widgets.common import label
 from app.widgets.wizard_parts import error_text
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import field_tooltip
+from app.text.glossary import field_tooltip
 from app.widgets.common import label
 from app.widgets.wizard_parts import error_text
 from engine.api.host_spec import LOCAL

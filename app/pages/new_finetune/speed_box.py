@@ -14,8 +14,8 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QFormLayout, QSpinBox, QVBoxLayout, QWidget
 
-from app.glossary import term_tooltip, tip_combo_items
-from app.widgets.common import label
+from app.text.glossary import term_tooltip
+from app.widgets.common import label, tip_combo_items
 
 ATTENTION = (("auto", "auto (fastest the model allows)"),
              ("sdpa", "SDPA (PyTorch)"),

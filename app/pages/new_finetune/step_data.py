@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import field_tooltip
 from app.models.spec_tools import (
     KIND,
     issue_field,
@@ -34,6 +33,7 @@ from app.pages.new_finetune.data_preview import DataPreview, ThumbGrid
 from app.pages.new_finetune.hub_data_box import HubDataBox
 from app.pages.new_finetune.parts import Busy, DebouncedRequest, IssueList
 from app.pages.new_finetune.pii_box import PiiBox
+from app.text.glossary import field_tooltip
 from app.widgets.common import card, label
 from app.widgets.reflow import Reflow
 from app.widgets.wizard_parts import (
@@ -256,7 +256,7 @@ class DataStep(Step):
         outer.addWidget(columns)
         outer.addWidget(self.pii_box)  # full width: its table has five columns
 
-        # What each field means, and its key in the job file (app/glossary.py).
+        # What each field means, and its key in the job file (app/text/glossary.py).
         self.builtin_radio.setToolTip("The dataset that ships with Ember Studio for this task. Job file: data.builtin.")
         self.custom_radio.setToolTip("Your own file or folder. Job file: data.path.")
         self.hub_radio.setToolTip("A dataset on the Hugging Face Hub, downloaded into the Hugging Face cache "

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import field_tooltip, option_tooltip
+from app.text.glossary import field_tooltip, option_tooltip
 from app.widgets.common import card, label
 from app.widgets.wizard_parts import Step, step_header, with_message
 

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.help import doc_label
 from app.models.spec_tools import (
     KIND,
     issue_field,
@@ -35,6 +34,7 @@ from app.pages.new_finetune.parts import (
     asked_again,
     preparing_text,
 )
+from app.shell.help import doc_label
 from app.widgets.common import FactsView, card, label
 from app.widgets.hub_picker import HubPicker
 from app.widgets.wizard_parts import (

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import field_tooltip
 from app.models.spec_tools import (
     KIND,
     default_run_name,
@@ -39,7 +38,8 @@ from app.pages.new_finetune.parts import (
     preparing_text,
 )
 from app.pages.new_finetune.sweep_box import SweepBox
-from app.style import set_role
+from app.state.style import set_role
+from app.text.glossary import field_tooltip
 from app.widgets.common import card, label
 from app.widgets.wizard_parts import Step, error_text, show_text, step_header, with_message
 from engine.api.job_terms import SWEEP

@@ -24,14 +24,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.glossary import field_tooltip, tip_combo_items
 from app.models.spec_tools import DEFAULTS, diff_from_defaults, launch_spec
 from app.pages.new_finetune.nodes_editor import NodesEditor
 from app.pages.new_finetune.parts import DebouncedRequest, preparing_text, preparing_wait_ms
 from app.pages.new_finetune.planner_box import PlannerBox
 from app.pages.new_finetune.slurm_box import SlurmBox
 from app.pages.new_finetune.speed_box import SpeedBox
-from app.widgets.common import card, label
+from app.text.glossary import field_tooltip
+from app.widgets.common import card, label, tip_combo_items
 from app.widgets.fit_bars import FitBars
 from app.widgets.reflow import Reflow
 from app.widgets.wizard_parts import Step, error_text, step_header, with_message
@@ -236,7 +236,7 @@ class TrainingStep(Step):
         form.addRow(self.advanced_check)
         self.advanced_summary = label("", "muted", wrap=True)
         form.addRow(self.advanced_summary)
-        # One-sentence explanations of the terms on this form (app/glossary.py).
+        # One-sentence explanations of the terms on this form (app/text/glossary.py).
         tip_combo_items(self.strategy_combo)
         tip_combo_items(self.zero_combo, {"1": "zero_1", "2": "zero_2", "3": "zero_3"})
         tip_combo_items(self.precision_combo)
@@ -602,7 +602,7 @@ class TrainingStep(Step):
         self.sync_check.setChecked(bool(dist.get("sync_data", True)))
         device = spec.get("device", "auto")
         if self._first_load and device == "auto":
-            from app.prefs import prefs
+            from app.state.prefs import prefs
 
             device = prefs().get("default_device")  # the Preferences card's default hardware
         self._first_load = False

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from app.jobs_model import parent_id, run_summary, run_title
-from app.models.navigation import PLAYGROUND_TASKS, playground_can_open
+from app.models.jobs import parent_id, run_summary, run_title
+from app.state.navigation import PLAYGROUND_TASKS, playground_can_open
 from engine.api.job_terms import FINETUNE
 from engine.api.playground import ModelRef
 from engine.api.train_spec import BUILTIN_MODEL_CHOICES, BUILTIN_MODELS

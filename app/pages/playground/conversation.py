@@ -15,7 +15,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QTextBlockFormat, QTextCharForm
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from app.pages.playground.stream import AnswerStream
-from app.style import colour
+from app.state.style import colour
 from app.widgets.common import label, show_text
 from engine.api.playground import answer_figures
 

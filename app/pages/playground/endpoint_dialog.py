@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.pages.playground.choices import Choice, endpoint_choice
-from app.prefs import prefs
+from app.state.prefs import prefs
 from app.widgets.common import label
 
 

@@ -26,8 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine_process import EngineProcess
-from app.models.navigation import Navigator
+from app.connection.engine_process import EngineProcess
 from app.pages.playground import choices as ch
 from app.pages.playground.chat_panel import ChatPanel
 from app.pages.playground.classify import ClassifyView
@@ -36,6 +35,7 @@ from app.pages.playground.picker import ModelPicker
 from app.pages.playground.saved import SavedChats
 from app.pages.playground.serving import ServeBar
 from app.pages.playground.settings_form import SettingsForm
+from app.state.navigation import Navigator
 from app.widgets.common import card, label, show_text
 from engine.api.job_terms import SUCCEEDED
 from engine.api.playground import GenerateSettings

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import format as fmt
+from app.text import format as fmt
 from app.widgets.common import label, row_table, show_text
 
 COLUMNS = ("Chat", "Models", "Questions", "Saved")

@@ -1,7 +1,0 @@
-"""Evaluations: a run's base model, the run and its variants scored side by side (hosted by Compare)."""
-
-from __future__ import annotations
-
-from app.pages.evaluations.view import EvaluationsView
-
-__all__ = ["EvaluationsView"]
