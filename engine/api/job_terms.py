@@ -46,7 +46,7 @@ KIND_NOUNS = {
     SERVE: "Serving",
     SWEEP: "Sweep",
     PII_SCAN: "PII scan",
-    PII_SCRUB: "Scrub",
+    PII_SCRUB: "PII scrub",
     CHAIN: "Compression chain",
 }
 

@@ -44,6 +44,7 @@ from engine.api.job_terms import (
     SERVE,
     SWEEP,
     SYSTEM_PROBE,
+    kind_noun,
 )
 from engine.api.pii_spec import PiiScanSpec, PiiScrubSpec
 from engine.api.playground import ModelRef
@@ -321,11 +322,15 @@ class ServeSpec(Spec):
 @dataclass(frozen=True)
 class JobKind:
     name: str
-    title: str
     description: str
     module: str  # run as `python -m <module> --run-dir <dir>`; empty: the engine runs it itself (a sweep)
     spec_model: type[BaseModel]
     resumable: bool = False  # jobs.resume re-runs it in its run dir, continuing from its checkpoint
+
+    @property
+    def title(self) -> str:
+        """The kind in words, one for the GUI, the CLI and jobs.kinds (job_terms.KIND_NOUNS)."""
+        return kind_noun(self.name)
 
 
 JOB_KINDS: dict[str, JobKind] = {
@@ -333,7 +338,6 @@ JOB_KINDS: dict[str, JobKind] = {
     for k in [
         JobKind(
             FINETUNE,
-            "Fine-tune",
             "Fine-tune a text classifier, image classifier or causal LM (full, LoRA, prompt tuning) "
             "on one or more processes (DDP, FSDP2).",
             "engine.recipes.finetune",
@@ -342,14 +346,12 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             SYSTEM_PROBE,
-            "Probe this machine",
             "CPU, memory, disk, GPUs, Python, torch and CUDA facts of the machine the job runs on.",
             "engine.recipes.system_probe",
             ProbeSpec,
         ),
         JobKind(
             LORA_MERGE,
-            "Merge LoRA",
             "Fold a LoRA fine-tune's adapters into its base weights: a plain model, checked to give the same "
             "outputs on validation examples.",
             "engine.recipes.lora_merge",
@@ -357,7 +359,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             QUANTIZE,
-            "Quantize",
             "Post-training quantization with ONNX Runtime: dynamic int8, static int8 (QDQ, calibrated on the "
             "run's data) or fp16, evaluated next to the parent.",
             "engine.recipes.compress",
@@ -365,7 +366,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             QAT,
-            "Quantization-aware training",
             "Fine-tune with fake int8 quantization exactly as the deployed graph rounds, then export that int8 "
             "QDQ ONNX graph.",
             "engine.recipes.compress",
@@ -373,7 +373,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             PRUNE,
-            "Prune",
             "Remove attention heads, FFN width or CNN channels (torch-pruning) to a target ratio, then "
             "recover with a short fine-tune.",
             "engine.recipes.compress",
@@ -381,7 +380,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             EXPORT,
-            "Export",
             "Export a run or variant to ONNX, an ONNX Runtime package, TorchScript, torch.export, TensorRT, a "
             "Triton model repository or a Jetson bundle, each checked against the model; optionally build and "
             "benchmark the engine on a Jetson over SSH.",
@@ -390,7 +388,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             MODEL_DOWNLOAD,
-            "Download a model",
             "Download a model from the Hugging Face Hub into the Hugging Face cache, with progress; a stopped "
             "or broken download continues where it stopped.",
             "engine.recipes.model_download",
@@ -399,7 +396,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             MODEL_PREPARE,
-            "Prepare a built-in model",
             "Write a built-in model's folder once (SmolLM2: de-quantized from its packaged GGUF file), with "
             "progress; checks and jobs that need it wait for it instead of converting it themselves.",
             "engine.recipes.model_prepare",
@@ -407,7 +403,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             EVALUATE,
-            "Evaluate",
             "Score a run, a compression variant or a base model: exact match, token F1, ROUGE-L, BLEU and chrF "
             "of its greedy answers on a dataset (accuracy and macro F1 for a classifier), and lm-eval benchmarks; "
             "stored with the run and compared beside its parent and base model.",
@@ -416,7 +411,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             SERVE,
-            "Serve",
             "Serve a run, a variant or a base model behind an OpenAI-compatible HTTP endpoint (/v1/models, "
             "/v1/chat/completions and /v1/completions with streaming; /v1/classify for a classifier) until stopped, "
             "with live request and token figures.",
@@ -425,7 +419,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             SWEEP,
-            "Sweep",
             "Fine-tune one spec several times with some fields varied (grid, random or Optuna with pruning), "
             "each trial a fine-tune in the queue, the best by an evaluation metric marked.",
             "",
@@ -434,7 +427,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             PII_SCAN,
-            "Scan for personal data",
             "Look for personal data (e-mail, phone, card, IBAN, IP, URL, national ids; people, places and "
             "organisations with a named-entity model) in a dataset's text or an image folder's metadata, with "
             "Presidio: counts per column and type, a few masked examples.",
@@ -443,7 +435,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             PII_SCRUB,
-            "Scrub personal data",
             "Write a copy of a dataset with the personal data a scan finds masked, tagged, faked or hashed "
             "(images: metadata stripped); the original is never changed, and a run trained on the copy "
             "records both in its lineage.",
@@ -452,7 +443,6 @@ JOB_KINDS: dict[str, JobKind] = {
         ),
         JobKind(
             CHAIN,
-            "Compression chain",
             "Apply several techniques in order to one model (for example distil to fewer layers, prune, then int8), "
             "each stage a job whose parent is the previous stage; the last stage is scored beside the chain's start.",
             "",
