@@ -107,7 +107,7 @@ DYNAMIC_IMPORTS = {
     "engine/tasks/__init__.py": "engine.tasks.",  # get_task(name): one of the tasks
     "engine/strategies/__init__.py": "engine.strategies.",  # get_strategy(name): one of the strategies
     "app/main_window.py": "app.pages.",  # the pages of the registry (app/models/pages.py), a layer below
-    "engine/evaluate/memory.py": "",  # the modules a user's pickled model names, before it is loaded
+    "engine/evaluate/peak_memory.py": "",  # the modules a user's pickled model names, before it is loaded
 }
 
 

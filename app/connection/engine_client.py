@@ -1,5 +1,5 @@
 """The GUI's connection to the engine: JSON-RPC 2.0 over a QLocalSocket, or over TCP with TLS (QSslSocket)
-to an engine on another machine, its certificate pinned by fingerprint (engine/api/remote.py).
+to an engine on another machine, its certificate pinned by fingerprint (engine/api/remote_engine.py).
 
 Everything is asynchronous and runs on the Qt event loop: ``request`` returns
 at once and the callback runs when the reply line arrives. Subscriptions are
@@ -21,7 +21,7 @@ from PySide6.QtNetwork import QAbstractSocket, QLocalSocket, QSslSocket
 
 from engine.api import paths as engine_paths
 from engine.api import protocol
-from engine.api.remote import (
+from engine.api.remote_engine import (
     CertificateMismatch,
     KnownEngines,
     UnknownCertificate,

@@ -33,7 +33,7 @@ from app.connection.engine_client import EngineClient
 from app.state.job_list import JobsState
 from app.state.prefs import engine_paths_from_prefs, prefs
 from engine.api import paths as engine_paths
-from engine.api.remote import SavedLogins
+from engine.api.remote_engine import SavedLogins
 
 log = logging.getLogger(__name__)
 

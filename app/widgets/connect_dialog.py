@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.state.prefs import prefs
 from app.widgets.common import label, say
 from engine.api import paths as engine_paths
-from engine.api.remote import KnownEngines, SavedLogins, parse_address
+from engine.api.remote_engine import KnownEngines, SavedLogins, parse_address
 
 
 class ConnectDialog(QDialog):

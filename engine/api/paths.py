@@ -67,7 +67,7 @@ def data_home() -> Path:
 
 
 def known_engines_file() -> Path:
-    """The engine certificates this user accepted (engine/api/remote.py): ``EMBER_KNOWN_ENGINES``, else in
+    """The engine certificates this user accepted (engine/api/remote_engine.py): ``EMBER_KNOWN_ENGINES``, else in
     the user's config folder."""
     env = os.environ.get("EMBER_KNOWN_ENGINES")
     if env:
@@ -78,7 +78,7 @@ def known_engines_file() -> Path:
 
 
 def saved_logins_file() -> Path:
-    """Tokens the user chose to keep for remote engines (engine/api/remote.py's SavedLogins)."""
+    """Tokens the user chose to keep for remote engines (engine/api/remote_engine.py's SavedLogins)."""
     return known_engines_file().with_name("engine_logins.json")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.api import paths as paths_mod
 from engine.api.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, RpcError, encode, request
-from engine.api.remote import (
+from engine.api.remote_engine import (
     CertificateMismatch,
     KnownEngines,
     UnknownCertificate,

@@ -18,7 +18,7 @@ from typing import Any
 import engine
 from engine.api import paths as paths_mod
 from engine.api.protocol import RpcError
-from engine.api.remote import CertificateMismatch, UnknownCertificate
+from engine.api.remote_engine import CertificateMismatch, UnknownCertificate
 from engine.cli.client import (
     BlockingClient,
     EngineNotRunning,

@@ -196,7 +196,7 @@ class Job:
 
     def evaluate(self, label: str, variant_onnx: Path | None, variant_torch: Any) -> dict[str, Any]:
         """evaluation.json: parent and variant in one runtime, with the same threads and inputs."""
-        from engine.evaluate import facts, memory, runners
+        from engine.evaluate import facts, peak_memory, runners
         from engine.evaluate.pair import Candidate, EvalSettings, evaluate_pair
 
         e = self.spec.eval
@@ -215,8 +215,8 @@ class Job:
                                 "Use eval.runtime auto or onnxruntime-cpu.")
             parent_runner = runners.TorchRunner(base, self.task_name, threads, label="parent")
             variant_runner = runners.TorchRunner(variant_torch, self.task_name, threads, label=label)
-            parent_file = memory.save_module(base, self.work / "parent.pt")
-            variant_file = memory.save_module(variant_torch, self.work / "variant.pt")
+            parent_file = peak_memory.save_module(base, self.work / "parent.pt")
+            variant_file = peak_memory.save_module(variant_torch, self.work / "variant.pt")
             parent_size, variant_size = base_source.weights_file(), self.model_dir
         else:
             provider = "cuda" if runtime.endswith("cuda") else "cpu"

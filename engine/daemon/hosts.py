@@ -17,8 +17,8 @@ from engine.api.paths import Paths
 from engine.daemon.eventbus import EventBus
 from engine.daemon.store import Store
 from engine.launch import ssh
+from engine.launch.nodes import SshNode
 from engine.launch.readiness import assess
-from engine.launch.remote import SshNode
 from engine.launch.ssh import RemoteError
 from engine.launch.wheel import build_wheel
 

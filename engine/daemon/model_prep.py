@@ -20,7 +20,7 @@ from engine.api.specs import validate_spec
 
 if TYPE_CHECKING:
     from engine.daemon.access import User
-    from engine.daemon.context import EngineView
+    from engine.daemon.interfaces import EngineView
 
 RETRY_AFTER_S = 10.0  # a failed preparation is reported this long before a check starts another
 POLL_S = 2.0  # how soon a client waiting on a preparation should ask again

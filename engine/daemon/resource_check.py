@@ -39,7 +39,7 @@ from engine.daemon.access import DEFAULT_PROJECT
 
 if TYPE_CHECKING:
     from engine.daemon.access import User
-    from engine.daemon.context import EngineView
+    from engine.daemon.interfaces import EngineView
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -30,7 +30,7 @@ from engine.api.protocol import (
     UNAUTHORIZED,
     RpcError,
 )
-from engine.api.remote import parse_address
+from engine.api.remote_engine import parse_address
 from engine.daemon import tls
 from engine.daemon.access import Access
 from engine.daemon.eventbus import EventBus

@@ -26,7 +26,7 @@ from engine.daemon.access import LOCAL, User, token_hash
 from engine.daemon.eventbus import MAX_CLIENT_BACKLOG
 
 if TYPE_CHECKING:
-    from engine.daemon.context import EngineView as Engine
+    from engine.daemon.interfaces import EngineView as Engine
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The self-signed certificate (ECDSA P-256, ten years, this machine's names and addresses) and its key live
 in ``<data>/tls/`` (the key 0600). Clients check it the way SSH checks a host key: by its SHA-256
 fingerprint, shown by ``ember engine serve --listen`` and ``engine.status``, confirmed by the user once and
-remembered; a different certificate later is refused (engine/api/remote.py).
+remembered; a different certificate later is refused (engine/api/remote_engine.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import socket
 import ssl
 from pathlib import Path
 
-from engine.api.remote import fingerprint_of_der
+from engine.api.remote_engine import fingerprint_of_der
 
 
 def self_signed(folder: Path, extra_names: tuple[str, ...] = ()) -> tuple[Path, Path]:

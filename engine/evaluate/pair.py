@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.evaluate import latency, memory, metrics
+from engine.evaluate import latency, metrics, peak_memory
 from engine.evaluate.facts import file_bytes
 from engine.evaluate.runners import resolve_threads
 from engine.training.context import JobFailed
@@ -135,7 +135,7 @@ def evaluate_pair(parent: Candidate, variant: Candidate, data: Any, task_name: s
         mem = None
         if c.memory_file is not None:
             log(f"measuring the peak memory of {c.label} in a fresh process")
-            mem = memory.peak_memory(c.memory_file, task_name, bn, threads)
+            mem = peak_memory.peak_memory(c.memory_file, task_name, bn, threads)
         timing = {k: {f: lat[k][i][f] for f in ("batch", "p50", "p95", "mean")} for k in ("b1", "bN")}
         p50 = timing["bN"]["p50"]
         entries.append({

@@ -45,7 +45,7 @@ from engine.api.host_spec import HostSpec
 from engine.export import device_ctl
 from engine.export.jetson_bundle import sha256_file
 from engine.launch import ssh
-from engine.launch.remote import NODE_CTL_SOURCE
+from engine.launch.nodes import NODE_CTL_SOURCE
 from engine.launch.ssh import RemoteError, where
 from engine.training.context import JobFailed
 

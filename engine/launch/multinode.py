@@ -29,8 +29,8 @@ from engine.api.host_spec import LOCAL
 from engine.api.job_terms import FINETUNE
 from engine.api.train_spec import TrainSpec
 from engine.launch.local import job_env
+from engine.launch.nodes import Hosts, LocalNode, SshNode
 from engine.launch.readiness import assess
-from engine.launch.remote import Hosts, LocalNode, SshNode
 from engine.launch.ssh import RemoteError
 
 log = logging.getLogger(__name__)

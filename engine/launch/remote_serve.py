@@ -23,7 +23,7 @@ from typing import Any
 from engine.api.job_terms import SERVE
 from engine.api.specs import ServeSpec, dump_job_yaml
 from engine.launch.multinode import EventBus, LaunchError, MultiNodeRun, NodeState
-from engine.launch.remote import Hosts
+from engine.launch.nodes import Hosts
 from engine.launch.ssh import RemoteError
 
 

@@ -134,7 +134,7 @@ def gui_home(ember_home: paths_mod.Paths) -> Iterator[paths_mod.Paths]:
 def serve_over_tls(paths: paths_mod.Paths, folder, monkeypatch) -> subprocess.Popen | None:
     """Start the test's engine on TLS as well, and point the GUI's preferences at it with a user's token."""
     from app.state.prefs import prefs
-    from engine.api.remote import KnownEngines, SavedLogins
+    from engine.api.remote_engine import KnownEngines, SavedLogins
     from tests.conftest import start_engine_process
 
     proc = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.api.remote import KnownEngines
+from engine.api.remote_engine import KnownEngines
 from tests.conftest import wait_for
 
 # The windows connect themselves (Engine › Connect to engine…), in either mode of tests/app/conftest.py.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from engine.api.remote import KnownEngines
+from engine.api.remote_engine import KnownEngines
 from engine.cli.main import main
 from tests.conftest import ROOT, RunningEngine, kill_job_groups, start_engine_process
 

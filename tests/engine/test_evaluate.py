@@ -15,8 +15,8 @@ import pytest
 from engine.api.train_spec import TrainSpec
 from engine.evaluate import latency, metrics
 from engine.evaluate.facts import file_bytes, torch_facts
-from engine.evaluate.memory import peak_memory, save_module
 from engine.evaluate.pair import Candidate, EvalSettings, evaluate_pair, write
+from engine.evaluate.peak_memory import peak_memory, save_module
 from engine.evaluate.runners import TASK_INPUTS, OrtRunner, TorchRunner, resolve_threads
 from engine.tasks import get_task
 from engine.training.context import JobFailed

@@ -85,7 +85,7 @@ def test_remote_operations_with_shell_characters_over_ssh(sshd, tmp_path, monkey
     from engine.daemon.hosts import Hosts
     from engine.daemon.store import Store
     from engine.launch import ssh
-    from engine.launch.remote import SshNode
+    from engine.launch.nodes import SshNode
 
     weird = tmp_path / WEIRD
     bindir = weird / "bin $(touch PWNED)"

@@ -294,7 +294,7 @@ def test_no_file_is_read_and_no_request_sent_for_a_remote_operator(team, listene
 
 
 def _known(tmp_path: Path):
-    from engine.api.remote import KnownEngines
+    from engine.api.remote_engine import KnownEngines
 
     return KnownEngines(tmp_path / "known.json")
 

@@ -18,7 +18,7 @@ from engine.api.protocol import (
     UNAUTHORIZED,
     RpcError,
 )
-from engine.api.remote import CertificateMismatch, KnownEngines, UnknownCertificate
+from engine.api.remote_engine import CertificateMismatch, KnownEngines, UnknownCertificate
 from engine.cli.client import BlockingClient
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process
 

@@ -31,7 +31,7 @@ from engine.daemon.resource_check import ResourceCheck
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 def undeclared(table: dict[str, tuple[type[BaseModel], Any]]) -> None:
     """Refuse to start when a method takes a parameter engine/api/resources.py does not classify: a new

@@ -12,7 +12,7 @@ from engine.daemon import lineage
 from engine.daemon.handlers.params import JobId, Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 AUDIT_REPLY_BYTES = 512 * 1024  # an audit.list page stops here, well under the 1 MiB frame
 

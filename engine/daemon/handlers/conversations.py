@@ -16,7 +16,7 @@ from engine.daemon.access import DEFAULT_PROJECT
 from engine.daemon.handlers.params import Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 MAX_SCAN = 100_000  # saved chats looked through for a user of some projects

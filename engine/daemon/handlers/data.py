@@ -25,7 +25,7 @@ from engine.launch.local import job_env
 
 if TYPE_CHECKING:
     from engine.daemon.access import User
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 CHECK_TIMEOUT_S = 120
 CHECK_TIMEOUT_ENV = "EMBER_CHECK_TIMEOUT_S"  # a slower machine (or a test) sets another limit

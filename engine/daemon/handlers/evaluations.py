@@ -21,7 +21,7 @@ from engine.daemon.handlers.params import JobId, Params
 from engine.daemon.job_records import read_json, record
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
     from engine.daemon.store import Store
 
 MAX_DEPTH = 8  # generations followed up to the fine-tune, and down through variants of variants

@@ -12,7 +12,7 @@ from engine.api.protocol import NOT_FOUND, RpcError
 from engine.daemon.handlers.params import Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 class Subscribe(Params):

@@ -15,7 +15,7 @@ from engine.daemon.handlers.params import NoParams, Params
 from engine.launch.ssh import RemoteError
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 class HostAdd(Params):
@@ -139,7 +139,7 @@ class HostHandlers:
 
     async def slurm(self, _s: Client, p: HostName) -> Any:
         """The partitions of the Slurm cluster whose login node is this host (or this machine)."""
-        from engine.launch.remote import LocalNode, SshNode
+        from engine.launch.nodes import LocalNode, SshNode
 
         if p.name == LOCAL:
             node: Any = LocalNode(sys.executable)

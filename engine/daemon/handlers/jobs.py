@@ -23,7 +23,7 @@ from engine.daemon.handlers.params import JobId, NoParams, Params
 from engine.daemon.job_records import artifacts, delete_files, read_json, record, variants
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 class JobsStart(Params):

@@ -19,7 +19,7 @@ from engine.daemon import builtins, hub
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 _CODES = {"not_found": NOT_FOUND, "offline": REMOTE_FAILED, "invalid": INVALID_PARAMS, "busy": INVALID_STATE}
 

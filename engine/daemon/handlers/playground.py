@@ -13,7 +13,7 @@ from engine.daemon import secrets_store
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 class Chat(Params):

@@ -11,7 +11,7 @@ from engine.daemon import data_policy
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 class SetPolicy(Params):

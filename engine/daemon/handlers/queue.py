@@ -10,7 +10,7 @@ from engine.daemon import job_queue
 from engine.daemon.handlers.params import JobId, NoParams, Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 class QueueMove(JobId):

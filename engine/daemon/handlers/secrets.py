@@ -12,7 +12,7 @@ from engine.daemon import secrets_store
 from engine.daemon.handlers.params import Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 

@@ -13,7 +13,7 @@ from engine.api.protocol import METHODS
 from engine.daemon.handlers.params import NoParams
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 
 def status_of(eng: EngineView) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from engine.daemon.access import ALL, DEFAULT_PROJECT, new_token, token_hash
 from engine.daemon.handlers.params import NoParams, Params
 
 if TYPE_CHECKING:
-    from engine.daemon.context import Client, EngineView
+    from engine.daemon.interfaces import Client, EngineView
 
 PROJECT = r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$"
 Role = Literal["viewer", "operator", "admin"]

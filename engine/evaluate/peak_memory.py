@@ -1,6 +1,6 @@
 """The resident memory a model adds while it runs, measured in a fresh process.
 
-``peak_memory`` starts ``python -m engine.evaluate.memory`` with the model file and
+``peak_memory`` starts ``python -m engine.evaluate.peak_memory`` with the model file and
 a batch saved as ``.npz``. The child first imports what running the model needs
 (onnxruntime for ``.onnx``; torch and the modules the pickled model refers to for
 ``.pt``), collects garbage and takes its resident set as the *baseline*. Then it
@@ -65,7 +65,7 @@ def peak_memory(model_file: str | os.PathLike, task_name: str, batch_file_or_bat
             batch_file = Path(batch_file_or_batch)
         else:
             batch_file = save_batch(batch_file_or_batch, Path(tmp) / "batch.npz")
-        cmd = [sys.executable, "-m", "engine.evaluate.memory", "--model", str(model_file), "--task", task_name,
+        cmd = [sys.executable, "-m", "engine.evaluate.peak_memory", "--model", str(model_file), "--task", task_name,
                "--batch", str(batch_file), "--threads", str(threads), "--runs", str(runs)]
         root = Path(__file__).resolve().parent.parent.parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
