@@ -73,7 +73,7 @@ def main() -> int:
     others = [r for r in view.rows() if not r.is_parent and r.metric is not None]
     chains = [r for r in others if r.technique.startswith("chain")]
     if others:
-        view.select_run((chains or others)[0].run_id)
+        view.select_run((chains or others)[0].job_id)
     pump(app, 3)
     shoot(app, window, "variants.png")
     # The latency columns: a TensorRT-form or fp16 variant timed on this CPU is marked as not on its target.

@@ -66,7 +66,7 @@ def main() -> int:
 
 
 def export(app, window, lm: str, record: dict) -> None:
-    window.nav.show("export", run_id=lm, record=record)
+    window.nav.show("export", job_id=lm, record=record)
     page = window.page("export")
     wait(app, lambda: page.source() is not None and page.source()["id"] == lm, 30, "the source")
     for key, check in page.format_checks.items():

@@ -70,7 +70,7 @@ def main() -> int:
         client.call("hosts.probe", name="orin-nano")
         parent = finish(client, client.call("jobs.start", kind="train.finetune", spec=PARENT,
                                             name="tickets-minilm")["id"])
-        window.nav.show("export", run_id=parent["id"], record=parent)
+        window.nav.show("export", job_id=parent["id"], record=parent)
         page = window.page("export")
         wait(app, lambda: page.source() is not None and page.source()["id"] == parent["id"], 30, "the source")
         for key, check in page.format_checks.items():

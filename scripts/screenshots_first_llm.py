@@ -89,7 +89,7 @@ def main() -> int:
             pump(app, 2)
 
     playground = window.show_page("playground")
-    playground.navigate(run_id=run)
+    playground.navigate(job_id=run)
     pump(app, 2)
     playground.serve()  # the tuned run, on this machine
     bar = playground.serve_bar

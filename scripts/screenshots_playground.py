@@ -58,7 +58,7 @@ def main() -> int:
 
     app, window = open_window()
     window.resize(1280, 820)
-    window.nav.try_in_playground(run_id=lm)
+    window.nav.try_in_playground(job_id=lm)
     page = window.page("playground")
     wait(app, lambda: page.picker_a.current() is not None and page.picker_a.current().ref == {"run": lm}, 30,
          "the fine-tune in the list")
@@ -78,7 +78,7 @@ def main() -> int:
     page.loaded.reload()
     shoot(app, window, "playground-chat.png")
 
-    window.nav.try_in_playground(run_id=tickets)
+    window.nav.try_in_playground(job_id=tickets)
     view = page.classify_view
     wait(app, lambda: len(view.cards) >= 2, 30, "the classifier and its variant")
     view.text_edit.setPlainText(TICKET)

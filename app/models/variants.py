@@ -32,7 +32,7 @@ CPU_RUNTIMES = ("onnxruntime-cpu", "torch", "llama.cpp", "onnxruntime-genai", "t
 
 @dataclass
 class Row:
-    run_id: str
+    job_id: str
     name: str
     technique: str
     state: str
@@ -236,7 +236,7 @@ def llm_rows(deployment: dict[str, Any]) -> list[Row]:
         check = f.get("check") or {}
         fmt_name, kind = str(f.get("format")), str(f.get("kind"))
         title = FILE_TITLES.get(fmt_name, fmt_name) + ("" if kind == fmt_name else f" {kind}")
-        row = Row(run_id=f"{deployment.get('job')}:{fmt_name}/{kind}", name=str(deployment.get("name") or ""),
+        row = Row(job_id=f"{deployment.get('job')}:{fmt_name}/{kind}", name=str(deployment.get("name") or ""),
                   technique=title, state=str(deployment.get("state") or ""), metric_name="perplexity",
                   higher_is_better=False, metric=_num(check.get("perplexity")),
                   agreement=_num(check.get("token_agreement")), b1_ms=_per_token_ms(check.get("tokens_per_s")),
@@ -278,7 +278,7 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
     """The parent first, then each variant in the engine's order, then a language model's exported files."""
     parent = reply.get("parent") or {}
     task = (parent.get("summary") or {}).get("task") or (parent.get("spec") or {}).get("task")
-    prow = Row(run_id=str(parent.get("id") or ""), name=str(parent.get("name") or parent.get("id") or ""),
+    prow = Row(job_id=str(parent.get("id") or ""), name=str(parent.get("name") or parent.get("id") or ""),
                technique="parent", state=str(parent.get("state") or ""), is_parent=True, record=parent)
     _fill(prow, reply.get("parent_evaluation"), task)
     if prow.entry:
@@ -289,7 +289,7 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
         job = item.get("job") or {}
         doc = item.get("evaluation")
         error = (job.get("error") or {}).get("message") or ""
-        row = Row(run_id=str(job.get("id") or ""), name=str(job.get("name") or job.get("id") or ""),
+        row = Row(job_id=str(job.get("id") or ""), name=str(job.get("name") or job.get("id") or ""),
                   technique=technique_label(job, doc), state=str(job.get("state") or ""), record=job,
                   error=str(error), device=latest_device(item.get("deployments")))
         if doc:
@@ -316,15 +316,15 @@ def build_rows(reply: dict[str, Any]) -> list[Row]:
 
 def pareto_front(rows: list[Row], basis: str = "b1") -> list[str]:
     """Run ids on the front (no other row is at least as fast and as good, and better in one), by latency."""
-    points = [(r.run_id, r.latency(basis), r.metric if r.higher_is_better else -r.metric)
+    points = [(r.job_id, r.latency(basis), r.metric if r.higher_is_better else -r.metric)
               for r in rows if r.metric is not None and r.latency(basis) is not None]
     front = []
-    for run_id, lat, score in points:
+    for job_id, lat, score in points:
         dominated = any(o_lat <= lat and o_score >= score and (o_lat < lat or o_score > score)
-                        for o_id, o_lat, o_score in points if o_id != run_id)
+                        for o_id, o_lat, o_score in points if o_id != job_id)
         if not dominated:
-            front.append((lat, -score, run_id))
-    return [run_id for _lat, _s, run_id in sorted(front)]
+            front.append((lat, -score, job_id))
+    return [job_id for _lat, _s, job_id in sorted(front)]
 
 
 def recommend(rows: list[Row], max_latency_ms: float | None, max_drop: float | None,
@@ -380,9 +380,9 @@ def csv_records(rows: list[Row], front: list[str], recommended: str | None) -> l
     """A header and one line per row, with raw numbers (no units, no rounding)."""
     out: list[list[Any]] = [list(CSV_COLUMNS)]
     for r in rows:
-        values = [r.run_id, r.name, r.technique, r.state, r.is_parent, r.metric_name, r.metric, r.delta,
+        values = [r.job_id, r.name, r.technique, r.state, r.is_parent, r.metric_name, r.metric, r.delta,
                   r.agreement, r.b1_ms, r.bn_ms, r.batch_n, r.speedup, r.size_bytes, r.compression,
-                  r.params, r.peak_bytes, r.run_id in front, r.run_id == recommended, *_device_values(r.device)]
+                  r.params, r.peak_bytes, r.job_id in front, r.job_id == recommended, *_device_values(r.device)]
         out.append(["" if v is None else v for v in values])
     return out
 

@@ -117,23 +117,23 @@ def new_finetune(window: Any) -> None:
 
 
 def compress_selected(window: Any) -> None:
-    run_id, record = selected_run(window)
-    if run_id and record and record.get("kind") == FINETUNE and record.get("state") == "succeeded":
-        window.nav.show("compress", source=run_id)
+    job_id, record = selected_run(window)
+    if job_id and record and record.get("kind") == FINETUNE and record.get("state") == "succeeded":
+        window.nav.show("compress", source=job_id)
     else:
         window.show_page("compress")
-        if run_id:
+        if job_id:
             _status(window, "Only a finished fine-tune can be compressed: choose one on the Source step.")
     _focus_first(current_page(window))
 
 
 def export_selected(window: Any) -> None:
-    run_id, record = selected_run(window)
-    if run_id and (record is None or record.get("state") == "succeeded"):
-        window.nav.show("export", run_id=run_id, record=record)
+    job_id, record = selected_run(window)
+    if job_id and (record is None or record.get("state") == "succeeded"):
+        window.nav.show("export", job_id=job_id, record=record)
     else:
         window.show_page("export")
-        if run_id:
+        if job_id:
             _status(window, "Only a finished run can be exported: choose one on the Source step.")
     _focus_first(current_page(window))
 

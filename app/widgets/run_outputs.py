@@ -158,8 +158,8 @@ class RunOutputs(QObject):
         parent = files.get("parent") or self._job.get("parent_id")
         children = files.get("children") or []
 
-        def link(run_id: str) -> str:
-            return f'<a href="{run_id}">{run_id}</a>'
+        def link(job_id: str) -> str:
+            return f'<a href="{job_id}">{job_id}</a>'
 
         lines = [f"<b>Parent run:</b> {link(parent) if parent else 'none (started from scratch)'}",
                  "<b>Runs made from this one:</b> "

@@ -100,23 +100,23 @@ class RunPicker:
 
     def upsert(self, record: dict[str, Any]) -> None:
         """Add ``record``, or refresh its row (a jobs.get reply brings more than the list had, e.g. a result)."""
-        run_id = record["id"]
-        old = self._records.get(run_id)
+        job_id = record["id"]
+        old = self._records.get(job_id)
         if old is None:
             self._add(record)
             self._show_list()
             return
-        self._records[run_id] = {**old, **record}
-        item = self._item(run_id)
+        self._records[job_id] = {**old, **record}
+        item = self._item(job_id)
         if item is not None:
-            self._fill(item, self._records[run_id])
-        if run_id == self.source_id():
+            self._fill(item, self._records[job_id])
+        if job_id == self.source_id():
             self.emit_changed()
 
-    def remove(self, run_id: str) -> None:
-        item = self._item(run_id)
+    def remove(self, job_id: str) -> None:
+        item = self._item(job_id)
         if item is not None:
-            self._records.pop(run_id, None)
+            self._records.pop(job_id, None)
             self.source_list.takeTopLevelItem(self.source_list.indexOfTopLevelItem(item))
             self._show_list()
             self.emit_changed()
@@ -138,10 +138,10 @@ class RunPicker:
         for column, tip in row.tips.items():
             item.setToolTip(column, tip)
 
-    def _item(self, run_id: str) -> QTreeWidgetItem | None:
+    def _item(self, job_id: str) -> QTreeWidgetItem | None:
         for i in range(self.source_list.topLevelItemCount()):
             item = self.source_list.topLevelItem(i)
-            if item.data(0, ID_ROLE) == run_id:
+            if item.data(0, ID_ROLE) == job_id:
                 return item
         return None
 
@@ -149,12 +149,12 @@ class RunPicker:
         """The runs listed, top to bottom."""
         return [self.source_list.topLevelItem(i).data(0, ID_ROLE) for i in range(self.source_list.topLevelItemCount())]
 
-    def row_text(self, run_id: str) -> list[str]:
-        item = self._item(run_id)
+    def row_text(self, job_id: str) -> list[str]:
+        item = self._item(job_id)
         return [item.text(c) for c in range(self.source_list.columnCount())] if item is not None else []
 
-    def select(self, run_id: str) -> bool:
-        item = self._item(run_id)
+    def select(self, job_id: str) -> bool:
+        item = self._item(job_id)
         if item is None:
             return False
         self.source_list.setCurrentItem(item)
@@ -167,5 +167,5 @@ class RunPicker:
         return items[0].data(0, ID_ROLE) if items else None
 
     def source(self) -> dict[str, Any] | None:
-        run_id = self.source_id()
-        return self._records.get(run_id) if run_id else None
+        job_id = self.source_id()
+        return self._records.get(job_id) if job_id else None

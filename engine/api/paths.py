@@ -53,8 +53,8 @@ class Paths:
     def engine_log(self) -> Path:
         return self.home / "engine.log"
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.runs / run_id
+    def run_dir(self, job_id: str) -> Path:
+        return self.runs / job_id
 
 
 def data_home() -> Path:

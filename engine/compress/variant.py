@@ -46,7 +46,7 @@ class Job:
         import torch
 
         torch.manual_seed(source.spec.seed)
-        progress(ctx, "load", 0.02, f"loading run {source.run_id} ({source.spec.task}, {source.spec.model_name()})")
+        progress(ctx, "load", 0.02, f"loading run {source.job_id} ({source.spec.task}, {source.spec.model_name()})")
         data = sources.load_data(source)
         parent = sources.load_model(source, data)
         work = Path(ctx.run_dir) / "work"
@@ -66,7 +66,7 @@ class Job:
     def example_batch(self, n: int = 4, split: str = "val") -> dict[str, Any]:
         rows = self.data.val if split == "val" else self.data.train
         if len(rows) == 0:
-            raise JobFailed(f"Run {self.source.run_id} has no {split} examples",
+            raise JobFailed(f"Run {self.source.job_id} has no {split} examples",
                             "Fine-tune with a validation split (data.val_fraction or data.val_path).")
         return self.data.collate([rows[i] for i in range(min(n, len(rows)))])
 
@@ -118,7 +118,7 @@ class Job:
     def baseline(self) -> tuple[sources.Source, Any]:
         """What the variant is scored beside: the parent, or ``spec.baseline_run`` (a chain's start)."""
         run = getattr(self.spec, "baseline_run", None)
-        if not run or run == self.source.run_id:
+        if not run or run == self.source.job_id:
             return self.source, self.parent
         if self._baseline is None:
             source = sources.open_source(Path(self.ctx.run_dir).resolve().parent / run)
@@ -152,7 +152,7 @@ class Job:
         if teacher_alpha > 0:
             from engine.api.train_spec import DistillSpec
 
-            spec = spec.model_copy(update={"distill": DistillSpec(teacher_run=self.source.run_id, student_layers=None,
+            spec = spec.model_copy(update={"distill": DistillSpec(teacher_run=self.source.job_id, student_layers=None,
                                                                   alpha=teacher_alpha)})
             teacher = copy.deepcopy(self.parent)
         self.ctx.log(f"{what}: {steps} steps at lr {lr:g}, batch {batch_size}"
@@ -182,10 +182,10 @@ class Job:
         if not doc["target"]["measured_on_target"]:
             self.ctx.log(f"latency: {doc['target']['note']}")
         pair.write(Path(self.ctx.run_dir), doc)
-        result = {"source_run": self.source.run_id, "technique": technique, "label": label,
+        result = {"source_run": self.source.job_id, "technique": technique, "label": label,
                   "path": str(self.model_dir), "evaluation": summary(doc), **extra}
         self.ctx.write_result(result)
-        self.ctx.emit("artifact", type="model", path=str(self.model_dir), source_run=self.source.run_id,
+        self.ctx.emit("artifact", type="model", path=str(self.model_dir), source_run=self.source.job_id,
                       format=fmt)
         self.ctx.emit("artifact", type="evaluation", path=str(Path(self.ctx.run_dir) / "evaluation.json"))
         self.ctx.emit("result", **result)
@@ -225,7 +225,7 @@ class Job:
             parent_runner = runners.OrtRunner(parent_file, self.task_name, threads, provider, label="parent")
             variant_runner = runners.OrtRunner(variant_file, self.task_name, threads, provider, label=label)
             parent_size, variant_size = parent_file, variant_file
-        parent = Candidate(base_source.run_id, "parent", parent_runner, parent_size, parent_facts["params"],
+        parent = Candidate(base_source.job_id, "parent", parent_runner, parent_size, parent_facts["params"],
                            parent_facts["macs"], parent_file)
         variant = Candidate(Path(self.ctx.run_dir).name, label, variant_runner, variant_size,
                             variant_facts["params"], variant_facts["macs"], variant_file)

@@ -44,8 +44,8 @@ def stage_ids(run_dir: Path) -> list[str]:
 class ChainRun:
     def __init__(self, jm: Any, job: dict[str, Any], spec: ChainSpec):
         self.jm = jm
-        self.run_id = job["id"]
-        self.name = job.get("name") or self.run_id
+        self.job_id = job["id"]
+        self.name = job.get("name") or self.job_id
         self.owner, self.project = job.get("owner") or "", job.get("project") or ""
         self.run_dir = Path(job["run_dir"])
         self.spec = spec
@@ -95,7 +95,7 @@ class ChainRun:
         except asyncio.CancelledError:
             raise  # the engine is closing: the next engine's controller follows the stages on
         except Exception as exc:  # noqa: BLE001 - the chain must end with a reason, whatever went wrong
-            log.exception("chain %s", self.run_id)
+            log.exception("chain %s", self.job_id)
             self.emit("status", state="failed", message=f"The chain's controller failed: {exc}",
                       hint="See engine.log; Resume continues the chain from its last finished stage.")
             self.code = 1

@@ -78,7 +78,7 @@ class Subscriber:
 class _Pending:
     topic: str
     t: float
-    run_id: str | None
+    job_id: str | None
     data_json: str
 
 
@@ -94,24 +94,24 @@ class EventBus:
         self.failed_commits = 0
 
     # ---- publishing
-    def publish(self, topic: str, data: dict[str, Any], run_id: str | None = None,
+    def publish(self, topic: str, data: dict[str, Any], job_id: str | None = None,
                 t: float | None = None) -> None:
-        self.publish_json(topic, dumps(data), run_id, t)
+        self.publish_json(topic, dumps(data), job_id, t)
 
-    def publish_json(self, topic: str, data_json: str, run_id: str | None = None,
+    def publish_json(self, topic: str, data_json: str, job_id: str | None = None,
                      t: float | None = None) -> None:
         """Publish an event whose data is JSON text already (a line a job wrote). The store and every
         subscriber get strict JSON: a job's NaN loss becomes null, a lone surrogate U+FFFD."""
-        self._pending.append(_Pending(safe_text(topic), _when(t), run_id, strict_json_text(data_json)))
+        self._pending.append(_Pending(safe_text(topic), _when(t), job_id, strict_json_text(data_json)))
         self._schedule()
 
     def next_seq(self) -> int:
         """The seq the next published event will get."""
         return self.last_seq + len(self._pending) + 1
 
-    def update_job_with_batch(self, run_id: str, **fields: Any) -> None:
+    def update_job_with_batch(self, job_id: str, **fields: Any) -> None:
         """Store ``fields`` on the run in the same transaction as the pending events."""
-        self._job_updates.setdefault(run_id, {}).update(fields)
+        self._job_updates.setdefault(job_id, {}).update(fields)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -124,7 +124,7 @@ class EventBus:
         if not self._pending and not self._job_updates:
             return
         pending, updates = self._pending, self._job_updates
-        rows = [(self.last_seq + i + 1, p.topic, p.t, p.run_id, p.data_json) for i, p in enumerate(pending)]
+        rows = [(self.last_seq + i + 1, p.topic, p.t, p.job_id, p.data_json) for i, p in enumerate(pending)]
         try:
             self.store.commit_events(rows, updates)
         except Exception:  # noqa: BLE001 - a full disk must not kill the engine; retry shortly

@@ -21,9 +21,9 @@ class Follower:
     the events (``EventBus.update_job_with_batch``), so a restart resumes exactly.
     """
 
-    def __init__(self, bus: EventBus, run_id: str, run_dir: Path, offset: int):
+    def __init__(self, bus: EventBus, job_id: str, run_dir: Path, offset: int):
         self.bus = bus
-        self.run_id = run_id
+        self.job_id = job_id
         self.path = Path(run_dir) / "events.jsonl"
         self.offset = offset
         self.reported_state: str | None = None
@@ -52,11 +52,11 @@ class Follower:
         fields["reported_state"] = self.reported_state
         if self.last_error:
             fields["error"] = self.last_error
-        self.bus.update_job_with_batch(self.run_id, **fields)
+        self.bus.update_job_with_batch(self.job_id, **fields)
         return count
 
     def _publish_line(self, raw: bytes) -> None:
-        topic_base = f"run/{self.run_id}"
+        topic_base = f"run/{self.job_id}"
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
@@ -66,7 +66,7 @@ class Follower:
             self.bus.publish(f"{topic_base}/warning",
                              {"kind": "warning", "message": f"Skipped a line of events.jsonl that is not a JSON "
                               f"object at byte {self.offset}", "hint": "The job wrote a malformed event."},
-                             run_id=self.run_id)
+                             job_id=self.job_id)
             return
         kind = data.get("kind") if isinstance(data.get("kind"), str) else "event"
         t = data.get("t") if isinstance(data.get("t"), (int, float)) else None
@@ -82,7 +82,7 @@ class Follower:
             self.reported_state = None
             self.reported_at = None
             self.last_error = None
-        self.bus.publish_json(f"{topic_base}/{kind}", raw.decode("utf-8"), run_id=self.run_id, t=t)
+        self.bus.publish_json(f"{topic_base}/{kind}", raw.decode("utf-8"), job_id=self.job_id, t=t)
 
     def end_time(self) -> float:
         """When the job ended, for a job whose end the engine did not see (it ended while the engine was
@@ -90,7 +90,7 @@ class Follower:
         to its events file, else now. Read it before ``release_tail``, which changes the file's mtime."""
         if self.reported_state and self.reported_at is None:
             # The final status was stored by an earlier engine, before the offset this follower began at.
-            self.reported_at = self.bus.store.last_event_t(self.run_id, f"run/{self.run_id}/status")
+            self.reported_at = self.bus.store.last_event_t(self.job_id, f"run/{self.job_id}/status")
         if self.reported_state and self.reported_at is not None:
             return float(self.reported_at)
         try:

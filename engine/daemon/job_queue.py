@@ -25,7 +25,7 @@ class JobManager(Protocol):
     store: Store
     max_concurrent: int
 
-    def get(self, run_id: str) -> dict[str, Any]: ...
+    def get(self, job_id: str) -> dict[str, Any]: ...
 
 
 # Keys in the store's settings table.
@@ -114,10 +114,10 @@ def snapshot(jm: JobManager) -> dict[str, Any]:
             "resources": resources, "settings": facts["settings"]}
 
 
-def _queued(jm: JobManager, run_id: str) -> dict[str, Any]:
-    job = jm.get(run_id)
+def _queued(jm: JobManager, job_id: str) -> dict[str, Any]:
+    job = jm.get(job_id)
     if job["state"] != "queued":
-        raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a queued job has a place in the queue",
+        raise RpcError(INVALID_STATE, f"Job {job_id} is {job['state']}; only a queued job has a place in the queue",
                        {"hint": "Priorities and order apply to queued jobs (queue.get lists them)."})
     return job
 
@@ -132,7 +132,7 @@ def _write_order(jm: JobManager, order: list[dict[str, Any]]) -> None:
             jm.store.update_job(job["id"], **fields)
 
 
-def move(jm: JobManager, run_id: str, to: str) -> None:
+def move(jm: JobManager, job_id: str, to: str) -> None:
     """Move a queued job to the top, up one, down one or to the bottom of the run order.
 
     The order is priority first: a job moved past one of another priority takes that
@@ -140,9 +140,9 @@ def move(jm: JobManager, run_id: str, to: str) -> None:
     """
     if to not in MOVES:
         raise RpcError(INVALID_PARAMS, f"Unknown move {to!r}", {"hint": f"Use one of {', '.join(MOVES)}."})
-    _queued(jm, run_id)
+    _queued(jm, job_id)
     order = jm.store.queued_jobs()
-    index = next(i for i, r in enumerate(order) if r["id"] == run_id)
+    index = next(i for i, r in enumerate(order) if r["id"] == job_id)
     job = order.pop(index)
     target = {"top": 0, "up": max(0, index - 1), "down": min(len(order), index + 1), "bottom": len(order)}[to]
     order.insert(target, job)
@@ -156,10 +156,10 @@ def move(jm: JobManager, run_id: str, to: str) -> None:
     _write_order(jm, order)
 
 
-def prioritize(jm: JobManager, run_id: str, priority: int) -> None:
+def prioritize(jm: JobManager, job_id: str, priority: int) -> None:
     """Set a queued job's priority; it goes behind the jobs that already have that priority."""
-    _queued(jm, run_id)
-    jm.store.update_job(run_id, priority=priority, queue_pos=jm.store.next_queue_pos())
+    _queued(jm, job_id)
+    jm.store.update_job(job_id, priority=priority, queue_pos=jm.store.next_queue_pos())
     _write_order(jm, jm.store.queued_jobs())
 
 

@@ -76,15 +76,15 @@ def checkpoints(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def artifacts(store: Store, job: dict[str, Any]) -> dict[str, Any]:
-    run_id = job["id"]
+    job_id = job["id"]
     found = []
-    for _seq, _topic, t, data in store.query_events([f"run/{run_id}/artifact"], 0, None, 10_000):
+    for _seq, _topic, t, data in store.query_events([f"run/{job_id}/artifact"], 0, None, 10_000):
         event = json.loads(data)
         path = Path(event.get("path", ""))
         found.append({"type": event.get("type", ""), "path": str(path), "step": event.get("step"), "t": t,
                       "bytes": _tree_bytes(path) if path.exists() else None, "exists": path.exists()})
     return {"checkpoints": checkpoints(Path(job["run_dir"])), "artifacts": found,
-            "parent": job.get("parent_id"), "children": store.child_jobs(run_id),
+            "parent": job.get("parent_id"), "children": store.child_jobs(job_id),
             "memory": {"estimated": job.get("estimated_peak"), "measured": job.get("measured_peak")}}
 
 
@@ -109,10 +109,10 @@ def llm_files(result: dict[str, Any]) -> dict[str, Any]:
     return {"reference": result.get("reference"), "files": files, "check_rows": result.get("check_rows")}
 
 
-def deployments(store: Store, run_id: str) -> list[dict[str, Any]]:
+def deployments(store: Store, job_id: str) -> list[dict[str, Any]]:
     """The export jobs made from a run, newest first, each with its device figures (result.json's device)."""
     out = []
-    for child_id in store.child_jobs(run_id):
+    for child_id in store.child_jobs(job_id):
         child = store.get_job(child_id)
         if child is None or child.get("kind") != EXPORT:
             continue
@@ -148,12 +148,12 @@ def variants(store: Store, job: dict[str, Any]) -> dict[str, Any]:
             "parent_deployments": deployments(store, job["id"])}
 
 
-def measured_peak(store: Store, run_id: str) -> int | None:
+def measured_peak(store: Store, job_id: str) -> int | None:
     """The highest per-rank peak the run's memory events recorded."""
     from engine.estimate.memory import measured_peak as peak_of  # pure Python, no torch
 
     return peak_of([json.loads(data) for _seq, _topic, _t, data in
-                    store.query_events([f"run/{run_id}/memory"], 0, None, 100_000)])
+                    store.query_events([f"run/{job_id}/memory"], 0, None, 100_000)])
 
 
 def delete_files(runs_root: Path, run_dir: Path) -> int:

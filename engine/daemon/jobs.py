@@ -100,17 +100,17 @@ class JobManager:
         self._queue_json: str | None = None  # the last `queue` event, so an unchanged queue is not re-sent
 
     # ---- queries
-    def get(self, run_id: str) -> dict[str, Any]:
-        job = self.store.get_job(run_id)
+    def get(self, job_id: str) -> dict[str, Any]:
+        job = self.store.get_job(job_id)
         if job is None:
-            raise RpcError(NOT_FOUND, f"No job with id {run_id!r}",
+            raise RpcError(NOT_FOUND, f"No job with id {job_id!r}",
                            {"hint": "List jobs with jobs.list (or `ember jobs`)."})
         return job
 
     # ---- state changes
-    def _set_state(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
-        self.store.update_job(run_id, state=state, **fields)
-        job = self.get(run_id)
+    def _set_state(self, job_id: str, state: str, **fields: Any) -> dict[str, Any]:
+        self.store.update_job(job_id, state=state, **fields)
+        job = self.get(job_id)
         # The whole record, so a client's view has times, exit code and error with the state.
         self.bus.publish("jobs", record(self.store, job))
         return job
@@ -124,8 +124,8 @@ class JobManager:
             raise RpcError(NOT_FOUND, f"No job with id {parent!r} ({field})",
                            {"hint": "Pick a job from jobs.list (or `ember jobs`)."})
         host = self._deploy_host(spec)
-        run_id = new_job_id()
-        run_dir = self.paths.run_dir(run_id)
+        job_id = new_job_id()
+        run_dir = self.paths.run_dir(job_id)
         run_dir.mkdir(parents=True)
         (run_dir / "spec.yaml").write_text(dump_job_yaml(kind, spec, name), encoding="utf-8")
         created = time.time()
@@ -134,13 +134,13 @@ class JobManager:
         if host is not None:
             (run_dir / "deploy_host.json").write_text(json.dumps(host, indent=1), encoding="utf-8")
         self.store.insert_job({
-            "id": run_id, "kind": kind, "name": name or kind, "state": "queued",
+            "id": job_id, "kind": kind, "name": name or kind, "state": "queued",
             "created_at": created, "run_dir": str(run_dir), "spec": spec.model_dump(mode="json"),
             "parent_id": parent, "queue_pos": self.store.next_queue_pos(), "owner": owner, "project": project,
         })
-        self.bus.publish("jobs", record(self.store, self.get(run_id)))
+        self.bus.publish("jobs", record(self.store, self.get(job_id)))
         self.schedule()
-        return self.get(run_id)
+        return self.get(job_id)
 
     def _deploy_host(self, spec: Any) -> dict[str, Any] | None:
         """An export's Jetson host, resolved now: the job process reads it (no password) from its run dir."""
@@ -162,12 +162,12 @@ class JobManager:
                 self._launch(job)  # a sweep or chain holds nothing: its jobs wait in the queue themselves
         plan, _running, _queued, facts = job_queue.plan_now(self)
         limit, used = _local_cores(plan, facts)  # used: after this round's starts
-        for run_id, gpus in plan.start:
-            job = self.store.get_job(run_id)
+        for job_id, gpus in plan.start:
+            job = self.store.get_job(job_id)
             if job is not None and job["state"] == "queued":
-                self.store.update_job(run_id, gpus=gpus)
-                cores = int(facts["needs"].get(run_id, ({}, {}))[0].get(LOCAL) or 0)
-                self._launch(self.get(run_id), (limit, cores, used))
+                self.store.update_job(job_id, gpus=gpus)
+                cores = int(facts["needs"].get(job_id, ({}, {}))[0].get(LOCAL) or 0)
+                self._launch(self.get(job_id), (limit, cores, used))
         self._publish_queue()
 
     def serving(self, model: dict[str, Any], max_new_tokens: int, visible: Callable[[str], bool]) -> str | None:
@@ -266,7 +266,7 @@ class JobManager:
             multi = kind(job["id"], run_dir, spec, self.hosts, self.bus)
             launched = False
         if isinstance(multi, SlurmRun):
-            multi.report = lambda view, run_id=job["id"]: self._cluster_changed(run_id, view)
+            multi.report = lambda view, job_id=job["id"]: self._cluster_changed(job_id, view)
         self._multi[job["id"]] = multi
         if job["state"] != "running":
             self._set_state(job["id"], "running", started_at=time.time(), pid=None, pid_started=None)
@@ -288,59 +288,59 @@ class JobManager:
         controller.task = asyncio.get_running_loop().create_task(controller.run())
         self._follow(job["id"])
 
-    def _cluster_changed(self, run_id: str, view: dict[str, Any]) -> None:
+    def _cluster_changed(self, job_id: str, view: dict[str, Any]) -> None:
         """A Slurm job's state, pending reason or queue place changed: keep it and tell the clients."""
-        self.store.update_job(run_id, cluster=view)
-        self.bus.publish("jobs", record(self.store, self.get(run_id)))
+        self.store.update_job(job_id, cluster=view)
+        self.bus.publish("jobs", record(self.store, self.get(job_id)))
 
-    def _follow(self, run_id: str) -> None:
-        job = self.get(run_id)
-        follower = Follower(self.bus, run_id, Path(job["run_dir"]), job["events_offset"])
+    def _follow(self, job_id: str) -> None:
+        job = self.get(job_id)
+        follower = Follower(self.bus, job_id, Path(job["run_dir"]), job["events_offset"])
         follower.reported_state = job.get("reported_state")
-        self._tasks[run_id] = asyncio.get_running_loop().create_task(self._watch(run_id, follower))
+        self._tasks[job_id] = asyncio.get_running_loop().create_task(self._watch(job_id, follower))
 
-    async def _watch(self, run_id: str, follower: Follower) -> None:
+    async def _watch(self, job_id: str, follower: Follower) -> None:
         try:
             while not self._closing:
                 follower.poll()
-                exit_code = self._exit_code(run_id)
+                exit_code = self._exit_code(job_id)
                 if exit_code is not None:
                     while follower.poll():  # drain what the job wrote before it ended
                         pass
-                    await self._finish_when_stored(run_id, follower, exit_code)
+                    await self._finish_when_stored(job_id, follower, exit_code)
                     return
                 await asyncio.sleep(POLL_S)
         finally:
-            self._tasks.pop(run_id, None)
+            self._tasks.pop(job_id, None)
 
-    async def _finish_when_stored(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
+    async def _finish_when_stored(self, job_id: str, follower: Follower, exit_code: int | str) -> None:
         """Settle the job, retrying while the store cannot be written (a full disk): a watcher that
         died here would leave the run `running` until the next engine start."""
         while not self._closing:
             try:
-                self._finish(run_id, follower, exit_code)
+                self._finish(job_id, follower, exit_code)
                 return
             except sqlite3.Error as exc:
-                log.warning("could not record the end of job %s (%s); retrying", run_id, exc)
+                log.warning("could not record the end of job %s (%s); retrying", job_id, exc)
                 await asyncio.sleep(1.0)
 
-    def _exit_code(self, run_id: str) -> int | str | None:
+    def _exit_code(self, job_id: str) -> int | str | None:
         """None while running; the exit code (negative: signal) or 'unknown' once ended."""
-        proc = self._procs.get(run_id)
+        proc = self._procs.get(job_id)
         if proc is not None:
             return proc.poll()
-        if run_id in self._multi:
-            return self._multi[run_id].exit_code()
-        if run_id in self._controllers:
-            return self._controllers[run_id].exit_code()
-        job = self.get(run_id)
+        if job_id in self._multi:
+            return self._multi[job_id].exit_code()
+        if job_id in self._controllers:
+            return self._controllers[job_id].exit_code()
+        job = self.get(job_id)
         return None if _process_matches(job["pid"], job["pid_started"]) else "unknown"
 
-    def _finish(self, run_id: str, follower: Follower, exit_code: int | str) -> None:
-        self._procs.pop(run_id, None)
-        self._controllers.pop(run_id, None)
-        multi = self._multi.pop(run_id, None)
-        job = self.get(run_id)
+    def _finish(self, job_id: str, follower: Follower, exit_code: int | str) -> None:
+        self._procs.pop(job_id, None)
+        self._controllers.pop(job_id, None)
+        multi = self._multi.pop(job_id, None)
+        job = self.get(job_id)
         code = exit_code if isinstance(exit_code, int) else None
         reported = follower.reported_state
         # The follower's own error is the fresh one: its batched store update may not be flushed yet.
@@ -370,58 +370,58 @@ class JobManager:
         # engine did not start and that said nothing ended at its events file's last write.
         ended_at = follower.end_time() if follower.reported_state or exit_code == "unknown" else time.time()
         events_file.release_tail(follower.path)  # every process of the job has ended: no rank appends now
-        peak = measured_peak(self.store, run_id) if job["kind"] == FINETUNE else None
-        self._set_state(run_id, state, ended_at=ended_at, exit_code=code, error=error,
+        peak = measured_peak(self.store, job_id) if job["kind"] == FINETUNE else None
+        self._set_state(job_id, state, ended_at=ended_at, exit_code=code, error=error,
                         measured_peak=peak)
         self.schedule()
 
     # ---- control
-    def stop(self, run_id: str) -> dict[str, Any]:
-        job = self.get(run_id)
+    def stop(self, job_id: str) -> dict[str, Any]:
+        job = self.get(job_id)
         if job["state"] == "queued":
-            job = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="stop")
+            job = self._set_state(job_id, "cancelled", ended_at=time.time(), stop_requested="stop")
             self.schedule()  # what it held back for itself may let others start
             return job
         if job["state"] != "running":
-            raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a queued or running job can be stopped",
+            raise RpcError(INVALID_STATE, f"Job {job_id} is {job['state']}; only a queued or running job can be stopped",
                            {"hint": "Use jobs.cancel to end a job that is already stopping."})
         self._signal(job, signal.SIGTERM)
-        if run_id not in self._controllers:  # a sweep or chain ends once its jobs have saved, however long that takes
-            asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, run_id)
-        return self._set_state(run_id, "stopping", stop_requested="stop")
+        if job_id not in self._controllers:  # a sweep or chain ends once its jobs have saved, however long that takes
+            asyncio.get_running_loop().call_later(self.stop_timeout_s, self._escalate, job_id)
+        return self._set_state(job_id, "stopping", stop_requested="stop")
 
-    def resume(self, run_id: str) -> dict[str, Any]:
+    def resume(self, job_id: str) -> dict[str, Any]:
         """Queue a stopped or failed job again in its own run dir; it continues from its checkpoint."""
-        job = self.get(run_id)
+        job = self.get(job_id)
         if not JOB_KINDS[job["kind"]].resumable:
             raise RpcError(INVALID_STATE, f"{job['kind']} jobs cannot be resumed",
                            {"hint": "Start a new job instead."})
         if job["state"] not in ("stopped", "cancelled", "failed"):
-            raise RpcError(INVALID_STATE, f"Job {run_id} is {job['state']}; only a stopped or failed job can be resumed",
+            raise RpcError(INVALID_STATE, f"Job {job_id} is {job['state']}; only a stopped or failed job can be resumed",
                            {"hint": "Wait for it to end, or stop it first."})
         # One UPDATE (one transaction): a crash in between must not leave a failed run without its error.
-        job = self._set_state(run_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
+        job = self._set_state(job_id, "queued", ended_at=None, exit_code=None, error=None, reported_state=None,
                               stop_requested=None, pid=None, pid_started=None, gpus=None, cluster=None,
                               queue_pos=self.store.next_queue_pos())
         self.schedule()
-        return self.get(run_id)
+        return self.get(job_id)
 
-    def cancel(self, run_id: str) -> dict[str, Any]:
-        job = self.get(run_id)
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        job = self.get(job_id)
         if job["state"] == "queued":
-            job = self._set_state(run_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
+            job = self._set_state(job_id, "cancelled", ended_at=time.time(), stop_requested="cancel")
             self.schedule()
             return job
         if job["state"] not in LIVE_STATES:
-            raise RpcError(INVALID_STATE, f"Job {run_id} already ended ({job['state']})",
+            raise RpcError(INVALID_STATE, f"Job {job_id} already ended ({job['state']})",
                            {"hint": "Nothing to cancel."})
         self._signal(job, signal.SIGKILL)
-        return self._set_state(run_id, "stopping", stop_requested="cancel")
+        return self._set_state(job_id, "stopping", stop_requested="cancel")
 
-    def _escalate(self, run_id: str) -> None:
-        job = self.store.get_job(run_id)
+    def _escalate(self, job_id: str) -> None:
+        job = self.store.get_job(job_id)
         if job and job["state"] == "stopping":
-            log.warning("job %s did not stop within %.0f s; killing it", run_id, self.stop_timeout_s)
+            log.warning("job %s did not stop within %.0f s; killing it", job_id, self.stop_timeout_s)
             self._signal(job, signal.SIGKILL)
 
     def _signal(self, job: dict[str, Any], sig: signal.Signals) -> None:

@@ -120,8 +120,8 @@ class _Pending:
         self.hashes.append((target, str(path), suffixes))
 
 
-def _events(store: Any, run_id: str, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
-    rows = store.query_events([f"run/{run_id}/{k}" for k in kinds], 0, None, 10_000)
+def _events(store: Any, job_id: str, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    rows = store.query_events([f"run/{job_id}/{k}" for k in kinds], 0, None, 10_000)
     return [json.loads(data) for _seq, _topic, _t, data in rows]
 
 

@@ -250,7 +250,7 @@ class Store:
             f"INSERT INTO runs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", values
         )
 
-    def update_job(self, run_id: str, **fields: Any) -> None:
+    def update_job(self, job_id: str, **fields: Any) -> None:
         if not fields:
             return
         unknown = set(fields) - set(_JOB_COLUMNS)
@@ -259,10 +259,10 @@ class Store:
         sets = ",".join(f"{c}=?" for c in fields)
         values = [json.dumps(v) if c in _JSON_COLUMNS and v is not None else v
                   for c, v in fields.items()]
-        self.db.execute(f"UPDATE runs SET {sets} WHERE id=?", [*values, run_id])
+        self.db.execute(f"UPDATE runs SET {sets} WHERE id=?", [*values, job_id])
 
-    def get_job(self, run_id: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM runs WHERE id=?", (job_id,)).fetchone()
         return self._job(row) if row else None
 
     def list_jobs(self, state: str | Sequence[str] | None = None, kind: str | None = None,
@@ -299,29 +299,29 @@ class Store:
     def set_setting(self, key: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
-    def child_jobs(self, run_id: str) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT id FROM runs WHERE parent_id=? ORDER BY created_at", (run_id,))]
+    def child_jobs(self, job_id: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT id FROM runs WHERE parent_id=? ORDER BY created_at", (job_id,))]
 
-    def delete_job(self, run_id: str) -> None:
+    def delete_job(self, job_id: str) -> None:
         """Remove a run and everything stored for it, in one transaction."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
             for table in ("metrics", "events", "artifacts"):
-                self.db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))
-            self.db.execute("UPDATE runs SET parent_id=NULL WHERE parent_id=?", (run_id,))
-            self.db.execute("DELETE FROM runs WHERE id=?", (run_id,))
+                self.db.execute(f"DELETE FROM {table} WHERE run_id=?", (job_id,))
+            self.db.execute("UPDATE runs SET parent_id=NULL WHERE parent_id=?", (job_id,))
+            self.db.execute("DELETE FROM runs WHERE id=?", (job_id,))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
 
-    def best_metric(self, run_id: str) -> dict[str, Any] | None:
+    def best_metric(self, job_id: str) -> dict[str, Any] | None:
         """The best evaluation of a run: highest accuracy, else lowest perplexity, else lowest loss."""
         for name, pick in (("accuracy", "MAX"), ("perplexity", "MIN"), ("loss", "MIN")):
             row = self.db.execute(
                 f"SELECT value, step FROM metrics WHERE run_id=? AND kind='eval' AND name=? "
                 f"AND value = (SELECT {pick}(value) FROM metrics WHERE run_id=? AND kind='eval' AND name=?) "
-                f"ORDER BY step LIMIT 1", (run_id, name, run_id, name)).fetchone()
+                f"ORDER BY step LIMIT 1", (job_id, name, job_id, name)).fetchone()
             if row is not None:
                 return {"metric": name, "value": row[0], "step": row[1]}
         return None
@@ -353,8 +353,8 @@ class Store:
         try:
             self.db.executemany("INSERT INTO events (seq, topic, t, run_id, data) VALUES (?,?,?,?,?)", rows)
             self._insert_metrics(rows)
-            for run_id, fields in (job_updates or {}).items():
-                self.update_job(run_id, **fields)
+            for job_id, fields in (job_updates or {}).items():
+                self.update_job(job_id, **fields)
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -362,8 +362,8 @@ class Store:
 
     def _insert_metrics(self, rows: Iterable[tuple[int, str, float, str | None, str]]) -> None:
         metric_rows = []
-        for seq, _topic, _t, run_id, data_json in rows:
-            if run_id is None or '"step"' not in data_json:
+        for seq, _topic, _t, job_id, data_json in rows:
+            if job_id is None or '"step"' not in data_json:
                 continue
             data = json.loads(data_json)
             step, kind = data.get("step"), data.get("kind")
@@ -372,7 +372,7 @@ class Store:
             values = data.get("metrics") if isinstance(data.get("metrics"), dict) else data
             for name, value in values.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("step", "t"):
-                    metric_rows.append((run_id, kind, name, step, float(value), seq))
+                    metric_rows.append((job_id, kind, name, step, float(value), seq))
         if metric_rows:
             # A step re-run after a resume replaces the earlier value: one row per step.
             self.db.executemany(
@@ -380,10 +380,10 @@ class Store:
                 metric_rows,
             )
 
-    def last_event_t(self, run_id: str, topic: str) -> float | None:
+    def last_event_t(self, job_id: str, topic: str) -> float | None:
         """The time of a run's newest event on ``topic`` (its own ``t`` when it wrote one)."""
         row = self.db.execute("SELECT t FROM events WHERE run_id=? AND topic=? ORDER BY seq DESC LIMIT 1",
-                              (run_id, topic)).fetchone()
+                              (job_id, topic)).fetchone()
         return None if row is None else float(row[0])
 
     def query_events(self, patterns: Sequence[str], after: int, upto: int | None = None,
@@ -400,11 +400,11 @@ class Store:
         ).fetchall()
         return [tuple(r) for r in rows]
 
-    def metrics(self, run_id: str, kind: str | None = None, names: Sequence[str] | None = None,
+    def metrics(self, job_id: str, kind: str | None = None, names: Sequence[str] | None = None,
                 max_points: int | None = None) -> list[dict[str, Any]]:
         """Metric rows by step; with ``max_points``, each (kind, name) series is thinned to about
         that many evenly spaced rows, always keeping its first and last."""
-        where, args = "run_id=?", [run_id]
+        where, args = "run_id=?", [job_id]
         if kind:
             where += " AND kind=?"
             args.append(kind)

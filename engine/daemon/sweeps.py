@@ -36,8 +36,8 @@ RUNNING, DONE, PRUNED, STOPPED, FAILED = "running", "done", "pruned", "stopped",
 class SweepRun:
     def __init__(self, jm: Any, job: dict[str, Any], spec: SweepSpec):
         self.jm = jm
-        self.run_id = job["id"]
-        self.name = job.get("name") or self.run_id
+        self.job_id = job["id"]
+        self.name = job.get("name") or self.job_id
         self.owner, self.project = job.get("owner") or "", job.get("project") or ""  # its trials' too
         self.run_dir = Path(job["run_dir"])
         self.spec = spec
@@ -84,7 +84,7 @@ class SweepRun:
             pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0) if self.spec.prune \
                 else optuna.pruners.NopPruner()
             self._study = optuna.create_study(
-                study_name=self.run_id, storage=storage, load_if_exists=True, pruner=pruner,
+                study_name=self.job_id, storage=storage, load_if_exists=True, pruner=pruner,
                 sampler=optuna.samplers.TPESampler(seed=self.spec.seed),
                 direction="minimize" if self.spec.mode == "min" else "maximize")
         return self._study
@@ -108,7 +108,7 @@ class SweepRun:
         study = self.study()
         storage = study._storage  # the journal storage the study was made with
         trial_id = storage.get_trial_id_from_study_id_trial_number(
-            storage.get_study_id_from_name(self.run_id), number)
+            storage.get_study_id_from_name(self.job_id), number)
         return optuna.trial.Trial(study, trial_id)
 
     def _next_settings(self, number: int) -> dict[str, Any]:
@@ -134,8 +134,8 @@ class SweepRun:
                 self.study().tell(trial["number"], state=state)
 
     # ---- metrics of a trial's fine-tune
-    def _evals(self, run_id: str) -> list[tuple[int, float]]:
-        rows = self.jm.store.metrics(run_id, kind="eval", names=[self.spec.metric])
+    def _evals(self, job_id: str) -> list[tuple[int, float]]:
+        rows = self.jm.store.metrics(job_id, kind="eval", names=[self.spec.metric])
         return [(int(r["step"]), float(r["value"])) for r in rows if r.get("value") is not None]
 
     def _report(self, trial: dict[str, Any]) -> bool:
@@ -172,7 +172,7 @@ class SweepRun:
         except asyncio.CancelledError:
             raise  # the engine is closing: the sweep goes on with the next engine
         except Exception as exc:  # noqa: BLE001 - the sweep must end with a reason, whatever went wrong
-            log.exception("sweep %s", self.run_id)
+            log.exception("sweep %s", self.job_id)
             self.emit("status", state="failed", message=f"The sweep's controller failed: {exc}",
                       hint="See engine.log; Resume continues the sweep from its trials so far.")
             self.code = 1

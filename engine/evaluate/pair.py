@@ -31,7 +31,7 @@ _RUNTIME_ALIASES = {"torch": "torch-eager", "auto": ""}
 class Candidate:
     """One side of the comparison: a runner plus the facts that do not come from running it."""
 
-    run_id: str
+    job_id: str
     label: str
     runner: Any  # TorchRunner or OrtRunner
     size_path: str | os.PathLike | None = None  # the model file (or folder) whose bytes are its size
@@ -139,7 +139,7 @@ def evaluate_pair(parent: Candidate, variant: Candidate, data: Any, task_name: s
         timing = {k: {f: lat[k][i][f] for f in ("batch", "p50", "p95", "mean")} for k in ("b1", "bN")}
         p50 = timing["bN"]["p50"]
         entries.append({
-            "run_id": c.run_id, "label": c.label, "runtime": c.runner.runtime,
+            "run_id": c.job_id, "label": c.label, "runtime": c.runner.runtime,
             "metrics": (parent_metrics, variant_metrics)[i],
             "latency_ms": timing,
             "throughput_per_s": size / (p50 / 1000.0) if p50 > 0 else None,

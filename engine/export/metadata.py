@@ -56,7 +56,7 @@ def tokenizer_dir(source: Source) -> Path | None:
         return None
     folder = model_folder(source)
     if folder is None:
-        raise JobFailed(f"Run {source.run_id}'s model folder is not known, so its tokenizer cannot be exported",
+        raise JobFailed(f"Run {source.job_id}'s model folder is not known, so its tokenizer cannot be exported",
                         "set model.path in the fine-tune spec to the Hugging Face model folder it trained from.")
     if not folder.is_dir():
         raise JobFailed(f"The tokenizer cannot be exported: the model folder {folder} does not exist",
@@ -111,6 +111,6 @@ def model_metadata(source: Source, data: Any, run_spec_path: str | Path) -> dict
     return {"ember.task": source.spec.task,
             "ember.labels": json.dumps(labels(data)),
             "ember.preprocessing": json.dumps(preprocessing(source, data), sort_keys=True),
-            "ember.source_run": source.run_id,
+            "ember.source_run": source.job_id,
             "ember.spec_sha256": spec_sha256(run_spec_path),
             "ember.version": engine.__version__}

@@ -47,7 +47,7 @@ NOT_FETCHED = ("events.jsonl", "stdout.log", "exit_code", "exit_code.tmp", "spec
 class EventBus(Protocol):
     """Where a run's launch messages and warnings go: the engine's event bus (engine/daemon/eventbus.py)."""
 
-    def publish(self, topic: str, data: dict[str, Any], run_id: str | None = None) -> None: ...
+    def publish(self, topic: str, data: dict[str, Any], job_id: str | None = None) -> None: ...
 
 
 class LaunchError(Exception):
@@ -76,9 +76,9 @@ class NodeState:
 
 
 class MultiNodeRun:
-    def __init__(self, run_id: str, run_dir: Path, spec: Any, hosts: Hosts, bus: EventBus,
+    def __init__(self, job_id: str, run_dir: Path, spec: Any, hosts: Hosts, bus: EventBus,
                  nodes: list[NodeState] | None = None):
-        self.run_id = run_id
+        self.job_id = job_id
         self.run_dir = run_dir
         self.spec = spec  # a TrainSpec here; a subclass runs another job kind (engine/launch/remote_serve.py)
         self.hosts = hosts
@@ -114,8 +114,8 @@ class MultiNodeRun:
         os.replace(tmp, self.run_dir / NODES_FILE)
 
     @classmethod
-    def load(cls, run_id: str, run_dir: Path, spec: Any, hosts: Hosts, bus: EventBus) -> MultiNodeRun | None:
-        run = cls(run_id, run_dir, spec, hosts, bus)
+    def load(cls, job_id: str, run_dir: Path, spec: Any, hosts: Hosts, bus: EventBus) -> MultiNodeRun | None:
+        run = cls(job_id, run_dir, spec, hosts, bus)
         try:
             doc = json.loads((run_dir / NODES_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -133,11 +133,11 @@ class MultiNodeRun:
         """Take back what _saved kept."""
 
     def warn(self, message: str, hint: str = "") -> None:
-        self.bus.publish(f"run/{self.run_id}/warning", {"kind": "warning", "message": message, "hint": hint},
-                         run_id=self.run_id)
+        self.bus.publish(f"run/{self.job_id}/warning", {"kind": "warning", "message": message, "hint": hint},
+                         job_id=self.job_id)
 
     def progress(self, message: str) -> None:
-        self.bus.publish(f"run/{self.run_id}/launch", {"kind": "launch", "message": message}, run_id=self.run_id)
+        self.bus.publish(f"run/{self.job_id}/launch", {"kind": "launch", "message": message}, job_id=self.job_id)
 
     # ---- launch
     async def launch(self) -> None:
@@ -176,7 +176,7 @@ class MultiNodeRun:
                 if problems:
                     raise LaunchError(f"Host {state.host} cannot run this: {problems[0]['message']}",
                                       problems[0]["hint"] + " Nothing was started.")
-                state.dir = f"{node.spec.workdir.rstrip('/')}/runs/{self.run_id}/node{state.index}"
+                state.dir = f"{node.spec.workdir.rstrip('/')}/runs/{self.job_id}/node{state.index}"
             else:
                 state.dir = str(self.run_dir / f"node{state.index}")
             info = await self._ctl(state, "mkdir", {"dir": state.dir})
@@ -235,12 +235,12 @@ class MultiNodeRun:
         d = self.spec.distributed
         return [python, "-m", "torch.distributed.run", f"--nnodes={len(self.nodes)}",
                 f"--nproc-per-node={state.nproc}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={self.rdzv_host()}:{d.rdzv_port}", f"--rdzv-id={self.run_id}",
+                f"--rdzv-endpoint={self.rdzv_host()}:{d.rdzv_port}", f"--rdzv-id={self.job_id}",
                 f"--rdzv-conf=join_timeout={JOIN_TIMEOUT_S}", f"--max-restarts={d.max_restarts}",
                 "-m", "engine.recipes.finetune", "--run-dir", state.dir]
 
     def _env(self, state: NodeState) -> dict[str, str]:
-        env = {"EMBER_RUN_ID": self.run_id, "EMBER_NODE_NAME": state.host if state.host != LOCAL else
+        env = {"EMBER_RUN_ID": self.job_id, "EMBER_NODE_NAME": state.host if state.host != LOCAL else
                os.uname().nodename, "PYTHONUNBUFFERED": "1"}
         if state.host == LOCAL:
             env["PYTHONPATH"] = job_env()["PYTHONPATH"]  # this checkout's engine, installed or not
@@ -386,7 +386,7 @@ class MultiNodeRun:
                 continue
             try:
                 await self.node(state).ctl("signal", {"pid": state.pid, "started": state.started, "sig": sig,
-                                                      "run_id": self.run_id})
+                                                      "run_id": self.job_id})
             except RemoteError as exc:
                 self.warn(f"Could not signal node {state.index} on {state.host}: {exc}", exc.hint)
 
@@ -440,7 +440,7 @@ class MultiNodeRun:
         except LaunchError as exc:
             self.error = {"message": str(exc), "hint": exc.hint}
         except Exception as exc:  # noqa: BLE001 - the run must end with a reason, whatever went wrong here
-            log.exception("multi-node run %s", self.run_id)
+            log.exception("multi-node run %s", self.job_id)
             self.error = {"message": f"Following the run failed: {exc}", "hint": "See engine.log."}
             with contextlib.suppress(Exception):
                 await self.signal("KILL")
@@ -467,7 +467,7 @@ class MultiNodeRun:
             self.warn(f"The run ended, but copying its results back failed: {exc}", exc.hint)
 
 
-async def remove_remote_dirs(run_id: str, run_dir: Path, hosts: Hosts) -> tuple[int, list[dict[str, str]]]:
+async def remove_remote_dirs(job_id: str, run_dir: Path, hosts: Hosts) -> tuple[int, list[dict[str, str]]]:
     """Delete a multi-node run's folders on its hosts; returns (bytes freed, what could not be deleted)."""
     try:
         doc = json.loads((run_dir / NODES_FILE).read_text(encoding="utf-8"))
@@ -482,7 +482,7 @@ async def remove_remote_dirs(run_id: str, run_dir: Path, hosts: Hosts) -> tuple[
             continue
         done.add((node["host"], folder))
         try:
-            out = await SshNode(hosts, node["host"]).ctl("remove", {"dir": folder, "run_id": run_id})
+            out = await SshNode(hosts, node["host"]).ctl("remove", {"dir": folder, "run_id": job_id})
         except RemoteError as exc:
             left.append({"host": node["host"], "dir": folder, "message": str(exc)})
             continue

@@ -218,8 +218,8 @@ def _processes_with(key, value):
     return found
 
 
-def _run_processes(run_id):
-    return _processes_with("EMBER_RUN_ID", run_id)
+def _run_processes(job_id):
+    return _processes_with("EMBER_RUN_ID", job_id)
 
 
 def _children(pid):

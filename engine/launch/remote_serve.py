@@ -28,8 +28,8 @@ from engine.launch.ssh import RemoteError
 
 
 class RemoteServe(MultiNodeRun):
-    def __init__(self, run_id: str, run_dir: Path, spec: ServeSpec, hosts: Hosts, bus: EventBus):
-        super().__init__(run_id, run_dir, spec, hosts, bus, nodes=[NodeState(0, str(spec.host), 1)])
+    def __init__(self, job_id: str, run_dir: Path, spec: ServeSpec, hosts: Hosts, bus: EventBus):
+        super().__init__(job_id, run_dir, spec, hosts, bus, nodes=[NodeState(0, str(spec.host), 1)])
         self.local_url: str | None = None
         self.remote_url: str | None = None
         self._listener: Any = None
@@ -45,7 +45,7 @@ class RemoteServe(MultiNodeRun):
         path = self.spec.model.path
         if path and not Path(path).expanduser().exists():
             raise LaunchError(f"{path} does not exist on this machine", "Give the folder or file to copy to the host.")
-        state.dir = f"{node.spec.workdir.rstrip('/')}/runs/{self.run_id}/node0"
+        state.dir = f"{node.spec.workdir.rstrip('/')}/runs/{self.job_id}/node0"
         state.dir = (await self._ctl(state, "mkdir", {"dir": state.dir}))["dir"]
         self.save()
 

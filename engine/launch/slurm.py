@@ -33,12 +33,12 @@ def cluster_host(spec: Any) -> str:
     return LOCAL if name == LOCAL else name
 
 
-def batch_script(spec: Any, run_id: str, node_dir: str, python: str, env: dict[str, str]) -> str:
+def batch_script(spec: Any, job_id: str, node_dir: str, python: str, env: dict[str, str]) -> str:
     """The sbatch script for ``spec``: one srun task per node, each a torchrun of distributed.nproc workers."""
     d = spec.distributed
     s = d.slurm
     q = shlex.quote
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=ember-{run_id}", f"#SBATCH --nodes={s.nodes}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=ember-{job_id}", f"#SBATCH --nodes={s.nodes}",
              # sbatch runs in the run's folder (slurm_ctl submit): the job starts there and its log goes there.
              "#SBATCH --ntasks-per-node=1", "#SBATCH --output=stdout.log", "#SBATCH --open-mode=append"]
     if s.cpus_per_node:
@@ -72,9 +72,9 @@ def batch_script(spec: Any, run_id: str, node_dir: str, python: str, env: dict[s
 
 
 class SlurmRun(MultiNodeRun):
-    def __init__(self, run_id: str, run_dir: Any, spec: Any, hosts: Any, bus: Any,
+    def __init__(self, job_id: str, run_dir: Any, spec: Any, hosts: Any, bus: Any,
                  nodes: list[NodeState] | None = None):
-        super().__init__(run_id, run_dir, spec, hosts, bus,
+        super().__init__(job_id, run_dir, spec, hosts, bus,
                          nodes if nodes is not None else [NodeState(0, cluster_host(spec), spec.distributed.nproc)])
         self.cluster: dict[str, Any] = {}  # Slurm's view of the job: id, state, reason, position, nodes
         self.report: Callable[[dict[str, Any]], None] | None = None  # the engine's: store and publish it
@@ -119,7 +119,7 @@ class SlurmRun(MultiNodeRun):
 
     async def _start(self, state: NodeState, spec_text: str) -> None:
         node = self.node(state)
-        script = batch_script(self.spec, self.run_id, state.dir, node.python, self._env(state))
+        script = batch_script(self.spec, self.job_id, state.dir, node.python, self._env(state))
         s = self.spec.distributed.slurm
         self.progress(f"Submitting to Slurm on {state.host}: {s.nodes} node(s) x {state.nproc} process(es)")
         try:

@@ -49,11 +49,11 @@ def progress(ctx: JobContext, stage: str, fraction: float, message: str) -> None
 # ---------------------------------------------------------------- inputs (no torch)
 
 
-def _root(runs: Path, run_id: str) -> str:
+def _root(runs: Path, job_id: str) -> str:
     """The fine-tune a variant was made from (its own id for a fine-tune): whose validation data it shares."""
     from engine.trainer.source import read_meta
 
-    current = run_id
+    current = job_id
     for _ in range(MAX_PARENTS):
         parent = read_meta(runs / current).get("parent_run")
         if not parent or not (runs / parent / "model").is_dir():
@@ -120,17 +120,17 @@ def _from_file(spec: EvaluateSpec, task: str, source: Any) -> Data:
     return Data(about, texts=texts, labels=labels)
 
 
-def _from_run(spec: EvaluateSpec, task: str, runs: Path, run_id: str) -> Data:
+def _from_run(spec: EvaluateSpec, task: str, runs: Path, job_id: str) -> Data:
     from engine.trainer import source as src
 
-    if not (runs / run_id).is_dir():
-        raise JobFailed(f"No run {run_id} (validation_of)", "Pick a finished run from the Runs page (`ember jobs`).")
-    source = src.open_source(runs / run_id)
+    if not (runs / job_id).is_dir():
+        raise JobFailed(f"No run {job_id} (validation_of)", "Pick a finished run from the Runs page (`ember jobs`).")
+    source = src.open_source(runs / job_id)
     if source.spec.task != task:
-        raise JobFailed(f"Run {run_id} holds {source.spec.task.replace('_', ' ')} data; the model is a "
+        raise JobFailed(f"Run {job_id} holds {source.spec.task.replace('_', ' ')} data; the model is a "
                         f"{task.replace('_', ' ')} model", "Pick a run of the same kind as the model, or a data file.")
     data = src.load_data(source)
-    about = {"source": "validation", "run": _root(runs, run_id), "label": f"validation data of {_root(runs, run_id)}"}
+    about = {"source": "validation", "run": _root(runs, job_id), "label": f"validation data of {_root(runs, job_id)}"}
     if task == "causal_lm":
         return Data(about, messages=list(data.val_messages or []))
     names = data.info.get("label_names") or []

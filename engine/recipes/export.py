@@ -51,7 +51,7 @@ class Export:
             refused = [f for f in self.spec.formats if f in TORCH_ONLY]
             if refused:
                 technique = (self.source.meta.get("variant") or {}).get("technique", "an ONNX variant")
-                raise JobFailed(f"Run {self.source.run_id} ({technique}) has only an ONNX model, so it cannot be "
+                raise JobFailed(f"Run {self.source.job_id} ({technique}) has only an ONNX model, so it cannot be "
                                 f"exported as {' or '.join(refused)}: those formats need torch weights",
                                 "Export it as onnx, ort, triton, tensorrt or jetson; or export its parent run "
                                 f"({self.source.meta.get('parent_run', 'the fine-tune')}) as TorchScript / .pt2.")
@@ -62,7 +62,7 @@ class Export:
         from engine.export import parity
 
         torch.manual_seed(self.source.spec.seed)
-        progress(self.ctx, "load", 0.02, f"loading run {self.source.run_id} ({self.task_name})")
+        progress(self.ctx, "load", 0.02, f"loading run {self.source.job_id} ({self.task_name})")
         self.data = sources.load_data(self.source)
         if self.onnx_only:
             # A quantized variant has no torch model; its lineage's fp32 model is the reference.
@@ -70,16 +70,16 @@ class Export:
             try:
                 parent = sources.open_source(self.run_dir.resolve().parent / parent_id)
             except JobFailed as exc:
-                raise JobFailed(f"The parity reference of variant {self.source.run_id} is its parent run "
+                raise JobFailed(f"The parity reference of variant {self.source.job_id} is its parent run "
                                 f"{parent_id}, which cannot be opened: {exc}",
                                 "Export the variant while its parent run still exists, or export the parent.") from exc
             self.model = None
             reference_model = sources.load_model(parent, self.data)
-            self.reference_from = f"run {parent.run_id} (fp32 PyTorch, the variant's parent)"
+            self.reference_from = f"run {parent.job_id} (fp32 PyTorch, the variant's parent)"
         else:
             self.model = sources.load_model(self.source, self.data)
             reference_model = self.model
-            self.reference_from = f"run {self.source.run_id} (fp32 PyTorch)"
+            self.reference_from = f"run {self.source.job_id} (fp32 PyTorch)"
         size = min(16, self.spec.parity_samples)
         self.batches = parity.reference_batches(self.data, self.task_name, self.spec.parity_samples, size)
         self.reference = parity.reference_logits(reference_model, self.task_name, self.batches)
@@ -267,7 +267,7 @@ class Export:
             preprocessing=metadata.preprocessing(self.source, self.data), tokenizer_dir=self.tokenizer_dir(),
             target=self.spec.target, jetpack=versions.get("jetpack"), precision=self.spec.precision,
             shapes=self.shapes(), workspace_mb=self.spec.workspace_mb, dla_core=self.spec.dla_core,
-            source_run=self.source.run_id, spec_sha256=metadata.spec_sha256(self.source.run_dir / "spec.yaml"),
+            source_run=self.source.job_id, spec_sha256=metadata.spec_sha256(self.source.run_dir / "spec.yaml"),
             benchmark_s=self.spec.benchmark_s)
         report: dict[str, Any] = {"path": bundle["path"], "files": bundle["files"],
                                   "bytes": sum(Path(bundle["path"], f).stat().st_size for f in bundle["files"]
@@ -315,7 +315,7 @@ class Export:
         return metadata.tokenizer_dir(self.source) if self.task_name != "image_classification" else None
 
     def name(self) -> str:
-        raw = f"{self.task_name}-{self.source.run_id}"
+        raw = f"{self.task_name}-{self.source.job_id}"
         return re.sub(r"[^A-Za-z0-9_-]", "_", raw)[:100]
 
 

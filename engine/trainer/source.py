@@ -26,7 +26,7 @@ FINISH_HINT = "The run has not finished: resume or finish the run first."
 
 @dataclass
 class Source:
-    run_id: str
+    job_id: str
     run_dir: Path
     meta: dict[str, Any]
     spec: TrainSpec  # the fine-tune spec of the lineage (data, task, base model)
@@ -100,7 +100,7 @@ def load_data(source: Source) -> Any:
     try:
         data = task.load_data(source.spec)
     except InputError as exc:
-        raise JobFailed(f"Cannot load run {source.run_id}'s data: {exc}",
+        raise JobFailed(f"Cannot load run {source.job_id}'s data: {exc}",
                         exc.hint or "Put the run's data back where it was trained from.") from exc
     saved = source.meta.get("data_info") or {}
     for key in ("num_labels", "label_names"):
@@ -128,7 +128,7 @@ def load_model(source: Source, data: Any, merge: bool = True) -> Any:
                             "The variant's model file is damaged; run the compression again.") from exc
         return model.float().eval()
     if not (source.model_dir / "weights.safetensors").is_file():
-        raise JobFailed(f"Run {source.run_id} is an ONNX variant ({source.meta.get('variant', {}).get('technique')}); "
+        raise JobFailed(f"Run {source.job_id} is an ONNX variant ({source.meta.get('variant', {}).get('technique')}); "
                         "it has no torch weights to compress further",
                         "Compress its parent run, or a pruned / merged / distilled variant.")
     task = get_task(source.spec.task)
@@ -160,6 +160,6 @@ def variant_meta(source: Source, technique: str, fmt: str, **settings: Any) -> d
     """``ember_model.json`` for a variant of ``source``: enough to load it, and its lineage."""
     keep = ("task", "model", "data_info", "student")
     return {**{k: v for k, v in source.meta.items() if k in keep},
-            "method": {"kind": "full"}, "parent_run": source.run_id,
+            "method": {"kind": "full"}, "parent_run": source.job_id,
             "train_spec": source.spec.model_dump(mode="json", exclude={"method"}) | {"method": {"kind": "full"}},
             "variant": {"technique": technique, "format": fmt, **settings}}

@@ -442,7 +442,7 @@ def test_export_a_digits_finetune_to_onnx_and_a_jetson_bundle(qtbot, make_window
 
     qtbot.waitUntil(lambda: state_of(pid) in ("succeeded", "failed"), timeout=180_000)
     assert state_of(pid) == "succeeded"
-    window.nav.show("export", run_id=pid, record=parent)
+    window.nav.show("export", job_id=pid, record=parent)
     page = window.page("export")
     assert window.stack.currentWidget() is page
     qtbot.waitUntil(lambda: page.source() is not None and page.source()["id"] == pid, timeout=20_000)

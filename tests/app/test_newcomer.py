@@ -215,7 +215,7 @@ def test_newcomer_fine_tunes_compresses_compares_and_exports_the_built_in_model(
     assert view.isVisible()
     qtbot.waitUntil(lambda: len(view.rows()) == 2 and all(r.has_figures() for r in view.rows()), timeout=30_000)
     parent_row, variant_row = sorted(view.rows(), key=lambda r: not r.is_parent)
-    assert parent_row.run_id == run_id and variant_row.run_id == variant_id
+    assert parent_row.job_id == run_id and variant_row.job_id == variant_id
     assert variant_row.technique == "int8 dynamic" and variant_row.state == "succeeded"
     doc = json.loads((Path(row.record["run_dir"]) / "evaluation.json").read_text())
     assert doc["samples"] == EVAL_SAMPLES

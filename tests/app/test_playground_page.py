@@ -224,7 +224,7 @@ def test_an_image_classifier_takes_a_chosen_or_dropped_image(qtbot, make_window,
     run = ids["digits"]
     window = make_window(page="runs")
     wait_connected(qtbot, window)
-    window.nav.try_in_playground(run_id=run)
+    window.nav.try_in_playground(job_id=run)
     page = window.page("playground")
     qtbot.waitUntil(lambda: page.picker_a.current() is not None and page.picker_a.current().ref == {"run": run},
                     timeout=10_000)

@@ -385,7 +385,7 @@ def test_compare_page_hosts_the_variants_tab(qtbot):
     page.show_variants(PARENT_ID)
     settle(qtbot, engine.client)
     assert page.tabs.currentWidget() is page.variants
-    assert [r.run_id for r in page.variants.rows()] == [PARENT_ID, "r-dyn"]
+    assert [r.job_id for r in page.variants.rows()] == [PARENT_ID, "r-dyn"]
     assert page.variants.parent_combo.currentData() == PARENT_ID
     page.set_runs([])
     assert page.tabs.currentIndex() == 0

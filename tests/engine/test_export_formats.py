@@ -139,7 +139,7 @@ def test_onnx_result_and_metadata(text):
     assert json.loads(props["ember.labels"]) == text["data"].info["label_names"]
     pre = json.loads(props["ember.preprocessing"])
     assert pre["tokenizer"] == "minilm" and pre["max_length"] == 32 and pre["truncation"] is True
-    assert props["ember.source_run"] == text["source"].run_id
+    assert props["ember.source_run"] == text["source"].job_id
     import hashlib
 
     assert props["ember.spec_sha256"] == hashlib.sha256(text["spec_file"].read_bytes()).hexdigest()

@@ -80,7 +80,7 @@ def test_smollm2_tuned_on_short_answers_beats_the_base_model_in_the_playground(e
 
         # Compare › Variants: the source model and each file, measured in its own runtime.
         reply = c.call("compress.variants", id=job["id"])
-        rows = {r.run_id: r for r in build_rows(reply)}
+        rows = {r.job_id: r for r in build_rows(reply)}
         assert set(rows) == {job["id"], *(f"{export['id']}:{k}" for k in ("hf/hf", "gguf/f16", "gguf/q4_k_m"))}
         parent, q4 = rows[job["id"]], rows[f"{export['id']}:gguf/q4_k_m"]
         assert parent.runtime == "torch" and parent.quality["exact_match"] >= 0.25  # the tuned style: "Cold."

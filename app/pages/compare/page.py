@@ -207,10 +207,10 @@ class ComparePage(QWidget):
         self.tabs.setCurrentWidget(self.variants)
         self.variants.show_parent(parent_id)
 
-    def show_evaluations(self, run_id: str) -> None:
+    def show_evaluations(self, job_id: str) -> None:
         """Open the Evaluations tab on ``run_id``'s family: base model, the run, its variants."""
         self.tabs.setCurrentWidget(self.evaluations)
-        self.evaluations.show_run(run_id)
+        self.evaluations.show_run(job_id)
 
     def set_runs(self, ids: list[str]) -> None:
         """Compare exactly ``ids`` (in this order)."""

@@ -100,15 +100,15 @@ class CompressPage(WizardPage):
         """Opened from another page on the finished fine-tune ``source``."""
         self.set_source(source)
 
-    def set_source(self, run_id: str) -> None:
+    def set_source(self, job_id: str) -> None:
         """Compress ``run_id``: select it (once the list has it) and open Techniques."""
-        self._wanted_source = run_id
-        if self.source_step.select(run_id):
+        self._wanted_source = job_id
+        if self.source_step.select(job_id):
             self._wanted_source = None
             self.go_to(TECHNIQUES)
         elif self._client.is_connected:
-            self._client.request("jobs.get", {"id": run_id}, self._on_wanted_record,
-                                 lambda err: self._set_status(f"Run {run_id}: {error_text(err)}", "error"))
+            self._client.request("jobs.get", {"id": job_id}, self._on_wanted_record,
+                                 lambda err: self._set_status(f"Run {job_id}: {error_text(err)}", "error"))
 
     def source(self) -> dict[str, Any] | None:
         return self.source_step.source()
@@ -269,16 +269,16 @@ class CompressPage(WizardPage):
         self._on_changed()
 
     def _on_wanted_record(self, record: dict[str, Any]) -> None:
-        run_id = record.get("id")
-        if run_id != self._wanted_source:
+        job_id = record.get("id")
+        if job_id != self._wanted_source:
             return
         if self.is_source(record):
             self.source_step.upsert(record)
-            self.set_source(run_id)
+            self.set_source(job_id)
             return
         self._wanted_source = None
         what = "a fine-tune" if record.get("kind") == FINETUNE else f"a {record.get('kind')} job"
-        self._set_status(f"Run {record.get('name') or run_id} is {what} in state {record.get('state')}: "
+        self._set_status(f"Run {record.get('name') or job_id} is {what} in state {record.get('state')}: "
                          "only a finished (succeeded) fine-tune can be compressed.", "error")
 
     def is_source(self, record: dict[str, Any]) -> bool:

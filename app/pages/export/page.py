@@ -188,35 +188,35 @@ class ExportPage(WizardPage):
 
     # -- choosing the model -----------------------------------------------------------------
 
-    def navigate(self, run_id: str, record: dict[str, Any] | None = None) -> None:
+    def navigate(self, job_id: str, record: dict[str, Any] | None = None) -> None:
         """Opened from another page with the run (a variant or a parent) to export."""
-        self.set_variant(run_id, record)
+        self.set_variant(job_id, record)
 
-    def set_variant(self, run_id: str, record: dict[str, Any] | None = None) -> None:
+    def set_variant(self, job_id: str, record: dict[str, Any] | None = None) -> None:
         """Export ``run_id`` (chosen on Compare › Variants or Runs): select it and open Formats."""
-        self._wanted_source = run_id
-        if record and record.get("id") == run_id and exportable(record):
+        self._wanted_source = job_id
+        if record and record.get("id") == job_id and exportable(record):
             self.source_step.upsert(record)
-        if self.source_step.select(run_id):
+        if self.source_step.select(job_id):
             self._wanted_source = None
             if self.current_step() != RUN or self.run_step.state in FINAL_STATES:
                 self.go_to(FORMATS)
         if self._client.is_connected:
             # The list's record has no result: jobs.get brings the model's path and the variant's accuracy.
-            self._client.request("jobs.get", {"id": run_id}, self._on_wanted_record,
-                                 lambda err: self._set_status(f"Run {run_id}: {error_text(err)}", "error"))
+            self._client.request("jobs.get", {"id": job_id}, self._on_wanted_record,
+                                 lambda err: self._set_status(f"Run {job_id}: {error_text(err)}", "error"))
 
     def _on_wanted_record(self, record: dict[str, Any]) -> None:
-        run_id = record.get("id")
+        job_id = record.get("id")
         if exportable(record):
             self.source_step.upsert(record)
-            if run_id == self._wanted_source:
-                self.set_variant(run_id)
+            if job_id == self._wanted_source:
+                self.set_variant(job_id)
             return
-        if run_id != self._wanted_source:
+        if job_id != self._wanted_source:
             return
         self._wanted_source = None
-        self._set_status(f"Run {record.get('name') or run_id} is a {record.get('kind')} job in state "
+        self._set_status(f"Run {record.get('name') or job_id} is a {record.get('kind')} job in state "
                          f"{record.get('state')}: only a finished (succeeded) fine-tune or compression "
                          "variant can be exported.", "error")
 

@@ -121,7 +121,7 @@ class MonitorPage(QWidget):
         self.resume_button.clicked.connect(lambda: self._act("jobs.resume"))
         self.try_button = QPushButton("Try in Playground")
         self.try_button.setToolTip("Chat with this finished language model, or classify text with this classifier")
-        self.try_button.clicked.connect(lambda: self.nav.try_in_playground(run_id=self._job_id))
+        self.try_button.clicked.connect(lambda: self.nav.try_in_playground(job_id=self._job_id))
         self.try_button.hide()  # shown for a finished run of a text model
         header.addWidget(self.run_combo, 0, Qt.AlignmentFlag.AlignBottom)
         for button in (self.stop_button, self.cancel_button, self.resume_button):

@@ -220,10 +220,10 @@ class PlaygroundPage(QWidget):
 
     # -- opened from another page -------------------------------------------------------------
 
-    def navigate(self, run_id: str | None = None, model: dict[str, Any] | None = None,
+    def navigate(self, job_id: str | None = None, model: dict[str, Any] | None = None,
                  side_by_side: bool | None = None) -> None:
         """Open on a finished run (``run_id``) or any ModelRef (``model``); ``side_by_side`` sets the toggle."""
-        ref = model or ({"run": run_id} if run_id else None)
+        ref = model or ({"run": job_id} if job_id else None)
         if side_by_side is not None:
             self.side_check.setChecked(side_by_side and not self._is_classifier())
         if ref is not None and ref.get("run") and not self.jobs.loaded:

@@ -29,12 +29,12 @@ class LineageDialog(QDialog):
     loaded = Signal(dict)
     failed = Signal(str)
 
-    def __init__(self, client: Any, run_id: str, parent: QWidget | None = None):
+    def __init__(self, client: Any, job_id: str, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setWindowTitle(f"Lineage of {run_id}")
+        self.setWindowTitle(f"Lineage of {job_id}")
         self.resize(820, 640)
         self._client = client
-        self.run_id = run_id
+        self.job_id = job_id
         self.record: dict[str, Any] | None = None
 
         layout = QVBoxLayout(self)
@@ -56,7 +56,7 @@ class LineageDialog(QDialog):
         buttons.addWidget(close)
         layout.addLayout(buttons)
         self._set_saving(False)
-        client.request("jobs.lineage", {"id": run_id}, self._on_record, self._on_error)
+        client.request("jobs.lineage", {"id": job_id}, self._on_record, self._on_error)
 
     def _set_saving(self, enabled: bool) -> None:
         self.save_md_button.setEnabled(enabled)
@@ -67,7 +67,7 @@ class LineageDialog(QDialog):
         self.markdown = to_markdown(rec)
         self.view.setMarkdown(self.markdown)
         parents = len(rec.get("parents") or [])
-        self.status.setText(f"{rec['run'].get('kind')} run {self.run_id}: "
+        self.status.setText(f"{rec['run'].get('kind')} run {self.job_id}: "
                             f"{parents} parent run{'s' if parents != 1 else ''}, "
                             f"{len(rec.get('artifacts') or [])} artifacts; packages recorded "
                             f"{(rec.get('packages') or {}).get('recorded', '?')}.")
@@ -83,7 +83,7 @@ class LineageDialog(QDialog):
         return self.view.toPlainText()
 
     def _save_clicked(self, kind: str) -> None:
-        name = f"lineage-{self.run_id}.{kind}"
+        name = f"lineage-{self.job_id}.{kind}"
         filt = "Markdown (*.md)" if kind == "md" else "JSON (*.json)"
         path, _ = QFileDialog.getSaveFileName(self, "Save the lineage", name, filt,
                                               options=QFileDialog.Option.DontUseNativeDialog)

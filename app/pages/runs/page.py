@@ -399,7 +399,7 @@ class RunsPage(QWidget):
     def try_selected(self) -> None:
         job = self.selected_job()
         if job is not None and self._can_try(job):
-            self.nav.try_in_playground(run_id=job["id"])
+            self.nav.try_in_playground(job_id=job["id"])
 
     def _can_try(self, job: dict[str, Any]) -> bool:
         return playground_can_open(job, run_summary(job, self.model.lookup).get("task"))

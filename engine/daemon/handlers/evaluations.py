@@ -70,10 +70,10 @@ def data_of(store: Store, spec: dict[str, Any]) -> tuple[str, str]:
     if spec.get("data"):
         data = str(spec["data"])
         return f"data:{data}", Path(data).name or data
-    run_id = spec.get("validation_of") or _model(spec).get("run")
-    job = store.get_job(run_id) if run_id else None
+    job_id = spec.get("validation_of") or _model(spec).get("run")
+    job = store.get_job(job_id) if job_id else None
     root = root_of(store, job) if job else None
-    root_id = root["id"] if root else run_id
+    root_id = root["id"] if root else job_id
     name = (root or {}).get("name") or root_id
     return f"validation:{root_id}", f"validation data of {name}"
 
@@ -98,8 +98,8 @@ def _newest_first(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(items, key=lambda e: e.get("created_at") or 0, reverse=True)
 
 
-def of_run(store: Store, run_id: str) -> list[dict[str, Any]]:
-    children = (store.get_job(c) for c in store.child_jobs(run_id))
+def of_run(store: Store, job_id: str) -> list[dict[str, Any]]:
+    children = (store.get_job(c) for c in store.child_jobs(job_id))
     return _newest_first([evaluation(store, c) for c in children if c is not None and c.get("kind") == EVALUATE])
 
 

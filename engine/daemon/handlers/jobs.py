@@ -128,22 +128,22 @@ class JobHandlers:
                 answer.setdefault("issues", []).append(issue)
         return answer
 
-    async def _store_estimate(self, run_id: str, spec: Any, raw: dict[str, Any]) -> None:
+    async def _store_estimate(self, job_id: str, spec: Any, raw: dict[str, Any]) -> None:
         """The fit estimate of the spec validated above (the function, not the estimate.fit handler)."""
         try:
             est = await self.data.fit_estimate(spec, raw)
         except Exception:  # noqa: BLE001 - an estimate is a nicety; the run goes on without one
-            logging.getLogger(__name__).info("no estimate for %s", run_id, exc_info=True)
+            logging.getLogger(__name__).info("no estimate for %s", job_id, exc_info=True)
             return
         # What the run's memory events measure (allocator peak or RSS), per rank, without the
         # CUDA context the bars show.
         peak = est.get("estimated_peak")
-        job = self.engine.store.get_job(run_id)
+        job = self.engine.store.get_job(job_id)
         if job is None:
             return
         with contextlib.suppress(OSError):
             (Path(job["run_dir"]) / "estimate.json").write_text(json.dumps(est, indent=1), encoding="utf-8")
-        self.engine.store.update_job(run_id, estimated_peak=peak)
+        self.engine.store.update_job(job_id, estimated_peak=peak)
 
     def _templates_dir(self) -> Path:
         return self.engine.paths.home / "templates"

@@ -45,7 +45,7 @@ class EvaluationsView(QWidget):
         self.nav = nav or Navigator(self)
         self._client = engine.client
         self.jobs = engine.jobs  # the window's JobsState
-        self.run_id: str | None = None
+        self.job_id: str | None = None
         self.reply: dict[str, Any] | None = None
         self.columns: list[str] = []
         self._rows: list[ev.Row] = []
@@ -125,50 +125,50 @@ class EvaluationsView(QWidget):
     def _fill_runs(self) -> None:
         runs = self.jobs.by_kind(FINETUNE, [SUCCEEDED])
         ids = [job["id"] for job in runs]
-        if self.run_id and self.run_id not in ids and self.jobs.get(self.run_id):
-            runs.insert(0, self.jobs.get(self.run_id))
+        if self.job_id and self.job_id not in ids and self.jobs.get(self.job_id):
+            runs.insert(0, self.jobs.get(self.job_id))
         self.run_combo.blockSignals(True)
         self.run_combo.clear()
         for job in runs:
             self.run_combo.addItem(display_name(job), job["id"])
-        self.run_combo.setCurrentIndex(self.run_combo.findData(self.run_id) if self.run_id else -1)
+        self.run_combo.setCurrentIndex(self.run_combo.findData(self.job_id) if self.job_id else -1)
         self.run_combo.blockSignals(False)
 
     def _pick_run(self) -> None:
-        run_id = self.run_combo.currentData()
-        if run_id:
-            self.show_run(run_id)
+        job_id = self.run_combo.currentData()
+        if job_id:
+            self.show_run(job_id)
 
-    def show_run(self, run_id: str) -> None:
+    def show_run(self, job_id: str) -> None:
         """Show ``run_id``'s family (read from the engine now)."""
-        if run_id != self.run_id:
-            self.run_id, self.reply, self._rows = run_id, None, []
+        if job_id != self.job_id:
+            self.job_id, self.reply, self._rows = job_id, None, []
             self.data_combo.clear()
-        if self.run_combo.findData(run_id) < 0:
+        if self.run_combo.findData(job_id) < 0:
             self._fill_runs()
-        self.run_combo.setCurrentIndex(self.run_combo.findData(run_id))
+        self.run_combo.setCurrentIndex(self.run_combo.findData(job_id))
         self.empty.hide()
         self.body.show()
         self.refresh()
 
     def refresh(self) -> None:
-        if not self.run_id:
+        if not self.job_id:
             return
         self.status.setText("Reading the evaluations…")
-        run_id = self.run_id
-        self._client.request("evaluations.list", {"id": run_id}, lambda reply: self._on_reply(run_id, reply),
-                             lambda err: self._on_error(run_id, err))
+        job_id = self.job_id
+        self._client.request("evaluations.list", {"id": job_id}, lambda reply: self._on_reply(job_id, reply),
+                             lambda err: self._on_error(job_id, err))
 
     def _on_job_event(self, data: dict[str, Any]) -> None:
-        if data.get("kind") == EVALUATE and self.run_id:
+        if data.get("kind") == EVALUATE and self.job_id:
             self._refresh_timer.start()
         elif data.get("kind") == FINETUNE and data.get("state") == SUCCEEDED:
             self._fill_runs()
 
     # -- replies -----------------------------------------------------------------------------
 
-    def _on_reply(self, run_id: str, reply: dict[str, Any]) -> None:
-        if run_id != self.run_id:
+    def _on_reply(self, job_id: str, reply: dict[str, Any]) -> None:
+        if job_id != self.job_id:
             return  # a reply for the run shown before
         self.message.hide()
         self.reply = reply
@@ -183,14 +183,14 @@ class EvaluationsView(QWidget):
         self.data_combo.blockSignals(False)
         self._render()
 
-    def _on_error(self, run_id: str, err: Any) -> None:
-        if run_id != self.run_id:
+    def _on_error(self, job_id: str, err: Any) -> None:
+        if job_id != self.job_id:
             return
         self.status.setText("")
         if getattr(err, "code", None) == METHOD_NOT_FOUND:
             text = "This engine cannot list evaluations yet (no evaluations.list): update the engine and restart it."
         else:
-            text = f"Could not read the evaluations of {run_id}: {error_text(err)}"
+            text = f"Could not read the evaluations of {job_id}: {error_text(err)}"
         self.message.setText(text)
         self.message.show()
 
@@ -274,7 +274,7 @@ class EvaluationsView(QWidget):
             self.start(row, **dialog.values())
 
     def make_dialog(self, row: ev.Row) -> EvaluateDialog:
-        root = str((self.reply or {}).get("root") or self.run_id)
+        root = str((self.reply or {}).get("root") or self.job_id)
         base = next((r for r in self._rows if r.role == "base"), None)
         key = f"validation:{root}"
         missing = base is not None and row is not base and not base.has(key)
@@ -282,12 +282,12 @@ class EvaluationsView(QWidget):
                               missing, self)
 
     def _run_label(self) -> str:
-        return next((r.label for r in self._rows if r.role == "run"), str(self.run_id))
+        return next((r.label for r in self._rows if r.role == "run"), str(self.job_id))
 
     def start(self, row: ev.Row, data: str | None = None, limit: int = 100, max_new_tokens: int = 64,
               lm_eval: dict[str, Any] | None = None, with_base: bool = True) -> list[dict[str, Any]]:
         """Start the evaluation of ``row`` (and of the base model when it has no result on that data)."""
-        root = str((self.reply or {}).get("root") or self.run_id)
+        root = str((self.reply or {}).get("root") or self.job_id)
         common: dict[str, Any] = {"limit": limit, "max_new_tokens": max_new_tokens}
         if data:
             common["data"] = data

@@ -83,7 +83,7 @@ class VariantsScatter(QWidget):
         if not drawn:
             return
         largest = max((r.size_bytes or 0) for r in drawn) or None
-        by_id = {r.run_id: r for r in drawn}
+        by_id = {r.job_id: r for r in drawn}
         line = [(by_id[i].latency(basis), by_id[i].metric) for i in front if i in by_id]
         if len(line) > 1:
             self.plot.plot([x for x, _ in line], [y for _, y in line], name="Pareto front",
@@ -94,13 +94,13 @@ class VariantsScatter(QWidget):
         for i, row in enumerate(drawn):
             x, y = row.latency(basis), row.metric
             size = marker_size(row.size_bytes, largest)
-            on_front = row.run_id in front
+            on_front = row.job_id in front
             colour = PARENT_COLOUR if row.is_parent else run_colour(i - 1 if i else 0)
-            spots.append({"pos": (x, y), "size": size, "data": row.run_id,
+            spots.append({"pos": (x, y), "size": size, "data": row.job_id,
                           "symbol": "star" if row.is_parent else "o",
                           "brush": pg.mkBrush(colour), "pen": pg.mkPen(FRONT_COLOUR if on_front else "w",
                                                                        width=2.5 if on_front else 1)})
-            self._points.append((row.run_id, x, y, size))
+            self._points.append((row.job_id, x, y, size))
         self._label(drawn, front, recommended, basis)
         scatter = pg.ScatterPlotItem(spots=spots, hoverable=True, tip=self._tip(by_id, basis))
         scatter.sigClicked.connect(lambda _item, points, _ev: points and self.point_clicked.emit(points[0].data()))
@@ -126,7 +126,7 @@ class VariantsScatter(QWidget):
         xs = [r.latency(basis) for r in drawn]
         ys = [r.metric for r in drawn]
         x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-        order = sorted(drawn, key=lambda r: (not r.is_parent, r.run_id != recommended, r.run_id not in front))
+        order = sorted(drawn, key=lambda r: (not r.is_parent, r.job_id != recommended, r.job_id not in front))
         placed: list[tuple[float, float]] = []
         for row in order:
             x, y = row.latency(basis), row.metric
@@ -134,7 +134,7 @@ class VariantsScatter(QWidget):
                 continue
             placed.append((x, y))
             name = "parent" if row.is_parent else row.technique
-            chosen = row.run_id == recommended
+            chosen = row.job_id == recommended
             text = pg.TextItem(f"{name} ✓ recommended" if chosen else name,
                                color=RECOMMENDED_COLOUR if chosen else "#33393f", anchor=(-0.12, -0.05))
             text.setPos(x, y)

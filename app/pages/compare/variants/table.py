@@ -83,8 +83,8 @@ class VariantsModel(QAbstractTableModel):
         if self.rows:
             self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1, len(COLUMNS) - 1))
 
-    def row_of(self, run_id: str) -> int:
-        return next((i for i, r in enumerate(self.rows) if r.run_id == run_id), -1)
+    def row_of(self, job_id: str) -> int:
+        return next((i for i, r in enumerate(self.rows) if r.job_id == job_id), -1)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802, B008 - Qt API
         return 0 if parent.isValid() else len(self.rows)
@@ -142,11 +142,11 @@ class VariantsModel(QAbstractTableModel):
             return self.sort_value(row, key)
         if role == Qt.ItemDataRole.ToolTipRole:
             return self.tooltip(row, key)
-        if role == Qt.ItemDataRole.FontRole and (row.is_parent or row.run_id == self.recommended):
+        if role == Qt.ItemDataRole.FontRole and (row.is_parent or row.job_id == self.recommended):
             font = QFont()
             font.setBold(True)
             return font
-        if role == Qt.ItemDataRole.BackgroundRole and row.run_id == self.recommended:
+        if role == Qt.ItemDataRole.BackgroundRole and row.job_id == self.recommended:
             return RECOMMENDED
         if role == Qt.ItemDataRole.ForegroundRole and key in ("b1", "bn", "speedup") and self.off_target(row):
             return QColor("#868e96")
@@ -158,12 +158,12 @@ class VariantsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and key not in ("technique", "name", "state"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.UserRole:
-            return row.run_id
+            return row.job_id
         return None
 
     def text(self, row: Row, key: str) -> str:
         if key == "technique":
-            mark = PARETO_MARK if row.run_id in self.front else ""
+            mark = PARETO_MARK if row.job_id in self.front else ""
             return mark + ("parent" if row.is_parent else row.technique)
         if key == "name":
             return row.name
@@ -219,15 +219,15 @@ class VariantsModel(QAbstractTableModel):
 
     def tooltip(self, row: Row, key: str) -> str | None:
         if key == "name":
-            return row.run_id
+            return row.job_id
         if key in ("b1", "bn", "speedup") and self.off_target(row):
             return row.latency_note() or (f"Measured with {row.measured_with or 'ONNX Runtime on a CPU'}, "
                                           f"not on {DEPLOY_TARGETS.get(row.deploy, row.deploy)}.")
         if key == "technique" and row.runtime:
             path = (row.entry or {}).get("path")
             return f"Measured in {row.runtime}" + (f": {path}" if path else "") + \
-                (" (on the Pareto front)" if row.run_id in self.front else "")
-        if key == "technique" and row.run_id in self.front:
+                (" (on the Pareto front)" if row.job_id in self.front else "")
+        if key == "technique" and row.job_id in self.front:
             return "On the Pareto front: no other model is both faster and better"
         if key == "state" and row.error:
             return row.error

@@ -215,13 +215,13 @@ class VariantsView(QWidget):
 
     # -- what is shown ----------------------------------------------------------------------
 
-    def show_parent(self, run_id: str) -> None:
+    def show_parent(self, job_id: str) -> None:
         """Show ``run_id`` and its variants (read from the engine now)."""
-        if run_id != self.parent_id:
-            self.parent_id = run_id
+        if job_id != self.parent_id:
+            self.parent_id = job_id
             self.reply = None
             self._set_rows([])
-        self._select_in_combo(run_id)
+        self._select_in_combo(job_id)
         self.empty.hide()
         self._show_body()
         self.refresh()
@@ -254,7 +254,7 @@ class VariantsView(QWidget):
         return list(self._front)
 
     def recommended_id(self) -> str | None:
-        return self._recommended.run_id if self._recommended else None
+        return self._recommended.job_id if self._recommended else None
 
     def basis(self) -> str:
         return self.basis_combo.currentData() or "b1"
@@ -370,10 +370,10 @@ class VariantsView(QWidget):
 
     def selected_id(self) -> str | None:
         row = self.selected_row()
-        return row.run_id if row else None
+        return row.job_id if row else None
 
-    def select_run(self, run_id: str) -> bool:
-        row = self.model.row_of(run_id)
+    def select_run(self, job_id: str) -> bool:
+        row = self.model.row_of(job_id)
         if row < 0:
             return False
         index = self.proxy.mapFromSource(self.model.index(row, 0))
@@ -404,8 +404,8 @@ class VariantsView(QWidget):
         row = self.selected_row()
         if row is None or row.state != "succeeded" or (row.runtime and not row.is_parent):
             return
-        self.export_requested.emit(row.run_id)
-        self.nav.show("export", run_id=row.run_id, record=row.record)
+        self.export_requested.emit(row.job_id)
+        self.nav.show("export", job_id=row.job_id, record=row.record)
 
     def save_png(self, path: str, width: int = 1600) -> None:
         self.scatter.save_png(path, width)
@@ -449,26 +449,26 @@ class VariantsView(QWidget):
             self.parent_combo.setCurrentIndex(-1)
             self.parent_combo.setPlaceholderText("choose a finished fine-tune")
 
-    def _name_in_combo(self, run_id: str, name: str) -> None:
-        text = name if name == run_id else f"{name}  ({run_id})"
-        i = self.parent_combo.findData(run_id)
+    def _name_in_combo(self, job_id: str, name: str) -> None:
+        text = name if name == job_id else f"{name}  ({job_id})"
+        i = self.parent_combo.findData(job_id)
         if i < 0:
-            self.parent_combo.addItem(text, run_id)
+            self.parent_combo.addItem(text, job_id)
         else:
             self.parent_combo.setItemText(i, text)
 
-    def _select_in_combo(self, run_id: str) -> None:
-        if self.parent_combo.findData(run_id) < 0:
-            self._name_in_combo(run_id, run_id)
-        self.parent_combo.setCurrentIndex(self.parent_combo.findData(run_id))
+    def _select_in_combo(self, job_id: str) -> None:
+        if self.parent_combo.findData(job_id) < 0:
+            self._name_in_combo(job_id, job_id)
+        self.parent_combo.setCurrentIndex(self.parent_combo.findData(job_id))
 
     def _on_combo(self, index: int) -> None:
-        run_id = self.parent_combo.itemData(index)
-        if run_id and run_id != self.parent_id:
-            self.show_parent(run_id)
+        job_id = self.parent_combo.itemData(index)
+        if job_id and job_id != self.parent_id:
+            self.show_parent(job_id)
 
     def _on_job_removed(self, job_id: str) -> None:
-        if self.parent_id and job_id in {r.run_id for r in self._rows}:
+        if self.parent_id and job_id in {r.job_id for r in self._rows}:
             self._refresh_timer.start()
 
     def _on_job_event(self, data: dict[str, Any]) -> None:
@@ -477,6 +477,6 @@ class VariantsView(QWidget):
             self._name_in_combo(job_id, display_name(data))
         if not self.parent_id:
             return
-        shown = {r.run_id for r in self._rows}
+        shown = {r.job_id for r in self._rows}
         if data.get("parent_id") == self.parent_id or job_id in shown:
             self._refresh_timer.start()
