@@ -39,8 +39,8 @@ RULES: dict[str, str] = {
     # the Playground and saved chats
     "playground.chat": OPERATOR, "playground.predict": OPERATOR, "playground.stop": OPERATOR,
     "playground.unload": OPERATOR, "playground.workers": VIEWER,
-    "conversations.list": OPERATOR, "conversations.get": OPERATOR, "conversations.save": OPERATOR,
-    "conversations.delete": OPERATOR,
+    "chats.list": OPERATOR, "chats.get": OPERATOR, "chats.save": OPERATOR,
+    "chats.delete": OPERATOR,
     "templates.list": VIEWER, "templates.save": OPERATOR, "templates.delete": OPERATOR,
     # the engine's settings, machines and people
     "hosts.add": ADMIN, "hosts.update": ADMIN, "hosts.remove": ADMIN, "hosts.trust": ADMIN,

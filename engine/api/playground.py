@@ -109,7 +109,7 @@ class ConversationSide(_Part):
 
 
 class Conversation(_Part):
-    """A Playground chat as the engine keeps it (``conversations.*``, docs/playground.md): one side, or two
+    """A Playground chat as the engine keeps it (``chats.*``, docs/playground.md): one side, or two
     side by side, asked with one set of settings (the system prompt among them)."""
 
     id: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: saved chats are chats.* (were conversations.*)
 RequestId = int | float | str | None
 MAX_FRAME_BYTES = 1024 * 1024  # one line, newline included
 # Deeper frames are parse errors: json.loads recurses once per level (a 2 KB frame of brackets raised
@@ -138,13 +138,13 @@ METHODS: dict[str, str] = {
     "playground.workers": "{} -> {workers: [{model, label, pid, state, kind, rss, busy, idle_s, info}]}: the "
                           "loaded models.",
     "playground.unload": "{model} -> {ok}: stop a model's worker and free its memory.",
-    "conversations.save": "{id?, title?, sides: [{model, title?, messages, figures?}] (1 or 2), settings?} -> {id, "
+    "chats.save": "{id?, title?, sides: [{model, title?, messages, figures?}] (1 or 2), settings?} -> {id, "
                           "title, updated_at}: keep a Playground chat (a new one without id, else replace it).",
-    "conversations.list": "{limit?, offset?} -> {conversations: [{id, title, created_at, updated_at, models, "
+    "chats.list": "{limit?, offset?} -> {chats: [{id, title, created_at, updated_at, models, "
                           "questions}], total}: saved chats, newest first.",
-    "conversations.get": "{id} -> {id, title, created_at, updated_at, models, questions, conversation}: one saved "
+    "chats.get": "{id} -> {id, title, created_at, updated_at, models, questions, conversation}: one saved "
                          "chat, whole.",
-    "conversations.delete": "{id} -> {ok}: forget a saved chat.",
+    "chats.delete": "{id} -> {ok}: forget a saved chat.",
     "queue.get": "{} -> {jobs: [queued jobs in run order, each with its wait reason], running, resources, settings}.",
     "queue.move": "{id, to: top|up|down|bottom} -> queue.get's reply: reorder a queued job.",
     "queue.configure": "{max_concurrent?, cpu_cores?, allow_gpu_sharing?} -> queue.get's reply; kept across restarts.",

@@ -104,9 +104,9 @@ PARAMS: dict[str, dict[str, str]] = {
     "playground.stop": {"request": REQUEST},
     "playground.unload": {"model": MODEL},
     "playground.workers": {},
-    "conversations.list": {"limit": PLAIN, "offset": PLAIN},
-    "conversations.get": {"id": CHAT}, "conversations.delete": {"id": CHAT},
-    "conversations.save": {"id": CHAT, "title": PLAIN, "sides": MODEL, "settings": PLAIN},
+    "chats.list": {"limit": PLAIN, "offset": PLAIN},
+    "chats.get": {"id": CHAT}, "chats.delete": {"id": CHAT},
+    "chats.save": {"id": CHAT, "title": PLAIN, "sides": MODEL, "settings": PLAIN},
     "templates.list": {}, "templates.save": {"name": TEMPLATE, "kind": PLAIN, "spec": PLAIN},
     "templates.delete": {"name": TEMPLATE},
     "audit.list": {"limit": PLAIN, "offset": PLAIN, "action": PLAIN, "client": PLAIN, "target": PLAIN,
@@ -121,7 +121,7 @@ PARAMS: dict[str, dict[str, str]] = {
     "secrets.set": {"project": PROJECT, "name": PLAIN, "secret": PLAIN, "remove": PLAIN},
 }
 # Methods that change a chat or template: only its owner (or an admin) may; members of its project may read it.
-OWNER_ONLY = frozenset({"conversations.save", "conversations.delete", "templates.save", "templates.delete"})
+OWNER_ONLY = frozenset({"chats.save", "chats.delete", "templates.save", "templates.delete"})
 
 
 def resources_of(method: str) -> dict[str, str]:

@@ -126,7 +126,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             figures.append(answer_figures(done))
             if args.save:  # after every answer, as the Playground does: a broken-off session keeps what it had
                 side = {"model": ref, "title": args.model, "messages": messages, "figures": figures}
-                saved = client.call("conversations.save", sides=[side], settings=settings,
+                saved = client.call("chats.save", sides=[side], settings=settings,
                                     **({"id": saved} if saved else {}))["id"]
             for warning in done.get("warnings") or []:
                 print(f"warning: {warning}", file=sys.stderr)

@@ -33,21 +33,21 @@ def cmd_chats(args: argparse.Namespace) -> int:
         return 2
     with ensure_engine() as client:
         if args.action == "list":
-            reply = client.call("conversations.list", limit=args.limit)
+            reply = client.call("chats.list", limit=args.limit)
             if args.json:
                 print(json.dumps(reply))
                 return 0
-            for row in reply["conversations"]:
+            for row in reply["chats"]:
                 print(f"{row['id']}  {_when(row['updated_at'])}  {row['questions']:>3} questions  "
                       f"{' | '.join(row['models'])}  {row['title']}")
-            if not reply["conversations"]:
+            if not reply["chats"]:
                 print("No saved chats yet: chat in the Playground, or use ember chat --save.", file=sys.stderr)
             return 0
         if args.action == "delete":
-            client.call("conversations.delete", id=args.id)
+            client.call("chats.delete", id=args.id)
             print(f"deleted {args.id}", file=sys.stderr)
             return 0
-        reply = client.call("conversations.get", id=args.id)
+        reply = client.call("chats.get", id=args.id)
     conversation = reply["conversation"]
     if args.action == "export":
         text = "".join(line + "\n" for line in export_lines(conversation))

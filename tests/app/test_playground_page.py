@@ -125,7 +125,7 @@ def test_chat_streams_stops_side_by_side_exports_and_shows_errors(qtbot, make_wi
     # both models, its settings and both answers with their figures, and a question goes on in it.
     with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
         def saved() -> list[dict]:
-            return c.call("conversations.list")["conversations"]
+            return c.call("chats.list")["chats"]
 
         qtbot.waitUntil(lambda: [(r["title"], r["questions"]) for r in saved()] == [("Hello", 1), (QUESTION, 2)],
                         timeout=10_000)

@@ -114,7 +114,7 @@ class Wire:
         self.buf = b""
         self.token = read_token(paths)
         if hello:
-            self.send(protocol.encode(protocol.request(0, "hello", {"token": self.token, "protocol": 1})))
+            self.send(protocol.encode(protocol.request(0, "hello", {"token": self.token, "protocol": protocol.PROTOCOL_VERSION})))
             assert "result" in json.loads(self.line())
 
     def send(self, data: str | bytes) -> None:
@@ -268,7 +268,7 @@ def test_standard_errors_carry_the_specifications_message_and_embers_detail(wire
 
 def test_a_batch_before_hello_is_refused_and_the_connection_closed(engine_proc):
     w = Wire(engine_proc.paths, hello=False)
-    hello = {"jsonrpc": "2.0", "method": "hello", "params": {"token": w.token, "protocol": 1}, "id": 1}
+    hello = {"jsonrpc": "2.0", "method": "hello", "params": {"token": w.token, "protocol": protocol.PROTOCOL_VERSION}, "id": 1}
     w.send(json.dumps([hello]) + "\n")
     reply = json.loads(w.line())
     assert (reply["id"], reply["error"]["code"]) == (None, protocol.HANDSHAKE_REQUIRED)
@@ -279,7 +279,7 @@ def test_a_batch_before_hello_is_refused_and_the_connection_closed(engine_proc):
 def test_notifications_before_hello(engine_proc):
     # hello as a notification authenticates without a reply.
     w = Wire(engine_proc.paths, hello=False)
-    w.send(json.dumps({"jsonrpc": "2.0", "method": "hello", "params": {"token": w.token, "protocol": 1}}) + "\n")
+    w.send(json.dumps({"jsonrpc": "2.0", "method": "hello", "params": {"token": w.token, "protocol": protocol.PROTOCOL_VERSION}}) + "\n")
     assert w.call("ping")["result"]["t"] > 0
     w.close()
     # Any other notification first: no reply (section 4.1), but the handshake rule holds: closed.

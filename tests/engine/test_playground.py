@@ -153,7 +153,7 @@ def test_ember_chat_prints_the_answer_and_its_speed(engine_proc):
         return subprocess.run([sys.executable, "-m", "engine.cli", "chats", *args], capture_output=True, text=True,
                               env=env, timeout=60, check=True).stdout
 
-    (row,) = json.loads(ember("--json"))["conversations"]
+    (row,) = json.loads(ember("--json"))["chats"]
     assert (row["id"], row["title"], row["questions"], row["models"]) == (saved, "Hi", 2, ["tiny-llama"])
     assert "[user] And then?" in ember("show", saved) and "[system] Be brief." in ember("show", saved)
     (line,) = [json.loads(x) for x in ember("export", saved).splitlines()]  # as the Playground's Export writes it

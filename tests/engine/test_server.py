@@ -41,7 +41,7 @@ def read_reply(s) -> dict:
 
 def authed_raw(paths):
     s = raw_socket(paths)
-    s.sendall(protocol.encode(protocol.request(1, "hello", {"token": read_token(paths), "protocol": 1})))
+    s.sendall(protocol.encode(protocol.request(1, "hello", {"token": read_token(paths), "protocol": protocol.PROTOCOL_VERSION})))
     assert "result" in read_reply(s)
     return s
 

@@ -101,7 +101,7 @@ class Conn:
             self.hello()
 
     def hello(self) -> None:
-        self.send(protocol.encode(protocol.request("h", "hello", {"token": self.token, "protocol": 1})))
+        self.send(protocol.encode(protocol.request("h", "hello", {"token": self.token, "protocol": protocol.PROTOCOL_VERSION})))
         reply = json.loads(self.line())
         assert reply.get("id") == "h" and "result" in reply, reply
         self.authenticated = True

@@ -61,7 +61,7 @@ def hello_from(address: str, source: str, token: str) -> dict:
     """hello over TLS from ``source``: the reply (a refusal right after connecting counts as one too)."""
     sock = tls_connect(address, source)
     try:
-        sock.sendall(protocol.encode(protocol.request(1, "hello", {"token": token, "protocol": 1})))
+        sock.sendall(protocol.encode(protocol.request(1, "hello", {"token": token, "protocol": protocol.PROTOCOL_VERSION})))
         line = read_line(sock)
     finally:
         sock.close()

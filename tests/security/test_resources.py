@@ -155,7 +155,7 @@ def _team(root: Path, home: typing.Any):
             alpha_job = admin.call("jobs.start", kind="system.probe", spec={}, project="alpha")["id"]
             for job_id in (beta_job, alpha_job):
                 wait_for(lambda j=job_id: admin.call("jobs.get", id=j)["state"] == "succeeded", timeout=60, what=job_id)
-            beta_chat = admin.call("conversations.save", sides=[{"model": {"builtin": "smollm2-135m-instruct"},
+            beta_chat = admin.call("chats.save", sides=[{"model": {"builtin": "smollm2-135m-instruct"},
                                                                 "messages": []}])["id"]
             tls = admin.call("engine.status")["tls"]
         yield eng, {"alpha": alpha, "beta": beta, "outside": outside, "beta_job": beta_job, "alpha_job": alpha_job,
@@ -194,7 +194,7 @@ def _calls(method: str) -> list[tuple[str, str, typing.Callable[[typing.Any], di
                 out.append((".".join(path), sub, lambda v, p=path: {"spec": _doc(p, v)}))
         elif kind == R.MODEL:
             for path, sub in _resource_paths(ModelRef):
-                wrap = (lambda v, p=path, q=param: {q: [{"model": _doc(p, v)}]}) if method == "conversations.save" \
+                wrap = (lambda v, p=path, q=param: {q: [{"model": _doc(p, v)}]}) if method == "chats.save" \
                     else (lambda v, p=path, q=param: {q: _doc(p, v)})
                 out.append((".".join(path), sub, wrap))
         else:
@@ -342,19 +342,19 @@ def test_the_other_holes_as_they_were_found(team):
         with pytest.raises(RpcError) as err:
             c.call("data.inspect", spec={"task": "text_classification", "data": {"path": str(beta_dir / "spec.yaml")}})
         assert err.value.code == FORBIDDEN
-        for method in ("conversations.get", "conversations.delete"):
+        for method in ("chats.get", "chats.delete"):
             with pytest.raises(RpcError) as err:
                 c.call(method, id=f["beta_chat"])
             assert err.value.code == NOT_FOUND
-        assert f["beta_chat"] not in str(c.call("conversations.list"))
+        assert f["beta_chat"] not in str(c.call("chats.list"))
         queue = c.call("queue.get")
         assert all(j["id"] != beta_job for j in queue["jobs"] + queue["running"])
         # A chat with an endpoint an admin allowed: saved, without its key
-        mine = c.call("conversations.save", sides=[{"model": {"url": ALLOWED_ENDPOINT, "api_key": "sk-x"},
+        mine = c.call("chats.save", sides=[{"model": {"url": ALLOWED_ENDPOINT, "api_key": "sk-x"},
                                                     "messages": []}])["id"]
-        assert "sk-x" not in str(c.call("conversations.get", id=mine))  # a key is never kept
+        assert "sk-x" not in str(c.call("chats.get", id=mine))  # a key is never kept
     with eng.client("admin") as admin:
-        assert admin.call("conversations.get", id=mine)["id"] == mine
+        assert admin.call("chats.get", id=mine)["id"] == mine
 
 
 def test_saved_templates_belong_to_their_owner(team):

@@ -1,5 +1,5 @@
 """The chat: one column, or two side by side, the prompt box with Send and Stop, the JSONL export, and the
-chat kept in the engine's store (``conversations.save``) after every answer, so Saved chats reopens it.
+chat kept in the engine's store (``chats.save``) after every answer, so Saved chats reopens it.
 
 One prompt goes to every column in use at once, each with its own model and its own conversation
 (conversation.py); the settings are the form's (settings_form.py) at the time of sending, and the export
@@ -138,11 +138,11 @@ class ChatPanel(QWidget):
         self.conversation_id = self.conversation_id or f"chat-{secrets.token_hex(6)}"
         params = {"id": self.conversation_id, "sides": sides,
                   "settings": self._sent_settings or self._settings.values()}
-        self._client.request("conversations.save", params, lambda _reply: None,
+        self._client.request("chats.save", params, lambda _reply: None,
                              lambda err: show_text(self.message, f"This chat could not be saved: {err}"))
 
     def load(self, conversation: dict[str, Any]) -> None:
-        """Show a saved chat (conversations.get's ``conversation``) in the columns; asking again continues it.
+        """Show a saved chat (chats.get's ``conversation``) in the columns; asking again continues it.
         The page has picked its models and shown its settings first."""
         for col in (self.column_a, self.column_b):
             col.clear()

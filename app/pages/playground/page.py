@@ -355,7 +355,7 @@ class PlaygroundPage(QWidget):
         self.saved_dialog.open()
 
     def open_conversation(self, reply: dict[str, Any]) -> None:
-        """Show a saved chat (conversations.get's reply): its models picked, its settings, every turn."""
+        """Show a saved chat (chats.get's reply): its models picked, its settings, every turn."""
         if self.busy():
             self.chat.stop()
         conversation = reply.get("conversation") or {}

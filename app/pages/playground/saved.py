@@ -1,4 +1,4 @@
-"""Saved chats: the Playground's conversations kept by the engine (``conversations.list``), newest first,
+"""Saved chats: the Playground's conversations kept by the engine (``chats.list``), newest first,
 to open again (the models, the settings and every turn come back, and asking continues the chat) or delete.
 """
 
@@ -25,7 +25,7 @@ LIST_LIMIT = 500
 
 
 class SavedChats(QDialog):
-    opened = Signal(dict)  # conversations.get's reply: the page shows it
+    opened = Signal(dict)  # chats.get's reply: the page shows it
 
     def __init__(self, client: Any, parent: QWidget | None = None):
         super().__init__(parent)
@@ -57,10 +57,10 @@ class SavedChats(QDialog):
         self._update()
 
     def reload(self) -> None:
-        self._client.request("conversations.list", {"limit": LIST_LIMIT}, self._fill, self._show_error)
+        self._client.request("chats.list", {"limit": LIST_LIMIT}, self._fill, self._show_error)
 
     def _fill(self, reply: dict[str, Any]) -> None:
-        self.rows = list(reply.get("conversations") or [])
+        self.rows = list(reply.get("chats") or [])
         self.table.setRowCount(len(self.rows))
         for i, row in enumerate(self.rows):
             cells = (row.get("title") or "", "  |  ".join(row.get("models") or []), str(row.get("questions", 0)),
@@ -92,7 +92,7 @@ class SavedChats(QDialog):
             self.opened.emit(reply)
             self.accept()
 
-        self._client.request("conversations.get", {"id": row["id"]}, got, self._show_error)
+        self._client.request("chats.get", {"id": row["id"]}, got, self._show_error)
 
     def ask_delete(self) -> None:
         row = self.selected()
@@ -106,7 +106,7 @@ class SavedChats(QDialog):
         box.open()
 
     def delete(self, conv_id: str) -> None:
-        self._client.request("conversations.delete", {"id": conv_id}, lambda _r: self.reload(), self._show_error)
+        self._client.request("chats.delete", {"id": conv_id}, lambda _r: self.reload(), self._show_error)
 
     def _show_error(self, err: Any) -> None:
         show_text(self.message, str(err))

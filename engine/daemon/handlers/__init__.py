@@ -1,7 +1,7 @@
 """Request handlers: one small method per protocol method, params validated by pydantic.
 
 Each area has its module and class (status, jobs, data, queue, events, audit, hosts, models, playground,
-evaluations, conversations, privacy, users); their tables are joined here into the one dispatch table, which must name every method of
+evaluations, chats, privacy, users); their tables are joined here into the one dispatch table, which must name every method of
 engine/api/protocol.py.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.api.protocol import METHOD_NOT_FOUND, METHODS, RpcError
 from engine.api.resources import PARAMS
 from engine.daemon.handlers.audit import AuditHandlers
-from engine.daemon.handlers.conversations import ConversationHandlers
+from engine.daemon.handlers.chats import ConversationHandlers
 from engine.daemon.handlers.data import DataHandlers
 from engine.daemon.handlers.evaluations import EvaluationHandlers
 from engine.daemon.handlers.events import EventHandlers
@@ -57,7 +57,7 @@ AUDITED = {"jobs.start", "jobs.stop", "jobs.cancel", "jobs.resume", "jobs.delete
            "templates.save", "templates.delete", "hosts.add", "hosts.update", "hosts.remove", "hosts.trust",
            "hosts.forget_key", "hosts.prepare", "hosts.probe", "diag.burst",
            "queue.move", "queue.configure", "jobs.prioritize", "models.delete", "hub.login", "hub.logout",
-           "conversations.delete", "pii.set_policy", "users.add", "users.update", "users.revoke", "secrets.set",
+           "chats.delete", "pii.set_policy", "users.add", "users.update", "users.revoke", "secrets.set",
            "projects.set"}
 
 

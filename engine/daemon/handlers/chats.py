@@ -46,10 +46,10 @@ class ConversationHandlers:
 
     def table(self) -> dict[str, tuple[type[Any], Any]]:
         return {
-            "conversations.save": (Conversation, self.save),
-            "conversations.list": (Page, self.list),
-            "conversations.get": (ConversationId, self.get),
-            "conversations.delete": (ConversationId, self.delete),
+            "chats.save": (Conversation, self.save),
+            "chats.list": (Page, self.list),
+            "chats.get": (ConversationId, self.get),
+            "chats.delete": (ConversationId, self.delete),
         }
 
     async def save(self, session: Client, p: Conversation) -> Any:
@@ -70,20 +70,20 @@ class ConversationHandlers:
         store = self.engine.store
         if s.user.sees_all:
             rows = store.list_conversations(p.limit, p.offset)
-            return {"conversations": [summary(r) for r in rows], "total": store.count_conversations()}
+            return {"chats": [summary(r) for r in rows], "total": store.count_conversations()}
         mine = [r for r in store.list_conversations(MAX_SCAN, 0)
                 if (r["data"].get("project") or DEFAULT_PROJECT) in s.user.projects]
-        return {"conversations": [summary(r) for r in mine[p.offset:p.offset + p.limit]], "total": len(mine)}
+        return {"chats": [summary(r) for r in mine[p.offset:p.offset + p.limit]], "total": len(mine)}
 
     async def get(self, _s: Client, p: ConversationId) -> Any:
         row = self.engine.store.get_conversation(p.id)
         if row is None:
             raise RpcError(INVALID_PARAMS, f"No saved chat {p.id!r}",
-                           {"hint": "conversations.list (ember chats) lists the saved chats."})
+                           {"hint": "chats.list (ember chats) lists the saved chats."})
         return {**summary(row), "conversation": {**row["data"], "id": row["id"]}}
 
     async def delete(self, _s: Client, p: ConversationId) -> Any:
         if not self.engine.store.delete_conversation(p.id):
             raise RpcError(INVALID_PARAMS, f"No saved chat {p.id!r}",
-                           {"hint": "conversations.list (ember chats) lists the saved chats."})
+                           {"hint": "chats.list (ember chats) lists the saved chats."})
         return {"ok": True}
