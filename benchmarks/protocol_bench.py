@@ -70,7 +70,7 @@ def rtt_engine(n: int, tls: bool = False) -> list[float]:
 def _client(tls: bool) -> BlockingClient:
     if not tls:
         return BlockingClient.connect()
-    from engine.api.remote import KnownEngines
+    from engine.api.remote_engine import KnownEngines
 
     with BlockingClient.connect() as admin:
         listen = admin.call("engine.status")["tls"]
