@@ -5,21 +5,27 @@ on a busy laptop) before the first word, and a second process reading the stream
 engine opens the endpoint once (``GET /models``, in a thread), then each answer streams in its own thread and
 its text goes to the event bus in chunks (at most every CHUNK_S seconds, as a worker sends them: Chunks), ending with
 the same done or error event a worker's answer ends with.
+
+An endpoint whose server has gone leaves the list: one on this machine (a serve job's, mostly) as soon as its
+port no longer accepts connections, any other after an answer fails and its port is found closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.api.failures import JobFailed
 from engine.api.playground import Chunks, GenerateSettings, Message, ModelRef
 from engine.api.protocol import INVALID_PARAMS, RpcError
+from engine.api.specs import LOOPBACK_HOSTS
 from engine.daemon.endpoint_chat import EndpointChat, read_key
 from engine.daemon.eventbus import EventBus
 
@@ -39,6 +45,21 @@ class Endpoint:
         return {"model": self.ref.shown(), "label": self.ref.label(), "pid": None, "state": "ready", "kind": "chat",
                 "info": {"task": "causal_lm", "name": self.chat.model, "runtime": "endpoint", "url": self.chat.url},
                 "rss": 0, "busy": len(self.open), "idle_s": round(time.monotonic() - self.last_used, 1)}
+
+
+def listening(url: str, timeout: float) -> bool:
+    """Whether the host and port of ``url`` accept a TCP connection now."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def on_this_machine(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in LOOPBACK_HOSTS
 
 
 def _failure(exc: JobFailed) -> RpcError:
@@ -102,6 +123,8 @@ class Endpoints:
             self.bus.publish(topic, {"done": True, **stats})
         except JobFailed as exc:
             self.bus.publish(topic, {"error": str(exc), "hint": exc.hint})
+            if not await asyncio.to_thread(listening, endpoint.chat.url, 2.0):
+                self.forget(endpoint.ref)  # its server has gone: the next chat opens it afresh, or says so
         except Exception as exc:  # noqa: BLE001 - the answer's subscriber must hear of any end
             self.bus.publish(topic, {"error": f"{type(exc).__name__}: {exc}"[:500],
                                      "hint": "See the engine log; send again."})
@@ -119,6 +142,11 @@ class Endpoints:
         return True
 
     def list(self) -> list[dict[str, Any]]:
+        """The open endpoints; one on this machine whose port is closed (its serve job stopped) is forgotten
+        (a loopback connect answers at once either way)."""
+        for endpoint in list(self.endpoints.values()):
+            if not endpoint.open and on_this_machine(endpoint.chat.url) and not listening(endpoint.chat.url, 0.2):
+                self.forget(endpoint.ref)
         return [e.describe() for e in self.endpoints.values()]
 
     def forget(self, ref: ModelRef) -> bool:

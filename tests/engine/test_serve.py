@@ -125,6 +125,7 @@ def test_the_openai_client_chats_streams_completes_and_eight_clients_at_once(eng
         listed = c.call("playground.workers")["workers"]
         assert [(w["pid"], w["info"]["url"]) for w in listed] == [(None, url)], listed
         stop_serving(c, job_id, url)
+        assert c.call("playground.workers")["workers"] == []  # a stopped server's endpoint leaves the list
 
         # ember serve: the URL once it listens; --detach leaves it serving as a job. Bound to every address, it
         # wants an API key: the job writes one (readable by its owner only) and refuses requests without it.
