@@ -41,6 +41,8 @@ def test_tune_and_chat_prepares_smollm2_once_and_launch_is_never_blocked(qtbot, 
     qtbot.waitUntil(lambda: model.preparing is not None, timeout=30_000)
     assert model.status.text().startswith(f"Preparing the built-in model {SMOLLM2} once (about 538 MB)")
     assert str(models) in model.note.text() and not model.blocking()
+    # The wizard's line says what Launch does meanwhile, not a plain "Ready to launch."
+    qtbot.waitUntil(lambda: "being prepared" in wizard.status_label.text(), timeout=30_000)
     seen: list[str] = []
 
     def ready() -> bool:

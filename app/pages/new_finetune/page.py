@@ -258,6 +258,10 @@ class NewFinetunePage(QWidget):
             text, role = f"Fix before launch: {problems[0]}{more}", "error"
         elif busy:
             text, role = "Checking the model and data…", "muted"
+        elif self.model_step.preparing:
+            # A launched run takes the model's folder once written (the preparation holds its lock until then).
+            text, role = ("Ready to launch: the built-in model is being prepared once; a run launched now "
+                          "starts training when it is ready."), "muted"
         else:
             text, role = "Ready to launch.", "muted"
         self._set_status(text, role)
