@@ -126,7 +126,7 @@ def main() -> int:
     shoot(app, window, "monitor.png")
     monitor.cancel_run(ask=False)
 
-    window.nav.show("compare", run_ids=finished)
+    window.nav.show("compare", job_ids=finished)
     pump(app, 4)
     shoot(app, window, "compare.png")
 

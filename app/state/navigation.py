@@ -35,7 +35,7 @@ class Navigator(QObject):
 
     def try_in_playground(self, job_id: str | None = None, model: dict[str, Any] | None = None) -> None:
         """Open the Playground on a finished run, or on any model (a ModelRef dict: engine/api/playground.py)."""
-        self.show("playground", **({"model": model} if model else {"run_id": job_id}))
+        self.show("playground", **({"model": model} if model else {"job_id": job_id}))
 
     def action(self, page_id: str, **args: Any):
         """A slot for a button's clicked signal: show ``page_id`` with ``args``."""

@@ -29,7 +29,7 @@ def test_compare_overlays_two_runs_and_diffs_their_specs(qtbot, make_window, gui
     qtbot.mouseClick(runs.compare_button, Qt.MouseButton.LeftButton)
     compare = window.page("compare")
     assert window.stack.currentWidget() is compare
-    assert sorted(compare.run_ids()) == sorted([r8["id"], r4["id"]])
+    assert sorted(compare.job_ids()) == sorted([r8["id"], r4["id"]])
 
     def points(job_id: str, kind: str, name: str) -> int:
         return sum(1 for m in metrics[job_id] if m["kind"] == kind and m["name"] == name)
@@ -38,7 +38,7 @@ def test_compare_overlays_two_runs_and_diffs_their_specs(qtbot, make_window, gui
                 "metric": ("eval", "accuracy")}
 
     def drawn() -> bool:
-        return all(compare.charts[key].point_counts() == [points(i, *what) for i in compare.run_ids()]
+        return all(compare.charts[key].point_counts() == [points(i, *what) for i in compare.job_ids()]
                    for key, what in expected.items())
 
     qtbot.waitUntil(drawn, timeout=20_000)
@@ -71,5 +71,5 @@ def test_compare_overlays_two_runs_and_diffs_their_specs(qtbot, make_window, gui
              for i in range(compare.picker.count())}
     assert all(item.checkState() == Qt.CheckState.Checked for item in items.values())
     items[r4["id"]].setCheckState(Qt.CheckState.Unchecked)
-    assert compare.run_ids() == [r8["id"]]
+    assert compare.job_ids() == [r8["id"]]
     assert compare.charts["train_loss"].series_count() == 1

@@ -209,7 +209,7 @@ def test_a_classifier_shows_every_class_for_the_run_opened_from_runs_and_monitor
     requests = []
     window.nav.requested.connect(lambda key, args: requests.append((key, args)))
     qtbot.mouseClick(monitor.try_button, Qt.MouseButton.LeftButton)
-    assert requests == [("playground", {"run_id": run})]
+    assert requests == [("playground", {"job_id": run})]
     assert page.picker_a.current().ref == {"run": run}
 
 

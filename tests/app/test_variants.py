@@ -315,7 +315,7 @@ def test_export_this_variant_goes_to_the_export_page(view, qtbot):
     from app.pages.export import ExportPage
 
     chosen: list[tuple[str, dict]] = []
-    view.nav.requested.connect(lambda key, args: chosen.append((args["run_id"], args["record"])))  # to Export
+    view.nav.requested.connect(lambda key, args: chosen.append((args["job_id"], args["record"])))  # to Export
     assert not view.export_variant_button.isEnabled()
     view.select_run("r-static")
     with qtbot.waitSignal(view.export_requested) as signal:

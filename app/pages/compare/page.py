@@ -182,9 +182,9 @@ class ComparePage(QWidget):
 
     # -- which runs -------------------------------------------------------------------------
 
-    def navigate(self, run_ids: list[str] | None = None, variants_of: str | None = None,
+    def navigate(self, job_ids: list[str] | None = None, variants_of: str | None = None,
                  evaluations_of: str | None = None, sweep: str | None = None, deploy: str | None = None) -> None:
-        """Opened from another page: compare ``run_ids``, show the variants of ``variants_of`` (for
+        """Opened from another page: compare ``job_ids``, show the variants of ``variants_of`` (for
         ``deploy``, where they will run), the evaluations of ``evaluations_of``, or the trials of ``sweep``."""
         if deploy:
             self.variants.set_deploy(deploy)
@@ -192,14 +192,14 @@ class ComparePage(QWidget):
             self.tabs.setCurrentWidget(self.sweeps)
             self.sweeps.fill_sweeps()
             self.sweeps.show_sweep(sweep)
-        if run_ids is not None:
-            self.set_runs(run_ids)
+        if job_ids is not None:
+            self.set_runs(job_ids)
         if variants_of:
             self.show_variants(variants_of)
         if evaluations_of:
             self.show_evaluations(evaluations_of)
 
-    def run_ids(self) -> list[str]:
+    def job_ids(self) -> list[str]:
         return list(self._ids)
 
     def show_variants(self, parent_id: str) -> None:

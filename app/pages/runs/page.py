@@ -384,7 +384,7 @@ class RunsPage(QWidget):
             return
         ids = [job["id"] for job in self.selected_jobs() if job.get("kind") == FINETUNE]
         if len(ids) >= 2:
-            self.nav.show("compare", run_ids=ids)
+            self.nav.show("compare", job_ids=ids)
 
     def duplicate_selected(self) -> None:
         job = self.selected_job()
