@@ -23,6 +23,11 @@ from engine.training.context import JobContext, JobFailed
 
 CALIBRATION_BATCH = 1  # one example per feed: the calibration count is a count of examples
 
+# A recovery fine-tune scores the validation set at most four times and at most every this many steps (always at
+# its last step): with fake quantization on, one evaluation costs as much as a dozen training steps, and a
+# short recovery evaluated at every step spent most of its time there.
+MIN_EVAL_EVERY = 10
+
 
 @dataclass
 class Job:
@@ -146,7 +151,7 @@ class Job:
         spec = s.model_copy(update={
             "method": type(s.method)(kind="full"), "max_steps": steps, "epochs": None, "batch_size": batch_size,
             "optim": s.optim.model_copy(update={"lr": lr, "warmup_steps": 0}), "resume": False,
-            "eval_every": max(1, steps // 4), "early_stopping": None, "grad_accum": 1, "precision": "fp32",
+            "eval_every": max(steps // 4, MIN_EVAL_EVERY), "early_stopping": None, "grad_accum": 1, "precision": "fp32",
             "distributed": type(s.distributed)(), "device": "auto", "distill": None})
         teacher = None
         if teacher_alpha > 0:
