@@ -13,7 +13,6 @@ port no longer accepts connections, any other after an answer fails and its port
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 import uuid
@@ -47,15 +46,16 @@ class Endpoint:
                 "rss": 0, "busy": len(self.open), "idle_s": round(time.monotonic() - self.last_used, 1)}
 
 
-def listening(url: str, timeout: float) -> bool:
-    """Whether the host and port of ``url`` accept a TCP connection now."""
+async def listening(url: str, timeout: float) -> bool:
+    """Whether the host and port of ``url`` accept a TCP connection now (without blocking the event loop)."""
     parts = urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
-            return True
-    except (OSError, ValueError):
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname or "", port), timeout)
+    except (OSError, ValueError, asyncio.TimeoutError):
         return False
+    writer.close()
+    return True
 
 
 def on_this_machine(url: str) -> bool:
@@ -123,7 +123,7 @@ class Endpoints:
             self.bus.publish(topic, {"done": True, **stats})
         except JobFailed as exc:
             self.bus.publish(topic, {"error": str(exc), "hint": exc.hint})
-            if not await asyncio.to_thread(listening, endpoint.chat.url, 2.0):
+            if not await listening(endpoint.chat.url, 2.0):
                 self.forget(endpoint.ref)  # its server has gone: the next chat opens it afresh, or says so
         except Exception as exc:  # noqa: BLE001 - the answer's subscriber must hear of any end
             self.bus.publish(topic, {"error": f"{type(exc).__name__}: {exc}"[:500],
@@ -141,12 +141,14 @@ class Endpoints:
         endpoint.open[rid].set()
         return True
 
-    def list(self) -> list[dict[str, Any]]:
-        """The open endpoints; one on this machine whose port is closed (its serve job stopped) is forgotten
-        (a loopback connect answers at once either way)."""
+    async def forget_stopped(self) -> None:
+        """Forget each idle endpoint on this machine whose port is closed (its serve job stopped); a loopback
+        connect answers at once either way."""
         for endpoint in list(self.endpoints.values()):
-            if not endpoint.open and on_this_machine(endpoint.chat.url) and not listening(endpoint.chat.url, 0.2):
+            if not endpoint.open and on_this_machine(endpoint.chat.url) and not await listening(endpoint.chat.url, 0.2):
                 self.forget(endpoint.ref)
+
+    def list(self) -> list[dict[str, Any]]:
         return [e.describe() for e in self.endpoints.values()]
 
     def forget(self, ref: ModelRef) -> bool:

@@ -60,7 +60,7 @@ def test_every_method_declares_every_parameter_and_the_engine_refuses_to_start_o
     h = handlers_mod
     areas = [h.StatusHandlers(eng), h.DataHandlers(eng), h.EventHandlers(eng), h.AuditHandlers(eng),
              h.QueueHandlers(eng), h.HostHandlers(eng), h.ModelHandlers(eng), h.PlaygroundHandlers(eng),
-             h.EvaluationHandlers(eng), h.ConversationHandlers(eng), h.PrivacyHandlers(eng), h.UserHandlers(eng),
+             h.EvaluationHandlers(eng), h.ChatHandlers(eng), h.PrivacyHandlers(eng), h.UserHandlers(eng),
              h.SecretHandlers(eng), h.JobHandlers(eng, None)]
     table = {m: entry for area in areas for m, entry in area.table().items()}
     h.undeclared(table)  # the real handlers: every parameter declared

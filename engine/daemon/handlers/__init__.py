@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from engine.api.protocol import METHOD_NOT_FOUND, METHODS, RpcError
 from engine.api.resources import PARAMS
 from engine.daemon.handlers.audit import AuditHandlers
-from engine.daemon.handlers.chats import ConversationHandlers
+from engine.daemon.handlers.chats import ChatHandlers
 from engine.daemon.handlers.data import DataHandlers
 from engine.daemon.handlers.evaluations import EvaluationHandlers
 from engine.daemon.handlers.events import EventHandlers
@@ -67,7 +67,7 @@ class Handlers:
         data = DataHandlers(eng)
         areas = (StatusHandlers(eng), JobHandlers(eng, data), data, EventHandlers(eng), AuditHandlers(eng),
                  QueueHandlers(eng), HostHandlers(eng), ModelHandlers(eng), PlaygroundHandlers(eng),
-                 EvaluationHandlers(eng), ConversationHandlers(eng), PrivacyHandlers(eng), UserHandlers(eng),
+                 EvaluationHandlers(eng), ChatHandlers(eng), PrivacyHandlers(eng), UserHandlers(eng),
                  SecretHandlers(eng))
         self.table: dict[str, tuple[type[BaseModel], Any]] = {}
         for area in areas:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 MAX_SCAN = 100_000  # saved chats looked through for a user of some projects
 
 
-class ConversationId(Params):
+class ChatId(Params):
     id: str = Field(min_length=1, max_length=64)
 
 
@@ -40,7 +40,7 @@ def summary(row: dict[str, Any]) -> dict[str, Any]:
             "updated_at": row["updated_at"], "models": models, "questions": turns}
 
 
-class ConversationHandlers:
+class ChatHandlers:
     def __init__(self, eng: EngineView):
         self.engine = eng
 
@@ -48,8 +48,8 @@ class ConversationHandlers:
         return {
             "chats.save": (Conversation, self.save),
             "chats.list": (Page, self.list),
-            "chats.get": (ConversationId, self.get),
-            "chats.delete": (ConversationId, self.delete),
+            "chats.get": (ChatId, self.get),
+            "chats.delete": (ChatId, self.delete),
         }
 
     async def save(self, session: Client, p: Conversation) -> Any:
@@ -75,14 +75,14 @@ class ConversationHandlers:
                 if (r["data"].get("project") or DEFAULT_PROJECT) in s.user.projects]
         return {"chats": [summary(r) for r in mine[p.offset:p.offset + p.limit]], "total": len(mine)}
 
-    async def get(self, _s: Client, p: ConversationId) -> Any:
+    async def get(self, _s: Client, p: ChatId) -> Any:
         row = self.engine.store.get_conversation(p.id)
         if row is None:
             raise RpcError(INVALID_PARAMS, f"No saved chat {p.id!r}",
                            {"hint": "chats.list (ember chats) lists the saved chats."})
         return {**summary(row), "conversation": {**row["data"], "id": row["id"]}}
 
-    async def delete(self, _s: Client, p: ConversationId) -> Any:
+    async def delete(self, _s: Client, p: ChatId) -> Any:
         if not self.engine.store.delete_conversation(p.id):
             raise RpcError(INVALID_PARAMS, f"No saved chat {p.id!r}",
                            {"hint": "chats.list (ember chats) lists the saved chats."})

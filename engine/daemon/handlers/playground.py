@@ -84,6 +84,7 @@ class PlaygroundHandlers:
         return await self.engine.inference.predict(self._ref(s, p.model), p.text, p.image)
 
     async def workers(self, s: Client, _p: NoParams) -> Any:
+        await self.engine.inference.endpoints.forget_stopped()
         found = self.engine.inference.list()
         if not s.user.sees_all:  # another project's run stays unnamed
             access = self.engine.access
