@@ -354,7 +354,10 @@ def test_serve_from_the_page_shows_the_url_and_live_figures_then_stops(qtbot, ma
     line = page.column_b.last_figures["tokens_per_s"]
     qtbot.waitUntil(lambda: bar.chart.count("tokens/s") > seen, timeout=15_000)
     served = bar.chart.series("tokens/s").last_y()
-    assert served and abs(served / line - 1) < 0.5, (served, line)  # tiny-llama's few ms: HTTP's share shows
+    # The server times the same 40 tokens from its model call to the last token, a part of what the engine times
+    # (request to last token, HTTP and the relay included): never slower, and on tiny-llama's few ms the
+    # transport's share shows (2x on a busy CI machine), so only a gross difference of definition fails.
+    assert served and 0.9 <= served / line < 5, (served, line)
     with BlockingClient.connect(gui_home, client="test", timeout=30) as c:
         workers = c.call("playground.workers")["workers"]
     assert [w["pid"] for w in workers if w["info"].get("url") == bar.url] == [None]
