@@ -27,6 +27,7 @@ from engine.api.playground import ModelRef
 from engine.api.protocol import INVALID_PARAMS, RpcError
 from engine.daemon.endpoints import Endpoints
 from engine.daemon.eventbus import EventBus
+from engine.launch import forkserver
 from engine.launch.local import job_env
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def memory_problem(needed: int, available: int, name: str) -> str | None:
 class Worker:
     key: str
     label: str
-    proc: asyncio.subprocess.Process
+    proc: Any  # asyncio.subprocess.Process, or forkserver.PipedProcess (the same calls)
     ready: asyncio.Future
     started: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
@@ -140,10 +141,12 @@ class WorkerPool:
         env = job_env()
         if self.threads is not None and "OMP_NUM_THREADS" not in env:  # the user's own setting wins
             env["OMP_NUM_THREADS"] = str(self.threads())
-        proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            env=env, start_new_session=True,
-            limit=16 * 2**20)
+        # Forked from the warm server (PyTorch already imported) where one answers, else a fresh Python.
+        proc = await forkserver.start_piped(cmd[2], cmd[3:], env, pipe_stderr=False, limit=16 * 2**20) or \
+            await asyncio.create_subprocess_exec(
+                *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
+                env=env, start_new_session=True,
+                limit=16 * 2**20)
         worker = Worker(ref.key(), ref.label(), proc, asyncio.get_running_loop().create_future())
         worker.reader = asyncio.get_running_loop().create_task(self._read(worker))
         self.workers[worker.key] = worker

@@ -35,7 +35,7 @@ from engine.daemon.follower import Follower
 from engine.daemon.job_records import measured_peak, record
 from engine.daemon.scheduler import LOCAL, threads_per_process
 from engine.daemon.store import Store
-from engine.launch import local
+from engine.launch import forkserver, local
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class JobManager:
         # A value set with queue.configure (kept in the store) wins over --max-jobs / EMBER_MAX_JOBS.
         self.max_concurrent = int(store.get_setting("queue.max_concurrent", max_concurrent))
         self.stop_timeout_s = stop_timeout_s
-        self._procs: dict[str, subprocess.Popen] = {}  # jobs this engine started itself
+        self._procs: dict[str, Any] = {}  # jobs this engine started itself: Popen or forkserver.ForkedProcess
         self._multi: dict[str, Any] = {}  # run id -> engine.launch.multinode.MultiNodeRun
         # run id -> the controller of a job with no process: engine.daemon.sweeps.SweepRun, chains.ChainRun
         self._controllers: dict[str, Any] = {}
@@ -231,12 +231,7 @@ class JobManager:
             limit, cores, used = share or (os.cpu_count() or 1, nproc, nproc)
             env["OMP_NUM_THREADS"] = str(threads_per_process(limit, cores, used, nproc))
         try:
-            with open(run_dir / "stdout.log", "ab") as out:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True,
-                )
+            proc = self._start_process(argv, kind.module, run_dir, env)
         except OSError as exc:
             self._set_state(job["id"], "failed", ended_at=time.time(),
                             error={"message": f"Could not start the job process: {exc}",
@@ -252,6 +247,18 @@ class JobManager:
         store_rebuild.record_in_folder(run_dir, started_at=now, pid=proc.pid, pid_started=started)
         self._set_state(job["id"], "running", started_at=now, pid=proc.pid, pid_started=started)
         self._follow(job["id"])
+
+    @staticmethod
+    def _start_process(argv: list[str], module: str, run_dir: Path, env: dict[str, str]) -> Any:
+        """A single-process job forked from this user's warm server (engine/launch/forkserver.py: PyTorch
+        already imported), else a fresh Python process; either way its own session, output file and folder."""
+        if argv[1:3] == ["-m", module]:
+            forked = forkserver.start(module, argv[3:], run_dir, env, run_dir / "stdout.log")
+            if forked is not None:
+                return forked
+        with open(run_dir / "stdout.log", "ab") as out:
+            return subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
 
     def _launch_multi(self, job: dict[str, Any], spec: Any, launched: bool = False) -> None:
         """A run across machines: the launcher starts and follows torchrun on every node (engine/launch)."""

@@ -21,6 +21,7 @@ from engine.api.specs import SpecError, validate_spec
 from engine.daemon import model_prep, projects
 from engine.daemon.handlers.params import NoParams, Params
 from engine.estimate import machine
+from engine.launch import forkserver
 from engine.launch.local import job_env
 
 if TYPE_CHECKING:
@@ -77,9 +78,12 @@ class DataInspect(Params):
 
 async def inspect_in_subprocess(request: dict[str, Any]) -> Any:
     """Run engine.preflight.check in a subprocess: it imports torch, the engine does not."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "engine.preflight.check", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=job_env())
+    env = job_env()
+    # Forked from the warm server (PyTorch already imported) where one answers, else a fresh Python.
+    proc = await forkserver.start_piped("engine.preflight.check", [], env, pipe_stderr=True) or \
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "engine.preflight.check", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     try:
         limit = check_timeout_s()
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout=limit)
