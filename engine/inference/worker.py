@@ -137,4 +137,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine.training.context import exit_process
+
+    exit_process(main())  # an unload waits for the process to end: no 2 s of teardown

@@ -44,7 +44,7 @@ IDLE_S = 900.0
 # Variables a library reads when it is loaded (or Python at start): a job must see the server's values.
 # OMP_NUM_THREADS and MKL_NUM_THREADS are read by PyTorch at the first parallel region, after the fork.
 LOAD_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "HIP_", "ROCR_", "NVIDIA_",
-             "TORCH_", "PYTORCH_", "MALLOC_", "TQDM_")
+             "TORCH", "PYTORCH_", "MALLOC_", "TQDM_")
 PER_JOB = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}
 # The server's own: NumPy's OpenBLAS would otherwise start a thread at import, and a process forked while
 # another of its threads runs may inherit a lock that thread held. Jobs do their arithmetic in PyTorch.
@@ -264,14 +264,14 @@ def _start_server(path: Path, env: dict[str, str]) -> None:
 
 
 class Server:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, env: dict[str, str]):
         self.path = path
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.selector = selectors.DefaultSelector()
         self.conns: dict[socket.socket, bytes] = {}
         self.fds: dict[socket.socket, list[int]] = {}  # descriptors a request came with (its stdin, stdout, stderr)
         self.children: dict[int, socket.socket | None] = {}
-        self.env = load_time_env(dict(os.environ))
+        self.env = load_time_env(env)  # as started: an import may set some (torch sets its compile cache)
         self.last = time.monotonic()
 
     def bind(self) -> bool:
@@ -450,13 +450,20 @@ def main(argv: list[str]) -> None:
     import runpy
 
     path = Path(argv[0])
-    # What every job imports first, once: later imports in a forked job find them loaded.
+    started_with = dict(os.environ)
+    # What every job imports first, once: later imports in a forked job find them loaded. Not transformers:
+    # huggingface_hub reads HF_HUB_OFFLINE, HF_HOME and the endpoint when it is loaded, and a job sets them.
     import numpy  # noqa: F401
     import torch  # noqa: F401, TID253 - the point of this process
+    import torch._decomp  # noqa: F401, TID253 - these parts come with transformers: 2 s more of every job
+    import torch._dynamo  # noqa: F401, TID253
+    import torch.distributed.tensor  # noqa: F401, TID253
+    import torch.export  # noqa: F401, TID253
     import torch.nn.functional  # noqa: F401, TID253
+    import torch.optim  # noqa: F401, TID253
     import torch.utils.data  # noqa: F401, TID253
 
-    server = Server(path)
+    server = Server(path, started_with)
     if not server.bind():
         return
     request = server.serve()

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import copy
 import shutil
-import sys
 from typing import Any
 
 from engine.api.specs import PruneSpec, QatSpec, QuantizeSpec
 from engine.compress.variant import Job, progress
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 MODE_LABELS = {"dynamic": "int8 dynamic", "static": "int8 static (QDQ)", "fp16": "fp16", "fp32": "fp32, fused graph"}
 TARGET_LABELS = {"tensorrt": "TensorRT form", "cpu": "CPU form"}
@@ -184,4 +183,4 @@ def main(ctx: JobContext, spec: Any) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

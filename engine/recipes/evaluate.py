@@ -18,7 +18,6 @@ validation split (the default for a run). Every input is checked before the mode
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 from engine.api.specs import EvaluateSpec, ServeSpec
 from engine.evaluate import benchmarks
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 MAX_PARENTS = 8  # a variant of a variant of a fine-tune is 2 generations
 
@@ -256,4 +255,4 @@ def _finish(ctx: JobContext, result: dict[str, Any], t_start: float, state: str 
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

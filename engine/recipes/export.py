@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from engine.api.specs import LLM_FORMATS, ExportSpec
 from engine.compress.variant import progress
 from engine.recipes.deploy_step import deploy_host, run_deploy
 from engine.trainer import source as sources
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 TORCH_ONLY = ("torchscript", "pt2")
 NEEDS_ONNX = ("onnx", "ort", "tensorrt", "triton", "jetson")
@@ -354,4 +353,4 @@ def main(ctx: JobContext, spec: Any) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

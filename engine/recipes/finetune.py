@@ -30,7 +30,13 @@ from engine.evaluate import generation
 from engine.tasks.base import InputError
 from engine.trainer.loop import Trainer
 from engine.training import dist
-from engine.training.context import JobContext, JobFailed, disk_full, record_environment
+from engine.training.context import (
+    JobContext,
+    JobFailed,
+    disk_full,
+    exit_process,
+    record_environment,
+)
 
 
 def load_train_spec(path: Path) -> TrainSpec:
@@ -153,4 +159,4 @@ def describe_failure(exc: BaseException, run_dir: Path | None = None) -> tuple[s
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

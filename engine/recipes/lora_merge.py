@@ -10,13 +10,12 @@ Reads ``<runs>/<source_run>/model/`` (never changes it) and writes this run's
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 from engine.api.specs import LoraMergeSpec
 from engine.compress.lora_merge import merge
 from engine.compress.variant import Job
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 
 def main(ctx: JobContext, spec: LoraMergeSpec) -> str | None:
@@ -45,4 +44,4 @@ def main(ctx: JobContext, spec: LoraMergeSpec) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

@@ -11,11 +11,9 @@ huggingface_hub reads (``$HF_HOME/token``, ``HF_TOKEN``); it never appears in th
 
 from __future__ import annotations
 
-import sys
-
 from engine.api.specs import ModelDownloadSpec
 from engine.tasks import hub_models
-from engine.training.context import JobContext, run_job
+from engine.training.context import JobContext, exit_process, run_job
 
 
 def main(ctx: JobContext, spec: ModelDownloadSpec) -> str | None:
@@ -38,4 +36,4 @@ def main(ctx: JobContext, spec: ModelDownloadSpec) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

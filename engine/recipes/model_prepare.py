@@ -13,12 +13,11 @@ show that a check never waits on a slow preparation (a busy laptop takes minutes
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from engine.api.prepared_models import SMOLLM2, folder, is_ready
 from engine.api.specs import ModelPrepareSpec
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 FAULT_DELAY_ENV = "EMBER_FAULT_PREPARE_DELAY_S"
 
@@ -58,4 +57,4 @@ def main(ctx: JobContext, spec: ModelPrepareSpec) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

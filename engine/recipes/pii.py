@@ -11,14 +11,13 @@ the lineage of a run trained on the copy (engine/daemon/lineage.py). Run by hand
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from engine.api.pii_spec import PiiScanSpec, PiiScrubSpec
 from engine.pii import job
 from engine.pii.analyzer import Analyzer
 from engine.pii.scrub import Scrubber, load_salt
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 
 def _source(spec: PiiScanSpec) -> Path:
@@ -85,4 +84,4 @@ def main(ctx: JobContext, spec: PiiScanSpec) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

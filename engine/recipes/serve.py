@@ -24,7 +24,7 @@ from typing import Any
 from engine.api.playground import tokens_per_s
 from engine.api.specs import ServeSpec
 from engine.recipes.evaluate import open_ref
-from engine.training.context import JobContext, JobFailed, run_job
+from engine.training.context import JobContext, JobFailed, exit_process, run_job
 
 STATS_S = 2.0
 
@@ -262,4 +262,4 @@ def serve_vllm(ctx: JobContext, spec: ServeSpec, folder: Path, python: str, tens
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

@@ -24,7 +24,7 @@ import psutil
 from engine.api.specs import ProbeSpec
 from engine.estimate import machine
 from engine.estimate.machine import cpu_model
-from engine.training.context import JobContext, run_job
+from engine.training.context import JobContext, exit_process, run_job
 
 PACKAGES = ("torch", "torchvision", "transformers", "peft", "deepspeed", "onnxruntime",
             "onnx", "tensorrt", "torchao", "torch-pruning")
@@ -112,4 +112,4 @@ def main(ctx: JobContext, spec: ProbeSpec) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(main))
+    exit_process(run_job(main))

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.api import events_file
 from engine.api.failures import JobFailed  # noqa: F401 - where a job's code has always found it
@@ -185,6 +185,24 @@ def record_environment(run_dir: Path) -> None:
         os.replace(tmp, run_dir / "environment.json")
     except OSError:  # a full disk is reported by the job's own writes; this record is best effort
         tmp.unlink(missing_ok=True)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the job's process with ``code``: its exit handlers run and its output is flushed, but Python's
+    teardown of every loaded module is skipped (2 s at the end of a job with PyTorch and transformers loaded,
+    measured on 2 cores, while the engine still shows it running). A process whose other threads still work,
+    or one of several ranks (torchrun and the process group end their own way), exits the usual way."""
+    import atexit
+    import threading
+
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if busy or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def run_job(main: Callable[[JobContext, Any], str | None], argv: list[str] | None = None) -> int:
