@@ -100,6 +100,24 @@ def stop_engine(paths: paths_mod.Paths, extra_pids: tuple[int, ...] = ()) -> Non
 
 
 @pytest.fixture(autouse=True)
+def no_widget_outlives_its_test(qapp) -> Iterator[None]:
+    """Delete the windows, menus and popups a test made once it is over (torn down last: after the engines
+    are stopped). Closed widgets are only deleted when Qt next processes deferred deletions, and parentless
+    ones (pyqtgraph's context menus, popups) never are: they piled up in the worker's one QApplication, to 3,000
+    widgets after a few files, and every app-wide change (a theme, a font size) restyled them all, 5 s of a
+    theme test growing to 100 s."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    before = set(qapp.topLevelWidgets())
+    yield
+    for widget in qapp.topLevelWidgets():
+        if widget not in before:
+            widget.close()
+            widget.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.fixture(autouse=True)
 def no_gui_errors(caplog) -> Iterator[None]:
     """Fail a test whose page callbacks raised: the client logs those instead of crashing."""
     yield
