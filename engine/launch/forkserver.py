@@ -232,6 +232,17 @@ def ready(env: dict[str, str]) -> bool:
     return True
 
 
+def warm(env: dict[str, str]) -> bool:
+    """True when a server for ``env`` answers; else one is started for later requests, and False."""
+    path = socket_path(env)
+    if path is None or env.get(DISABLE) == "0" or os.environ.get(DISABLE) == "0":
+        return False
+    if ready(env):
+        return True
+    _start_server(path, env)
+    return False
+
+
 def _read_line(conn: socket.socket) -> bytes:
     data = b""
     while b"\n" not in data:

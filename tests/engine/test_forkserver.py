@@ -48,6 +48,7 @@ def output(tmp_path: Path) -> list[dict]:
 
 
 def test_a_forked_job_sees_its_own_folder_environment_and_session_and_its_exit_code_returns(server, tmp_path):
+    assert forkserver.warm(local.job_env())  # up: what the peak-memory measurement asks before it forks
     started = time.monotonic()
     proc = server(EMBER_PROBE="seen", EMBER_PROBE_CODE="3")
     assert proc is not None
