@@ -11,6 +11,7 @@ from engine.api.protocol import INVALID_PARAMS, INVALID_STATE, RpcError
 from engine.cli import main as cli
 from engine.daemon.scheduler import Capacity, Job, Settings, job_need, plan, threads_per_process
 from tests.conftest import RunningEngine, kill_job_groups, start_engine_process, wait_for
+from tests.engine.test_finetune import events_of
 
 CPU2 = {"local": Capacity(cores=2, gpus=0)}
 GPU2 = {"local": Capacity(cores=16, gpus=2)}
@@ -167,8 +168,6 @@ def test_thread_pools_are_the_jobs_share_of_the_cores():
 
 
 def test_a_job_gets_its_share_of_the_cores_unless_the_user_set_omp_num_threads(ember_home, monkeypatch):
-    import psutil
-
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     eng = RunningEngine(ember_home, start_engine_process(ember_home))
     try:
@@ -177,12 +176,14 @@ def test_a_job_gets_its_share_of_the_cores_unless_the_user_set_omp_num_threads(e
             first = c.call("jobs.start", kind="train.finetune", spec=TINY_CPU, name="first")
             second = c.call("jobs.start", kind="train.finetune", spec=TINY_CPU, name="second")
 
-            def threads(job_id: str) -> str | None:
-                pid = wait_for(lambda: c.call("jobs.get", id=job_id).get("pid"), what="the job's process")
-                return psutil.Process(pid).environ().get("OMP_NUM_THREADS")
+            def threads(job_id: str) -> int:
+                """PyTorch's threads in the job, as it reports them (a job forked from the fork server shows the
+                server's environment in /proc, not its own)."""
+                info = wait_for(lambda: events_of(c, job_id, "run_info"), timeout=120, what="the job's run_info")
+                return info[0]["cpu_threads"]
 
             # Started one after the other: the first alone (every core it may use), the second beside it.
-            assert (threads(first["id"]), threads(second["id"])) == ("4", "2")
+            assert (threads(first["id"]), threads(second["id"])) == (4, 2)
             for j in (first, second):
                 c.call("jobs.cancel", id=j["id"])
     finally:
