@@ -450,10 +450,11 @@ def _become_the_job(request: dict[str, Any]) -> None:
     import torch  # noqa: TID253 - loaded already: the server's
 
     # PyTorch sized its pool when it was loaded, from the server's environment (no cap: every core, as a fresh
-    # process without OMP_NUM_THREADS gets); the job's own cap is applied here.
+    # process without OMP_NUM_THREADS gets); the job's own cap is applied here, at most the cores it may run
+    # on, as a fresh PyTorch reads it (OMP_NUM_THREADS=4 on 2 cores: 2 threads, measured here).
     threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS") or ""
     if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(min(int(threads), len(os.sched_getaffinity(0))))
     sys.argv = [request["module"], *request["args"]]
 
 

@@ -399,7 +399,8 @@ class Trainer:
                 pipeline=self.pipe.describe() if self.pipe is not None else None,
                 start_step=self.step, n_train=len(self.data.train), n_val=len(self.data.val), data=info,
                 speed=self.speed, peak_tflops=self.peak_tflops, peak_source=self.peak_source,
-                cpu_threads=torch.get_num_threads(),  # the job's share of the cores (engine/threads.py)
+                # The job's share of the cores (engine/threads.py): as the engine gave it, and as PyTorch uses it.
+                threads={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads()},
                 **self._flops_info())
         rc.log(f"{spec.task}: {spec.model_name()} with {spec.method.kind} on {world.size} process(es) "
                f"({spec.distributed.strategy}, {world.device}); {self.trainable:,} of {self.total_params:,} "

@@ -176,14 +176,14 @@ def test_a_job_gets_its_share_of_the_cores_unless_the_user_set_omp_num_threads(e
             first = c.call("jobs.start", kind="train.finetune", spec=TINY_CPU, name="first")
             second = c.call("jobs.start", kind="train.finetune", spec=TINY_CPU, name="second")
 
-            def threads(job_id: str) -> int:
-                """PyTorch's threads in the job, as it reports them (a job forked from the fork server shows the
-                server's environment in /proc, not its own)."""
+            def threads(job_id: str) -> str | None:
+                """The cap the job got, as it reports it (a job forked from the fork server shows the server's
+                environment in /proc, not its own)."""
                 info = wait_for(lambda: events_of(c, job_id, "run_info"), timeout=120, what="the job's run_info")
-                return info[0]["cpu_threads"]
+                return info[0]["threads"]["OMP_NUM_THREADS"]
 
             # Started one after the other: the first alone (every core it may use), the second beside it.
-            assert (threads(first["id"]), threads(second["id"])) == (4, 2)
+            assert (threads(first["id"]), threads(second["id"])) == ("4", "2")
             for j in (first, second):
                 c.call("jobs.cancel", id=j["id"])
     finally:
