@@ -68,10 +68,13 @@ def socket_path(env: dict[str, str] | None = None) -> Path | None:
         stamp = os.stat(spec.origin).st_mtime_ns
     except OSError:
         return None
+    folder = Path(tempfile.gettempdir()) / f"ember-{os.getuid()}"
+    if not _private_dir(folder):  # another user's folder, or one others may write: never send it a job
+        return None
     loaded = sorted(load_time_env(dict(os.environ) if env is None else env).items())
     key = hashlib.sha256(f"{sys.executable}|{spec.origin}|{stamp}|{Path(__file__).stat().st_mtime_ns}|{loaded}"
                          .encode())
-    return Path(tempfile.gettempdir()) / f"ember-{os.getuid()}" / f"fork-{key.hexdigest()[:16]}.sock"
+    return folder / f"fork-{key.hexdigest()[:16]}.sock"
 
 
 def _private_dir(folder: Path) -> bool:
@@ -260,7 +263,7 @@ def _start_server(path: Path, env: dict[str, str]) -> None:
     """Start the server in the background (not more than once a minute from this engine)."""
     import subprocess
 
-    if time.monotonic() - _STARTED.get(path, -1e9) < 60 or not _private_dir(path.parent):
+    if time.monotonic() - _STARTED.get(path, -1e9) < 60:
         return
     _STARTED[path] = time.monotonic()
     server_env = {k: v for k, v in env.items() if k not in PER_JOB and not k.startswith("EMBER_RUN")}

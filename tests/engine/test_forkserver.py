@@ -101,3 +101,15 @@ def test_a_check_or_a_worker_gets_its_pipes(server, tmp_path, monkeypatch):
 
     (out, err), code = asyncio.run(run())
     assert (out, err, code) == (b"A QUESTION", b"to stderr", 5)
+
+
+def test_a_socket_folder_others_may_write_is_never_used(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tmp_path / f"ember-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    if forkserver.socket_path({}) is None:
+        pytest.skip("no fork on this platform")
+    folder.chmod(0o777)  # another local user could have put a server of theirs there, to read jobs' secrets
+    assert forkserver.socket_path({}) is None and forkserver.start("x", [], tmp_path, {}, tmp_path / "o") is None
