@@ -131,8 +131,8 @@ def start(module: str, args: list[str], cwd: Path, env: dict[str, str], output: 
     """The job's process forked by this user's server; None when there is none yet (one is started for the
     next job) or it refused: start the job the usual way then. Its output goes to the file ``output``, or
     its stdin, stdout and stderr are ``fds`` (sent to the server with the request)."""
-    path = socket_path(env)
-    if path is None or env.get(DISABLE) == "0" or os.environ.get(DISABLE) == "0":
+    path = _usable_path(env)
+    if path is None:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(3)  # a fork takes milliseconds; the engine waits on this
@@ -222,9 +222,16 @@ async def start_piped(module: str, args: list[str], env: dict[str, str], pipe_st
     return PipedProcess(forked, stdin, stdout, stderr)
 
 
+def _usable_path(env: dict[str, str]) -> Path | None:
+    """The socket for ``env``, unless fork is unavailable or turned off (EMBER_FORKSERVER=0)."""
+    if env.get(DISABLE) == "0" or os.environ.get(DISABLE) == "0":
+        return None
+    return socket_path(env)
+
+
 def ready(env: dict[str, str]) -> bool:
     """A server for ``env`` answers at this user's socket."""
-    path = socket_path(env)
+    path = _usable_path(env)
     if path is None:
         return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -237,8 +244,8 @@ def ready(env: dict[str, str]) -> bool:
 
 def warm(env: dict[str, str]) -> bool:
     """True when a server for ``env`` answers; else one is started for later requests, and False."""
-    path = socket_path(env)
-    if path is None or env.get(DISABLE) == "0" or os.environ.get(DISABLE) == "0":
+    path = _usable_path(env)
+    if path is None:
         return False
     if ready(env):
         return True
