@@ -250,10 +250,11 @@ class JobManager:
 
     @staticmethod
     def _start_process(argv: list[str], module: str, run_dir: Path, env: dict[str, str]) -> Any:
-        """A single-process job forked from this user's warm server (engine/launch/forkserver.py: PyTorch
-        already imported), else a fresh Python process; either way its own session, output file and folder."""
-        if argv[1:3] == ["-m", module]:
-            forked = forkserver.start(module, argv[3:], run_dir, env, run_dir / "stdout.log")
+        """A job's process (or torchrun, which forks its workers the same way) forked from this user's warm
+        server (engine/launch/forkserver.py: PyTorch already imported), else a fresh Python process; either way
+        its own session, output file and folder."""
+        if argv[1] == "-m" and argv[2] in (module, "torch.distributed.run"):
+            forked = forkserver.start(argv[2], argv[3:], run_dir, env, run_dir / "stdout.log")
             if forked is not None:
                 return forked
         with open(run_dir / "stdout.log", "ab") as out:

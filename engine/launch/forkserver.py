@@ -15,10 +15,14 @@ Variables read when a library is loaded (OpenMP's wait policy, ``PYTHONPATH``, `
 ...) are the server's for every job it forks: a job whose values differ goes to another server (the socket's
 name carries them), and a server refuses a job whose values are not its own, so a forked job always runs as a
 fresh process would. ``OMP_NUM_THREADS`` may differ: PyTorch reads it at the job's
-first parallel region, after the fork.
+first parallel region, after the fork; so may what torchrun gives each of its workers (``TORCHELASTIC_*``).
+
+A worker of a multi-process run is forked too: torchrun starts ``engine/launch/forked_worker.py`` in its
+place, which asks for a fork *tied* to its connection, passes on the signals torchrun sends and exits as the
+worker did; should it die, the server kills the worker (a SIGKILL to torchrun's workers reaches them).
 
 Protocol (one connection per job, JSON lines): the engine sends ``{"module", "args", "cwd", "env",
-"output"}``; the server answers ``{"pid"}`` (or ``{"refused": why}``), then ``{"exit": code}`` when the
+"output", "tied"}``; the server answers ``{"pid"}`` (or ``{"refused": why}``), then ``{"exit": code}`` when the
 process ends (negative: the signal that ended it, as subprocess reports it).
 """
 
@@ -42,10 +46,11 @@ from typing import Any
 
 IDLE_S = 900.0
 # Variables a library reads when it is loaded (or Python at start): a job must see the server's values.
-# OMP_NUM_THREADS and MKL_NUM_THREADS are read by PyTorch at the first parallel region, after the fork.
 LOAD_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "HIP_", "ROCR_", "NVIDIA_",
              "TORCH", "PYTORCH_", "MALLOC_", "TQDM_")
-PER_JOB = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+# Read later, so each job may have its own: PyTorch reads the thread caps at the first parallel region, after
+# the fork; torchrun's per-worker variables are read when the process group starts.
+PER_JOB = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 # The server's own: NumPy's OpenBLAS would otherwise start a thread at import, and a process forked while
 # another of its threads runs may inherit a lock that thread held. Jobs do their arithmetic in PyTorch.
 SERVER_ONLY = {"OPENBLAS_NUM_THREADS": "1"}
@@ -53,7 +58,8 @@ DISABLE = "EMBER_FORKSERVER"  # 0: every job starts as a fresh Python process
 
 
 def load_time_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME) and k not in PER_JOB and k not in SERVER_ONLY}
+    return {k: v for k, v in env.items()
+            if k.startswith(LOAD_TIME) and not k.startswith(PER_JOB) and k not in SERVER_ONLY}
 
 
 def socket_path(env: dict[str, str] | None = None) -> Path | None:
@@ -116,6 +122,14 @@ class ForkedProcess:
         return self.returncode
 
 
+    def wait(self) -> int | str:
+        """Block until the process ends: its exit code, or "unknown" once it is gone and the server with it."""
+        self.conn.setblocking(True)
+        while (code := self.poll()) is None:
+            time.sleep(0.5)  # the server ended first: follow the pid
+        return code
+
+
 def _gone_or_alive(pid: int) -> str | None:
     try:
         os.kill(pid, 0)
@@ -127,10 +141,11 @@ def _gone_or_alive(pid: int) -> str | None:
 
 
 def start(module: str, args: list[str], cwd: Path, env: dict[str, str], output: Path | None = None,
-          fds: tuple[int, int, int] | None = None) -> ForkedProcess | None:
+          fds: tuple[int, int, int] | None = None, tied: bool = False) -> ForkedProcess | None:
     """The job's process forked by this user's server; None when there is none yet (one is started for the
     next job) or it refused: start the job the usual way then. Its output goes to the file ``output``, or
-    its stdin, stdout and stderr are ``fds`` (sent to the server with the request)."""
+    its stdin, stdout and stderr are ``fds`` (sent to the server with the request). ``tied``: the server
+    kills the process if this connection closes before it ends (its asker died)."""
     path = _usable_path(env)
     if path is None:
         return None
@@ -139,7 +154,7 @@ def start(module: str, args: list[str], cwd: Path, env: dict[str, str], output: 
     try:
         conn.connect(str(path))
         request = {"module": module, "args": args, "cwd": str(cwd), "env": env,
-                   "output": None if output is None else str(output)}
+                   "output": None if output is None else str(output), "tied": tied}
         data = json.dumps(request).encode() + b"\n"
         sent = socket.send_fds(conn, [data], list(fds)) if fds else 0
         conn.sendall(data[sent:])
@@ -273,12 +288,14 @@ def _start_server(path: Path, env: dict[str, str]) -> None:
     if time.monotonic() - _STARTED.get(path, -1e9) < 60:
         return
     _STARTED[path] = time.monotonic()
-    server_env = {k: v for k, v in env.items() if k not in PER_JOB and not k.startswith("EMBER_RUN")}
+    server_env = {k: v for k, v in env.items() if not k.startswith((*PER_JOB, "EMBER_RUN"))}
     server_env.update(SERVER_ONLY)
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        # It leaves at once, leaving the server to run on as nobody's child (a worker that starts it and
+        # then becomes a job must not carry it among its children, nor leave it a zombie).
         subprocess.Popen([sys.executable, "-m", "engine.launch.forkserver", str(path)], env=server_env, cwd="/",
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True, close_fds=True)
+                         start_new_session=True, close_fds=True).wait(timeout=10)
 
 
 # ---- the server
@@ -292,6 +309,7 @@ class Server:
         self.conns: dict[socket.socket, bytes] = {}
         self.fds: dict[socket.socket, list[int]] = {}  # descriptors a request came with (its stdin, stdout, stderr)
         self.children: dict[int, socket.socket | None] = {}
+        self.tied: dict[socket.socket, int] = {}  # a tied child's connection: closed early, the child is killed
         self.env = load_time_env(env)  # as started: an import may set some (torch sets its compile cache)
         self.last = time.monotonic()
 
@@ -321,6 +339,9 @@ class Server:
                 sock = key.fileobj
                 if sock is self.listener:
                     self._accept()
+                    continue
+                if sock in self.tied:
+                    self._asker_gone(sock)
                     continue
                 request = self._read(sock)
                 if request is not None:
@@ -393,8 +414,26 @@ class Server:
             return request
         for fd in fds:  # the child's now
             os.close(fd)
-        self.children[pid] = conn if _send(conn, {"pid": pid}) else None
+        sent = _send(conn, {"pid": pid})
+        self.children[pid] = conn if sent else None
+        if request.get("tied"):
+            if sent:
+                self.tied[conn] = pid
+                self.selector.register(conn, selectors.EVENT_READ)
+            else:
+                _kill_group(pid)
         return None
+
+    def _asker_gone(self, conn: socket.socket) -> None:
+        """A tied connection is readable: the asker never writes, so it closed (it died): kill its child."""
+        try:
+            data = conn.recv(1)
+        except OSError:
+            data = b""
+        if data:
+            return
+        self.selector.unregister(conn)
+        _kill_group(self.tied.pop(conn))
 
     def _close_all(self, conn: socket.socket) -> None:
         """In the child: nothing of the server stays open."""
@@ -415,10 +454,18 @@ class Server:
             if pid == 0:
                 return
             conn = self.children.pop(pid, None)
+            if conn is not None and self.tied.pop(conn, None) is not None:
+                self.selector.unregister(conn)
             if conn is not None:
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
                 conn.close()
             self.last = time.monotonic()
+
+
+def _kill_group(pid: int) -> None:
+    """The child leads its own session: its group holds it and whatever it started (DataLoader workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _send(conn: socket.socket, message: dict[str, Any]) -> bool:
@@ -472,6 +519,9 @@ def main(argv: list[str]) -> None:
     import runpy
 
     path = Path(argv[0])
+    if os.fork():  # the starter waits for this process only: the server goes on in a child of its own
+        os._exit(0)
+    os.setsid()
     started_with = dict(os.environ)
     # What every job imports first, once: later imports in a forked job find them loaded. Not transformers:
     # huggingface_hub reads HF_HUB_OFFLINE, HF_HOME and the endpoint when it is loaded, and a job sets them.

@@ -2,7 +2,8 @@
 
 Training with more than one process, or with automatic restarts, goes through
 torchrun (``python -m torch.distributed.run``): it starts one worker per
-process, sets RANK/WORLD_SIZE, and restarts the worker group when one dies.
+process, sets RANK/WORLD_SIZE, and restarts the worker group when one dies. Where the fork server can be
+used, each worker is forked from it (engine/launch/forked_worker.py) instead of importing PyTorch anew.
 """
 
 from __future__ import annotations
@@ -35,4 +36,11 @@ def command(module: str, spec: Any, run_dir: Path) -> list[str]:
     if d is None or (d.nproc == 1 and d.max_restarts == 0):
         return [sys.executable, "-m", module, *tail]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={d.nproc}",
-            f"--max-restarts={d.max_restarts}", "-m", module, *tail]
+            f"--max-restarts={d.max_restarts}", *worker(module), *tail]
+
+
+def worker(module: str) -> list[str]:
+    """What torchrun runs for each worker: ``-m module``, forked from the warm server where fork is usable."""
+    if sys.platform == "linux":
+        return ["-m", "engine.launch.forked_worker", module]
+    return ["-m", module]

@@ -133,7 +133,11 @@ def test_cancel_kills_every_torchrun_worker(engine_proc):
         job = c.call("jobs.start", kind="train.finetune", spec=spec)
         wait_for(lambda: events_of(c, job["id"], "train"), timeout=120, what="a step")
         torchrun = psutil.Process(c.call("jobs.get", id=job["id"])["pid"])
-        tree = [torchrun, *torchrun.children(recursive=True)]
+        # torchrun's workers are forked by the warm server (engine/launch/forked_worker.py): found by command line.
+        workers = [p for p in psutil.process_iter(["cmdline"]) if p.pid != torchrun.pid
+                   and job["run_dir"] in " ".join(p.info["cmdline"] or []) and "engine.recipes.finetune" in " ".join(p.info["cmdline"])]
+        assert len(workers) >= 2, workers
+        tree = [torchrun, *torchrun.children(recursive=True), *workers]
         c.call("jobs.cancel", id=job["id"])
         assert wait_final(c, job["id"])["state"] == "cancelled"
         time.sleep(0.5)

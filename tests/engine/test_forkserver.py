@@ -21,7 +21,8 @@ import json, os, sys, time
 import torch
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "x": os.environ.get("EMBER_PROBE"),
                   "own_session": os.getsid(0) == os.getpid(), "threads": torch.get_num_threads(),
-                  "path0": sys.path[0], "main": __name__}), flush=True)
+                  "path0": sys.path[0], "main": __name__, "pid": os.getpid(), "rank": os.environ.get("RANK")}),
+      flush=True)
 time.sleep(float(os.environ.get("EMBER_PROBE_SLEEP", "0")))
 sys.exit(int(os.environ.get("EMBER_PROBE_CODE", "0")))
 """
@@ -77,6 +78,40 @@ def test_a_job_whose_load_time_environment_differs_goes_to_another_server(server
     assert forkserver.socket_path(passive) != forkserver.socket_path(local.job_env())
     assert forkserver.socket_path(local.job_env(OMP_NUM_THREADS="7")) == forkserver.socket_path(local.job_env())
     assert server(EMBER_FORKSERVER="0") is None  # off: every job starts as a fresh Python process
+
+
+def test_a_torchrun_worker_is_forked_tied_to_its_stand_in(server, tmp_path):
+    """torchrun starts engine/launch/forked_worker.py for each worker: the worker is forked with torchrun's
+    variables, the stand-in ends as the worker ends, passes signals on, and its death kills the worker."""
+    import subprocess
+    import sys
+
+    def worker(**env: str) -> subprocess.Popen:
+        env = local.job_env(OMP_NUM_THREADS="1", RANK="1", TORCHELASTIC_RUN_ID=str(time.monotonic()), **env)
+        return subprocess.Popen([sys.executable, "-m", "engine.launch.forked_worker", "probe_job", "--run-dir",
+                                 str(tmp_path)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    proc = worker(EMBER_PROBE="code", EMBER_PROBE_CODE="4")
+    out, _ = proc.communicate(timeout=60)
+    (seen,) = [json.loads(line) for line in out.splitlines()]
+    assert proc.returncode == 4 and seen["rank"] == "1" and seen["x"] == "code"
+    assert seen["pid"] != proc.pid  # forked by the server (torchrun's per-worker variables do not key it)
+
+    def forked_pid(proc: subprocess.Popen) -> int:
+        return json.loads(proc.stdout.readline())["pid"]
+
+    proc = worker(EMBER_PROBE_SLEEP="60")
+    pid = forked_pid(proc)
+    os.killpg(proc.pid, signal.SIGTERM)  # as torchrun stops its workers
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert wait_for(lambda: not psutil.pid_exists(pid), timeout=10, interval=0.05, what="the worker to end")
+
+    proc = worker(EMBER_PROBE_SLEEP="60")
+    pid = forked_pid(proc)
+    proc.kill()  # the stand-in dies (a SIGKILL to torchrun's tree): the server kills the worker
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert wait_for(lambda: not psutil.pid_exists(pid), timeout=10, interval=0.05, what="the worker killed")
 
 
 ECHO = """

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from engine.api.specs import SpecError, validate_spec
+from engine.launch import local
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +38,10 @@ def run(tmp: Path, name: str, nproc: int = 1, resume_from: Path | None = None, c
         (run_dir / "checkpoints" / "latest").write_text(resume_from.name)
     config = tmp / f"{name}.yaml"
     config.write_text(yaml.safe_dump(spec))
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)] if nproc > 1 \
-        else [sys.executable]
-    proc = subprocess.run([*launcher, "-m", "engine.recipes.finetune", "--config", str(config),
+    # torchrun and each of its workers forked from the warm server, as the engine starts them (engine/launch).
+    launcher = [sys.executable, *local.worker("torch.distributed.run"), "--nproc-per-node", str(nproc)] \
+        if nproc > 1 else [sys.executable]
+    proc = subprocess.run([*launcher, *local.worker("engine.recipes.finetune"), "--config", str(config),
                            "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
