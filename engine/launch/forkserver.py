@@ -47,7 +47,7 @@ from typing import Any
 IDLE_S = 900.0
 # Variables a library reads when it is loaded (or Python at start): a job must see the server's values.
 LOAD_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "HIP_", "ROCR_", "NVIDIA_",
-             "TORCH", "PYTORCH_", "MALLOC_", "TQDM_")
+             "TORCH", "PYTORCH_", "MALLOC_", "TQDM_", "TRITON_", "SCIPY_")
 # Read later, so each job may have its own: PyTorch reads the thread caps at the first parallel region, after
 # the fork; torchrun's per-worker variables are read when the process group starts.
 PER_JOB = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
@@ -534,6 +534,12 @@ def main(argv: list[str]) -> None:
     import torch.nn.functional  # noqa: F401, TID253
     import torch.optim  # noqa: F401, TID253
     import torch.utils.data  # noqa: F401, TID253
+    # What transformers and the vision tasks load on the way (2 s of every such job); none reads Hugging Face's
+    # variables. torchao: transformers' quantizers import it whenever it is installed.
+    for name in ("torchao", "torchvision", "scipy.special", "scipy.spatial", "scipy.optimize", "PIL.Image",
+                 "safetensors.torch"):
+        with contextlib.suppress(ImportError):
+            __import__(name)
 
     server = Server(path, started_with)
     if not server.bind():
