@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.launch import local
 from engine.training.context import JobFailed
 
 _TIMEOUT_S = 600
@@ -68,8 +69,7 @@ def peak_memory(model_file: str | os.PathLike, task_name: str, batch_file_or_bat
             batch_file = save_batch(batch_file_or_batch, Path(tmp) / "batch.npz")
         cmd = [sys.executable, "-m", "engine.evaluate.peak_memory", "--model", str(model_file), "--task", task_name,
                "--batch", str(batch_file), "--threads", str(threads), "--runs", str(runs)]
-        root = Path(__file__).resolve().parent.parent.parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        env = local.job_env()  # this engine, installed or not; the same PYTHONPATH as the job's (one fork server)
         try:
             code, out, err = _run_forked(cmd, env, Path(tmp)) or _run_fresh(cmd, env)
         except subprocess.TimeoutExpired as exc:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.compress.onnx_export import feeds, input_names, logits_wrapper
+from engine.launch.local import python_path
 from engine.training.context import JobFailed
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def _command(fmt: str, path: Path, inputs: Path, outputs: Path) -> tuple[list[st
         env.pop("PYTHONPATH", None)
         return [sys.executable, "-I", "-c", STANDALONE, str(infer), "--npz", str(inputs), "--out", str(outputs)], env
     # engine must be importable for reload, installed or not
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = python_path(str(REPO_ROOT), env.get("PYTHONPATH", ""))
     return [sys.executable, "-m", "engine.export.reload", fmt, str(path), str(inputs), str(outputs)], env
 
 

@@ -49,8 +49,10 @@ IDLE_S = 900.0
 LOAD_TIME = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "CUDA_", "HIP_", "ROCR_", "NVIDIA_",
              "TORCH", "PYTORCH_", "MALLOC_", "TQDM_", "TRITON_", "SCIPY_")
 # Read later, so each job may have its own: PyTorch reads the thread caps at the first parallel region, after
-# the fork; torchrun's per-worker variables are read when the process group starts.
-PER_JOB = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+# the fork; torchrun's per-worker variables are read when the process group starts; the compiler's cache
+# folder when it first compiles (importing the compiler sets it: a job that imported it must not key a server).
+PER_JOB = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+           "TORCHINDUCTOR_CACHE_DIR")
 # The server's own: NumPy's OpenBLAS would otherwise start a thread at import, and a process forked while
 # another of its threads runs may inherit a lock that thread held. Jobs do their arithmetic in PyTorch.
 SERVER_ONLY = {"OPENBLAS_NUM_THREADS": "1"}

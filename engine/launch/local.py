@@ -26,8 +26,15 @@ EVAL_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 def job_env(**extra: str) -> dict[str, str]:
     """Environment for a job process: it imports the same engine package as this one, installed or not."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **extra)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = python_path(_PROJECT_ROOT, env.get("PYTHONPATH", ""))
     return env
+
+
+def python_path(*parts: str) -> str:
+    """``PYTHONPATH`` from ``parts`` (each may hold several entries), each entry once, in order: a job started
+    by a job gets the same value as its parent (and so the same fork server, engine/launch/forkserver.py)."""
+    entries = [e for part in parts for e in part.split(os.pathsep) if e]
+    return os.pathsep.join(dict.fromkeys(entries))
 
 
 def command(module: str, spec: Any, run_dir: Path) -> list[str]:

@@ -72,11 +72,17 @@ def test_a_signal_and_the_command_line_are_the_jobs_own(server, tmp_path):
     assert wait_for(lambda: proc.poll(), timeout=30, interval=0.05, what="the job to end") == -signal.SIGTERM
 
 
-def test_a_job_whose_load_time_environment_differs_goes_to_another_server(server, tmp_path):
+def test_a_job_whose_load_time_environment_differs_goes_to_another_server(server, tmp_path, monkeypatch):
     # OpenMP reads its wait policy when it is loaded: that job needs a server started with its value.
     passive = local.job_env(OMP_WAIT_POLICY="PASSIVE")
     assert forkserver.socket_path(passive) != forkserver.socket_path(local.job_env())
     assert forkserver.socket_path(local.job_env(OMP_NUM_THREADS="7")) == forkserver.socket_path(local.job_env())
+    # Read after the fork, or set by a job's own imports: the same server.
+    same = local.job_env(TORCHELASTIC_RUN_ID="r1", RANK="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path))
+    assert forkserver.socket_path(same) == forkserver.socket_path(local.job_env())
+    # A job started by a job (a peak-memory measurement, a chain's stage) has its parent's PYTHONPATH, not a longer one.
+    monkeypatch.setenv("PYTHONPATH", local.job_env()["PYTHONPATH"])
+    assert forkserver.socket_path(local.job_env()) == forkserver.socket_path(same)
     assert server(EMBER_FORKSERVER="0") is None  # off: every job starts as a fresh Python process
 
 
