@@ -304,8 +304,8 @@ def _start_server(path: Path, env: dict[str, str]) -> None:
 
 
 class Server:
-    def __init__(self, path: Path, env: dict[str, str]):
-        self.path = path
+    def __init__(self, path: Path, env: dict[str, str], lock: int = -1):
+        self.path, self.lock = path, lock
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.selector = selectors.DefaultSelector()
         self.conns: dict[socket.socket, bytes] = {}
@@ -440,6 +440,8 @@ class Server:
     def _close_all(self, conn: socket.socket) -> None:
         """In the child: nothing of the server stays open."""
         self.selector.close()
+        with contextlib.suppress(OSError):
+            os.close(self.lock)  # the lock stays the server's: a new one may start once it is gone
         for sock in (self.listener, conn, *self.conns, *(c for c in self.children.values() if c)):
             with contextlib.suppress(OSError):
                 sock.close()
@@ -524,6 +526,15 @@ def main(argv: list[str]) -> None:
     if os.fork():  # the starter waits for this process only: the server goes on in a child of its own
         os._exit(0)
     os.setsid()
+    # One server per socket: a second one started meanwhile (each worker of a run may ask for one) leaves here,
+    # before its imports. Held until the server ends; its children close it.
+    import fcntl  # the server runs only where fork does (socket_path)
+
+    lock = os.open(f"{path}.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return
     started_with = dict(os.environ)
     # What every job imports first, once: later imports in a forked job find them loaded. Not transformers:
     # huggingface_hub reads HF_HUB_OFFLINE, HF_HOME and the endpoint when it is loaded, and a job sets them.
@@ -543,7 +554,7 @@ def main(argv: list[str]) -> None:
         with contextlib.suppress(ImportError):
             __import__(name)
 
-    server = Server(path, started_with)
+    server = Server(path, started_with, lock)
     if not server.bind():
         return
     request = server.serve()
