@@ -21,6 +21,13 @@ from tests.timing import VARIABLE, scaled, slowness
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# What scikit-learn and DeepSpeed set in os.environ when a test imports them in this process, set from the
+# start: every engine a test starts then has the same load-time environment, so its jobs share one warm fork
+# server (engine/launch/forkserver.py) instead of starting one more after each such import.
+for _name, _value in (("KMP_DUPLICATE_LIB_OK", "True"), ("KMP_INIT_AT_FORK", "FALSE"),
+                      ("PYTORCH_NVML_BASED_CUDA_CHECK", "1")):
+    os.environ.setdefault(_name, _value)
+
 
 def pytest_configure(config):
     slowness()  # measured here, before pytest-xdist starts the workers that inherit it (tests/timing.py)
