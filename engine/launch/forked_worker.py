@@ -36,10 +36,14 @@ def main(argv: list[str]) -> None:
         os.execv(sys.executable, [sys.executable, "-u", "-m", module, *args])
 
     def forward(sig: int, _frame: object = None) -> None:
-        try:
-            os.killpg(forked.pid, sig)  # the worker leads its own session (and its DataLoader workers)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # The worker leads its own session (its DataLoader workers in its group), once it has made it: in its
+        # first instant it is still in the server's group, and only the worker itself is signalled.
+        for send in (os.killpg, os.kill):
+            try:
+                send(forked.pid, sig)
+                return
+            except (ProcessLookupError, PermissionError):
+                continue
 
     for sig in FORWARDED:
         signal.signal(sig, forward)

@@ -123,7 +123,6 @@ class ForkedProcess:
         self.returncode = _gone_or_alive(self.pid)
         return self.returncode
 
-
     def wait(self) -> int | str:
         """Block until the process ends: its exit code, or "unknown" once it is gone and the server with it."""
         self.conn.setblocking(True)
