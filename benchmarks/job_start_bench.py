@@ -73,6 +73,10 @@ def main() -> int:
             return 1
         time.sleep(1)
 
+    if args.processes > 1:  # the built-in model written once first: ranks that find no folder each write it
+        (work / "prepare.yaml").write_text(SPEC % (1, 1))
+        subprocess.run([sys.executable, "-m", module, "--config", str(work / "prepare.yaml"), "--run-dir",
+                        str(work / "prepare")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     figures: dict[str, dict[str, list[float]]] = {"fresh": {"setup": [], "end": []},
                                                   "forked": {"setup": [], "end": []}}
     for n in range(args.rounds):
