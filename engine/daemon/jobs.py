@@ -231,7 +231,7 @@ class JobManager:
             limit, cores, used = share or (os.cpu_count() or 1, nproc, nproc)
             env["OMP_NUM_THREADS"] = str(threads_per_process(limit, cores, used, nproc))
         try:
-            proc = self._start_process(argv, kind.module, run_dir, env)
+            proc = self._start_process(argv, run_dir, env)
         except OSError as exc:
             self._set_state(job["id"], "failed", ended_at=time.time(),
                             error={"message": f"Could not start the job process: {exc}",
@@ -249,11 +249,11 @@ class JobManager:
         self._follow(job["id"])
 
     @staticmethod
-    def _start_process(argv: list[str], module: str, run_dir: Path, env: dict[str, str]) -> Any:
+    def _start_process(argv: list[str], run_dir: Path, env: dict[str, str]) -> Any:
         """A job's process (or torchrun, which forks its workers the same way) forked from this user's warm
         server (engine/launch/forkserver.py: PyTorch already imported), else a fresh Python process; either way
         its own session, output file and folder."""
-        if argv[1] == "-m" and argv[2] in (module, "torch.distributed.run"):
+        if argv[1] == "-m":  # `python -m` the job's module, or torchrun's
             forked = forkserver.start(argv[2], argv[3:], run_dir, env, run_dir / "stdout.log")
             if forked is not None:
                 return forked

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -113,7 +114,7 @@ def _run_forked(cmd: list[str], env: dict[str, str], tmp: Path) -> tuple[int, st
     while (code := proc.poll()) is None:
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, 9)
+                os.kill(proc.pid, signal.SIGKILL)
             raise subprocess.TimeoutExpired(cmd, _TIMEOUT_S)
         time.sleep(0.05)
     return (code if isinstance(code, int) else -1, out_file.read_text(errors="replace"),

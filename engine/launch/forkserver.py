@@ -64,10 +64,15 @@ def load_time_env(env: dict[str, str]) -> dict[str, str]:
             if k.startswith(LOAD_TIME) and not k.startswith(PER_JOB) and k not in SERVER_ONLY}
 
 
+def available() -> bool:
+    """Fork can start jobs here (macOS: a fork after loading system libraries is unsafe)."""
+    return hasattr(os, "fork") and sys.platform != "darwin"
+
+
 def socket_path(env: dict[str, str] | None = None) -> Path | None:
     """This user's server for this Python, this PyTorch and the load-time variables of ``env`` (the engine's
     own environment by default); None where fork is not available."""
-    if not hasattr(os, "fork") or sys.platform == "darwin":  # macOS: fork after loading system libraries is unsafe
+    if not available():
         return None
     spec = find_spec("torch")
     if spec is None or not spec.origin:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import engine
+from engine.launch import forkserver
 
 _PROJECT_ROOT = str(Path(engine.__file__).resolve().parent.parent)
 
@@ -48,6 +49,6 @@ def command(module: str, spec: Any, run_dir: Path) -> list[str]:
 
 def worker(module: str) -> list[str]:
     """What torchrun runs for each worker: ``-m module``, forked from the warm server where fork is usable."""
-    if sys.platform == "linux":
+    if forkserver.available():
         return ["-m", "engine.launch.forked_worker", module]
     return ["-m", module]
